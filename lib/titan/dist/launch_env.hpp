@@ -1,0 +1,34 @@
+#pragma once
+/// @file
+/// @brief Reads where this process sits in a job from torchrun's or Slurm's
+/// environment variables.
+
+#include <map>
+#include <string>
+
+namespace titan::dist {
+
+/// @brief This process's place in the job, as a launcher described it.
+struct LaunchEnv {
+  int rank = 0;              ///< global rank, 0 ≤ rank < world_size
+  int world_size = 1;        ///< number of processes in the job
+  int local_rank = 0;        ///< rank on this node (picks the GPU)
+  int local_world_size = 1;  ///< processes on this node
+  std::string master_addr = "127.0.0.1";  ///< host of the rendezvous store (rank 0)
+  int master_port = 29500;   ///< port of the rendezvous store
+  std::string source = "none";  ///< "torchrun", "slurm" or "none" (a single process)
+};
+
+/// @brief Parses a LaunchEnv from `vars` (the process environment by default).
+///
+/// torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+/// MASTER_ADDR, MASTER_PORT) win over Slurm's (SLURM_PROCID, SLURM_NTASKS,
+/// SLURM_LOCALID, SLURM_NTASKS_PER_NODE, first host of SLURM_JOB_NODELIST);
+/// with neither it is a world of one. Throws titan::Error naming the variable
+/// for any value that is missing, not a number or out of range.
+LaunchEnv parse_launch_env(const std::map<std::string, std::string>& vars);
+
+/// @brief parse_launch_env over the real process environment.
+LaunchEnv read_launch_env();
+
+}  // namespace titan::dist

@@ -1,0 +1,297 @@
+#include "titan/dist/process_group.hpp"
+
+#include <ATen/ATen.h>
+
+#include <sstream>
+#include <thread>
+
+#include "titan/util/error.hpp"
+
+namespace titan::dist {
+namespace {
+
+constexpr const char* kFailurePrefix = "titan/failed/";
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: return c10d::ReduceOp::SUM;
+    case ReduceOp::Max: return c10d::ReduceOp::MAX;
+    case ReduceOp::Min: return c10d::ReduceOp::MIN;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+void finish_avg(at::Tensor& t, ReduceOp op, int n) {
+  if (op != ReduceOp::Avg || n == 1) return;
+  if (at::isIntegralType(t.scalar_type(), /*includeBool=*/false))
+    t.div_(n, "floor");
+  else
+    t.div_(n);
+}
+
+int64_t nbytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
+std::string first_line(const std::string& s) {
+  auto nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- FailureBoard
+
+void FailureBoard::report(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                          const std::string& message) {
+  if (!store) return;
+  try {
+    store->set(kFailurePrefix + std::to_string(rank), first_line(message));
+  } catch (...) {
+    // The store lives on rank 0; if it is gone there is nobody to tell.
+  }
+}
+
+std::string FailureBoard::describe(const c10::intrusive_ptr<c10d::Store>& store,
+                                   const std::vector<int>& ranks, std::chrono::milliseconds wait) {
+  if (!store) return "";
+  auto deadline = std::chrono::steady_clock::now() + wait;
+  while (true) {
+    std::ostringstream os;
+    try {
+      for (int r : ranks) {
+        std::string key = kFailurePrefix + std::to_string(r);
+        if (!store->check({key})) continue;
+        auto bytes = store->get(key);
+        if (os.tellp() > 0) os << "; ";
+        os << "rank " << r << " failed: " << std::string(bytes.begin(), bytes.end());
+      }
+    } catch (...) {
+      return "the rendezvous store on rank 0 is gone (rank 0 exited)";
+    }
+    if (os.tellp() > 0 || std::chrono::steady_clock::now() >= deadline) return os.str();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// ----------------------------------------------------------------- PendingWork
+
+PendingWork::PendingWork(const ProcessGroup* group, CommRecord record,
+                         c10::intrusive_ptr<c10d::Work> work, std::function<void()> on_done)
+    : group_(group), record_(std::move(record)), work_(std::move(work)), on_done_(std::move(on_done)) {}
+
+void PendingWork::wait() {
+  if (done_) return;
+  try {
+    work_->wait(group_->timeout());
+  } catch (const std::exception& e) {
+    done_ = true;
+    group_->fail(comm_op_name(record_.op), e.what(),
+                 (CommLog::instance().now_us() - record_.start_us) / 1e6);
+  }
+  done_ = true;
+  if (on_done_) on_done_();
+  record_.end_us = CommLog::instance().now_us();
+  CommLog::instance().record(record_);
+}
+
+// ---------------------------------------------------------------- ProcessGroup
+
+ProcessGroup::ProcessGroup(std::string name, std::vector<int> global_ranks, int group_rank,
+                           c10::intrusive_ptr<c10d::Backend> backend,
+                           c10::intrusive_ptr<c10d::Store> job_store,
+                           std::chrono::milliseconds timeout)
+    : name_(std::move(name)),
+      ranks_(std::move(global_ranks)),
+      rank_(group_rank),
+      backend_(std::move(backend)),
+      job_store_(std::move(job_store)),
+      timeout_(timeout) {}
+
+std::string ProcessGroup::describe() const {
+  std::ostringstream os;
+  os << "group '" << name_ << "' (ranks [";
+  for (size_t i = 0; i < ranks_.size(); ++i) os << (i ? ", " : "") << ranks_[i];
+  os << "], this rank " << ranks_[rank_] << ")";
+  return os.str();
+}
+
+void ProcessGroup::fail(const char* op, const std::string& backend_message, double elapsed_s) const {
+  std::vector<int> peers;
+  for (int r : ranks_)
+    if (r != ranks_[rank_]) peers.push_back(r);
+  // A peer that failed writes its reason before its sockets close, but give
+  // the store a moment in case our error raced ahead of its report.
+  std::string who = FailureBoard::describe(job_store_, peers, std::chrono::milliseconds(2000));
+  std::ostringstream os;
+  os << op << " on " << describe() << " failed after " << elapsed_s << " s (timeout "
+     << timeout_.count() / 1000.0 << " s): ";
+  if (!who.empty())
+    os << who << " [backend: " << first_line(backend_message) << "]";
+  else
+    os << first_line(backend_message) << " (no peer reported a failure: one may have been killed or be stuck)";
+  throw Error(os.str());
+}
+
+CommRecord ProcessGroup::start_record(CommOp op, int64_t payload_bytes) const {
+  CommRecord r;
+  r.op = op;
+  r.group = name_;
+  r.group_size = size();
+  r.payload_bytes = payload_bytes;
+  r.wire_bytes = static_cast<int64_t>(analytic_bytes(op, double(payload_bytes), size()));
+  r.start_us = CommLog::instance().now_us();
+  return r;
+}
+
+void ProcessGroup::run(CommRecord record,
+                       const std::function<c10::intrusive_ptr<c10d::Work>()>& launch) const {
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = launch();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(comm_op_name(record.op), e.what(), (CommLog::instance().now_us() - record.start_us) / 1e6);
+  }
+  PendingWork(this, std::move(record), std::move(work), nullptr).wait();
+}
+
+void ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) const {
+  all_reduce_async(tensor, op)->wait();
+}
+
+std::shared_ptr<PendingWork> ProcessGroup::all_reduce_async(at::Tensor tensor, ReduceOp op) const {
+  TITAN_CHECK(tensor.is_contiguous(), "all_reduce on ", describe(), " needs a contiguous tensor");
+  CommRecord record = start_record(CommOp::AllReduce, nbytes(tensor));
+  std::vector<at::Tensor> tensors{tensor};
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = to_c10d(op);
+    opts.timeout = timeout_;
+    work = backend_->allreduce(tensors, opts);
+  } catch (const std::exception& e) {
+    fail("all_reduce", e.what(), 0.0);
+  }
+  int n = size();
+  return std::make_shared<PendingWork>(this, std::move(record), std::move(work),
+                                       [tensor, op, n]() mutable { finish_avg(tensor, op, n); });
+}
+
+at::Tensor ProcessGroup::all_gather(const at::Tensor& tensor, int64_t dim) const {
+  dim = at::maybe_wrap_dim(dim, tensor.dim());
+  at::Tensor input = tensor.movedim(dim, 0).contiguous();
+  std::vector<int64_t> out_shape = input.sizes().vec();
+  out_shape[0] *= size();
+  at::Tensor output = at::empty(out_shape, input.options());
+  run(start_record(CommOp::AllGather, nbytes(output)), [&] {
+    c10d::AllgatherOptions opts;
+    opts.timeout = timeout_;
+    return backend_->_allgather_base(output, input, opts);
+  });
+  // Rank-major along the leading axis is exactly concatenation along `dim`
+  // once that axis moves back.
+  return output.movedim(0, dim);
+}
+
+at::Tensor ProcessGroup::all_gather_uneven(const at::Tensor& tensor, int64_t dim) const {
+  dim = at::maybe_wrap_dim(dim, tensor.dim());
+  at::Tensor my_size = at::full({1}, tensor.size(dim), at::TensorOptions().dtype(at::kLong).device(tensor.device()));
+  at::Tensor sizes = all_gather(my_size, 0).cpu();
+  int64_t max_size = sizes.max().item<int64_t>();
+  at::Tensor padded = tensor;
+  if (tensor.size(dim) < max_size) {
+    std::vector<int64_t> pad_shape = tensor.sizes().vec();
+    pad_shape[dim] = max_size - tensor.size(dim);
+    padded = at::cat({tensor, at::zeros(pad_shape, tensor.options())}, dim);
+  }
+  at::Tensor gathered = all_gather(padded, dim);
+  std::vector<at::Tensor> parts;
+  for (int r = 0; r < size(); ++r)
+    parts.push_back(gathered.narrow(dim, r * max_size, sizes[r].item<int64_t>()));
+  return at::cat(parts, dim);
+}
+
+at::Tensor ProcessGroup::reduce_scatter(const at::Tensor& tensor, int64_t dim, ReduceOp op) const {
+  dim = at::maybe_wrap_dim(dim, tensor.dim());
+  TITAN_CHECK(tensor.size(dim) % size() == 0, "reduce_scatter on ", describe(), ": size ",
+              tensor.size(dim), " of dim ", dim, " does not divide by ", size());
+  at::Tensor input = tensor.movedim(dim, 0).contiguous();
+  std::vector<int64_t> out_shape = input.sizes().vec();
+  out_shape[0] /= size();
+  at::Tensor output = at::empty(out_shape, input.options());
+  run(start_record(CommOp::ReduceScatter, nbytes(input)), [&] {
+    c10d::ReduceScatterOptions opts;
+    opts.reduceOp = to_c10d(op);
+    opts.timeout = timeout_;
+    return backend_->_reduce_scatter_base(output, input, opts);
+  });
+  finish_avg(output, op, size());
+  return output.movedim(0, dim);
+}
+
+at::Tensor ProcessGroup::all_to_all(const at::Tensor& tensor, int64_t split_dim,
+                                    int64_t concat_dim) const {
+  split_dim = at::maybe_wrap_dim(split_dim, tensor.dim());
+  concat_dim = at::maybe_wrap_dim(concat_dim, tensor.dim());
+  const int n = size();
+  TITAN_CHECK(tensor.size(split_dim) % n == 0, "all_to_all on ", describe(), ": size ",
+              tensor.size(split_dim), " of dim ", split_dim, " does not divide by ", n);
+  // [n, chunk...]: row j is the chunk bound for member j.
+  at::Tensor input =
+      tensor.unflatten(split_dim, {n, tensor.size(split_dim) / n}).movedim(split_dim, 0).contiguous();
+  at::Tensor output = at::empty_like(input);
+  run(start_record(CommOp::AllToAll, nbytes(input)), [&] {
+    c10d::AllToAllOptions opts;
+    opts.timeout = timeout_;
+    std::vector<int64_t> even;  // empty split sizes: equal chunks along dim 0
+    return backend_->alltoall_base(output, input, even, even, opts);
+  });
+  // Row j came from member j; put rows next to concat_dim and merge the two.
+  return output.movedim(0, concat_dim).flatten(concat_dim, concat_dim + 1);
+}
+
+void ProcessGroup::broadcast(at::Tensor& tensor, int root) const {
+  TITAN_CHECK(tensor.is_contiguous(), "broadcast on ", describe(), " needs a contiguous tensor");
+  std::vector<at::Tensor> tensors{tensor};
+  run(start_record(CommOp::Broadcast, nbytes(tensor)), [&] {
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    opts.timeout = timeout_;
+    return backend_->broadcast(tensors, opts);
+  });
+}
+
+void ProcessGroup::reduce(at::Tensor& tensor, int root, ReduceOp op) const {
+  TITAN_CHECK(tensor.is_contiguous(), "reduce on ", describe(), " needs a contiguous tensor");
+  std::vector<at::Tensor> tensors{tensor};
+  run(start_record(CommOp::Reduce, nbytes(tensor)), [&] {
+    c10d::ReduceOptions opts;
+    opts.rootRank = root;
+    opts.reduceOp = to_c10d(op);
+    opts.timeout = timeout_;
+    return backend_->reduce(tensors, opts);
+  });
+  if (rank_ == root) finish_avg(tensor, op, size());
+}
+
+void ProcessGroup::send(const at::Tensor& tensor, int dst, int tag) const {
+  std::vector<at::Tensor> tensors{tensor.contiguous()};
+  run(start_record(CommOp::Send, nbytes(tensor)), [&] { return backend_->send(tensors, dst, tag); });
+}
+
+void ProcessGroup::recv(at::Tensor& tensor, int src, int tag) const {
+  TITAN_CHECK(tensor.is_contiguous(), "recv on ", describe(), " needs a contiguous tensor");
+  std::vector<at::Tensor> tensors{tensor};
+  run(start_record(CommOp::Recv, nbytes(tensor)), [&] { return backend_->recv(tensors, src, tag); });
+}
+
+void ProcessGroup::barrier() const {
+  run(start_record(CommOp::Barrier, 0), [&] {
+    c10d::BarrierOptions opts;
+    opts.timeout = timeout_;
+    return backend_->barrier(opts);
+  });
+}
+
+}  // namespace titan::dist

@@ -1,0 +1,129 @@
+#pragma once
+/// @file
+/// @brief ProcessGroup: a named set of ranks and the collectives they run,
+/// with timeouts, errors that name the operation, group and failed peer, and
+/// communication accounting.
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "titan/dist/comm_log.hpp"
+
+namespace titan::dist {
+
+/// @brief Reduction applied by all_reduce / reduce_scatter / reduce.
+/// Avg is Sum followed by a division (Gloo has no native average).
+enum class ReduceOp { Sum, Avg, Max, Min };
+
+/// @brief Where ranks leave word that they failed, so that their peers can
+/// name them. Keys live in the job's rendezvous store.
+class FailureBoard {
+ public:
+  /// Records that `rank` failed with `message` (best effort; never throws).
+  static void report(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                     const std::string& message);
+  /// "rank 1 failed: ..." for every rank in `ranks` that reported, waiting up
+  /// to `wait` for a report to appear; empty when none did.
+  static std::string describe(const c10::intrusive_ptr<c10d::Store>& store,
+                              const std::vector<int>& ranks, std::chrono::milliseconds wait);
+};
+
+class ProcessGroup;
+
+/// @brief An operation in flight (from an *_async call). wait() finishes it,
+/// records it in the CommLog and turns a backend failure into titan::Error.
+class PendingWork {
+ public:
+  PendingWork(const ProcessGroup* group, CommRecord record, c10::intrusive_ptr<c10d::Work> work,
+              std::function<void()> on_done);
+  /// Blocks until done; safe to call more than once.
+  void wait();
+  bool completed() const { return done_; }
+
+ private:
+  const ProcessGroup* group_;
+  CommRecord record_;
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::function<void()> on_done_;
+  bool done_ = false;
+};
+
+/// @brief A group of ranks that communicate, over Gloo (CPU) or NCCL (CUDA).
+///
+/// Every method is a collective: all members must call it in the same order
+/// with tensors of the same shape and dtype (except where noted). Ranks
+/// passed to and returned by methods are *group* ranks (0..size()-1);
+/// global_rank() translates. Failures and timeouts throw titan::Error whose
+/// message names the operation, the group and, where a peer left word on the
+/// FailureBoard, the failed rank.
+class ProcessGroup {
+ public:
+  ProcessGroup(std::string name, std::vector<int> global_ranks, int group_rank,
+               c10::intrusive_ptr<c10d::Backend> backend, c10::intrusive_ptr<c10d::Store> job_store,
+               std::chrono::milliseconds timeout);
+
+  const std::string& name() const { return name_; }
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(ranks_.size()); }
+  /// Global ranks of the members, in group-rank order.
+  const std::vector<int>& global_ranks() const { return ranks_; }
+  int global_rank(int group_rank) const { return ranks_.at(group_rank); }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  /// "ranks [0, 2]" style description used in messages.
+  std::string describe() const;
+  const c10::intrusive_ptr<c10d::Backend>& backend() const { return backend_; }
+
+  /// In-place all-reduce of `tensor`.
+  void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::Sum) const;
+  /// Starts an in-place all-reduce and returns at once (DDP overlaps these
+  /// with backward). Avg divides when wait() is called.
+  std::shared_ptr<PendingWork> all_reduce_async(at::Tensor tensor, ReduceOp op = ReduceOp::Sum) const;
+
+  /// Concatenation along `dim` of every member's `tensor` (same shapes).
+  at::Tensor all_gather(const at::Tensor& tensor, int64_t dim = 0) const;
+  /// Like all_gather, but members may differ in size along `dim`: sizes are
+  /// exchanged first, shards padded to the largest, the padding dropped.
+  at::Tensor all_gather_uneven(const at::Tensor& tensor, int64_t dim = 0) const;
+  /// Reduces `tensor` over members and returns this member's 1/size() chunk
+  /// along `dim` (size along `dim` must divide by size()).
+  at::Tensor reduce_scatter(const at::Tensor& tensor, int64_t dim = 0,
+                            ReduceOp op = ReduceOp::Sum) const;
+  /// Splits `tensor` into size() chunks along `split_dim`, sends chunk j to
+  /// member j, and concatenates what arrives along `concat_dim`.
+  at::Tensor all_to_all(const at::Tensor& tensor, int64_t split_dim, int64_t concat_dim) const;
+  /// In-place broadcast from group rank `root`.
+  void broadcast(at::Tensor& tensor, int root = 0) const;
+  /// In-place reduce onto group rank `root` (other members' tensors are left
+  /// in an unspecified state, as in c10d).
+  void reduce(at::Tensor& tensor, int root = 0, ReduceOp op = ReduceOp::Sum) const;
+  /// Point-to-point (not collective): only the two peers call.
+  void send(const at::Tensor& tensor, int dst, int tag = 0) const;
+  void recv(at::Tensor& tensor, int src, int tag = 0) const;
+  void barrier() const;
+
+  /// Throws the titan::Error this group reports for a failed `op` (shared by
+  /// every path that waits on the backend).
+  [[noreturn]] void fail(const char* op, const std::string& backend_message,
+                         double elapsed_s) const;
+
+ private:
+  CommRecord start_record(CommOp op, int64_t payload_bytes) const;
+  void run(CommRecord record, const std::function<c10::intrusive_ptr<c10d::Work>()>& launch) const;
+
+  std::string name_;
+  std::vector<int> ranks_;
+  int rank_;
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  c10::intrusive_ptr<c10d::Store> job_store_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace titan::dist

@@ -1,0 +1,147 @@
+#include "titan/dist/world.hpp"
+
+#include <ATen/Context.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "titan/dist/backend.hpp"
+#include "titan/util/error.hpp"
+
+#ifdef TITAN_HAS_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+namespace titan::dist {
+namespace {
+
+std::unique_ptr<World> g_world;
+std::mutex g_mu;
+bool g_clean_exit = false;
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+c10::Device pick_device(const std::string& want, const LaunchEnv& env) {
+  bool cuda = at::hasCUDA();
+  if (want == "cpu" || (want == "auto" && !cuda)) return c10::Device(c10::kCPU);
+  TITAN_CHECK(want == "cuda" || want == "auto", "unknown device '", want, "' (expected cpu, cuda or auto)");
+  TITAN_CHECK(cuda, "device 'cuda' requested but no CUDA device is available");
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+}
+
+c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& env, std::chrono::milliseconds timeout) {
+  if (env.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(env.master_port);
+  opts.isServer = env.rank == 0;
+  opts.numWorkers = env.world_size;
+  opts.waitWorkers = true;
+  opts.timeout = timeout;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+  } catch (const std::exception& e) {
+    std::string what = first_line(e.what());
+    if (env.rank == 0 && what.find("EADDRINUSE") != std::string::npos)
+      throw Error("rank 0 cannot host the rendezvous store: port " + std::to_string(env.master_port) +
+                  " on " + env.master_addr + " is already in use (set MASTER_PORT to a free port)");
+    throw Error("rank " + std::to_string(env.rank) + " could not join the rendezvous at " +
+                env.master_addr + ":" + std::to_string(env.master_port) + " within " +
+                std::to_string(timeout.count() / 1000) + " s: " + what);
+  }
+}
+
+void report_exit_without_shutdown() {
+  if (!g_clean_exit && g_world)
+    FailureBoard::report(g_world->store(), g_world->rank(), "exited before finishing (exit() called mid-run)");
+}
+
+}  // namespace
+
+World::World(LaunchEnv env, c10::Device device, c10::intrusive_ptr<c10d::Store> store,
+             std::chrono::milliseconds timeout)
+    : env_(std::move(env)), device_(device), store_(std::move(store)), timeout_(timeout) {
+  std::vector<int> all(env_.world_size);
+  for (int r = 0; r < env_.world_size; ++r) all[r] = r;
+  world_group_ = new_group("world", all);
+}
+
+std::shared_ptr<ProcessGroup> World::new_group(const std::string& name, std::vector<int> global_ranks) const {
+  int group_rank = -1;
+  for (size_t i = 0; i < global_ranks.size(); ++i)
+    if (global_ranks[i] == env_.rank) group_rank = static_cast<int>(i);
+  TITAN_CHECK(group_rank >= 0, "rank ", env_.rank, " is not a member of group '", name, "'");
+  // The store prefix must be the same on every member and differ between
+  // groups: the name, the member list and how often this exact group was made.
+  std::string key = name + ":";
+  for (int r : global_ranks) key += std::to_string(r) + ",";
+  key += "#" + std::to_string(group_counts_[key]++);
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("titan/group/" + key, store_);
+  const int n = static_cast<int>(global_ranks.size());
+  c10::intrusive_ptr<c10d::Backend> backend;
+  try {
+    if (device_.is_cuda()) {
+      backend = make_nccl_backend(prefixed, group_rank, n, timeout_, device_);
+    } else {
+      backend = make_gloo_backend(prefixed, group_rank, n, timeout_,
+                                  is_loopback(env_.master_addr) ? "127.0.0.1" : "");
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error("rank " + std::to_string(env_.rank) + " could not create process group '" + name +
+                "': " + first_line(e.what()));
+  }
+  return std::make_shared<ProcessGroup>(name, std::move(global_ranks), group_rank, std::move(backend),
+                                        store_, timeout_);
+}
+
+const World& init_distributed(const InitOptions& options) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_world) return *g_world;
+  LaunchEnv env = read_launch_env();
+  auto rdzv_timeout = options.rendezvous_timeout;
+  if (const char* s = std::getenv("TITAN_RENDEZVOUS_TIMEOUT"); s && *s)
+    rdzv_timeout = std::chrono::milliseconds(static_cast<int64_t>(std::atof(s) * 1000));
+  c10::Device device = pick_device(options.device, env);
+#ifdef TITAN_HAS_CUDA
+  if (device.is_cuda()) c10::cuda::set_device(device.index());
+#endif
+  auto store = rendezvous(env, rdzv_timeout);
+  g_clean_exit = false;
+  g_world = std::make_unique<World>(env, device, store, options.timeout);
+  static bool registered = false;
+  if (!registered) {
+    std::atexit(report_exit_without_shutdown);
+    registered = true;
+  }
+  return *g_world;
+}
+
+const World& world() {
+  TITAN_CHECK(g_world != nullptr, "titan::dist::init_distributed() has not been called");
+  return *g_world;
+}
+
+bool is_initialized() { return g_world != nullptr; }
+
+void shutdown() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_world) return;
+  g_world->group()->barrier();
+  g_clean_exit = true;
+  g_world.reset();
+}
+
+void report_failure(const std::string& message) {
+  if (g_world) FailureBoard::report(g_world->store(), g_world->rank(), message);
+  g_clean_exit = true;  // already reported; the exit handler need not repeat it
+}
+
+}  // namespace titan::dist

@@ -1,0 +1,81 @@
+#pragma once
+/// @file
+/// @brief init_distributed(): rendezvous through a c10d TCPStore and the
+/// default process group over every rank, with the backend that fits the
+/// device (Gloo for CPU, NCCL for CUDA).
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <c10/core/Device.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "titan/dist/launch_env.hpp"
+#include "titan/dist/process_group.hpp"
+
+namespace titan::dist {
+
+/// @brief How to start the distributed runtime.
+struct InitOptions {
+  /// "cpu", "cuda" or "auto" (CUDA when available, else CPU). On CUDA each
+  /// rank uses GPU LOCAL_RANK.
+  std::string device = "auto";
+  /// Per-collective timeout: a peer that fails or stalls longer than this
+  /// turns into an error on every other rank.
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  /// How long ranks wait for each other at rendezvous (TITAN_RENDEZVOUS_TIMEOUT
+  /// in seconds overrides it).
+  std::chrono::milliseconds rendezvous_timeout{std::chrono::seconds(120)};
+};
+
+/// @brief The job as this rank sees it, after init_distributed().
+class World {
+ public:
+  World(LaunchEnv env, c10::Device device, c10::intrusive_ptr<c10d::Store> store,
+        std::chrono::milliseconds timeout);
+
+  const LaunchEnv& env() const { return env_; }
+  int rank() const { return env_.rank; }
+  int size() const { return env_.world_size; }
+  const c10::Device& device() const { return device_; }
+  const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  /// The group of all ranks ("world").
+  const std::shared_ptr<ProcessGroup>& group() const { return world_group_; }
+
+  /// Creates a group of `global_ranks` (this rank must be one of them) named
+  /// `name`; `name` must be unique in the job and used by every member.
+  std::shared_ptr<ProcessGroup> new_group(const std::string& name, std::vector<int> global_ranks) const;
+
+ private:
+  LaunchEnv env_;
+  c10::Device device_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<ProcessGroup> world_group_;
+  mutable std::map<std::string, int> group_counts_;
+};
+
+/// @brief Joins the job described by the environment (torchrun, Slurm, or a
+/// world of one) and returns it. Calling it again returns the same World.
+/// Bad environments and failed rendezvous throw titan::Error with one line.
+const World& init_distributed(const InitOptions& options = {});
+
+/// @brief The World made by init_distributed(); throws if there is none.
+const World& world();
+
+/// @brief True between init_distributed() and shutdown().
+bool is_initialized();
+
+/// @brief Leaves the job: a barrier (so no rank tears down sockets its peers
+/// still use), then the groups and store are released. Safe to call twice.
+void shutdown();
+
+/// @brief Puts `message` on the FailureBoard for this rank, so that peers
+/// stuck in a collective with it name it in their errors.
+void report_failure(const std::string& message);
+
+}  // namespace titan::dist

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Installs everything titan.cpp needs on a fresh Debian machine. Idempotent: each
+# step checks first and skips what is already there.
+#
+#   TITAN_VENV    virtual environment for torch and the Python references
+#                 (default: $HOME/.cache/titan/venv, outside the checkout so
+#                 clones and CI reuse it)
+#
+# Pinned: torch==2.11.0 (ships LibTorch: headers, libs, CMake config) and the
+# Python packages that tests use as independent references.
+set -euo pipefail
+
+VENV="${TITAN_VENV:-$HOME/.cache/titan/venv}"
+say() { echo "[setup] $*"; }
+
+# --- Debian packages --------------------------------------------------------
+# libgloo-dev: only for gloo's headers, which ProcessGroupGloo.hpp needs to
+# compile (gloo's code itself lives inside libtorch_cpu; we never link libgloo).
+# fortunes: the English text of the built-in demo corpus.
+DEB_PACKAGES=(cmake ninja-build g++ git python3 python3-venv
+  libgtest-dev libgmock-dev libbenchmark-dev libtomlplusplus-dev
+  nlohmann-json3-dev libgloo-dev doxygen ccache fortunes)
+missing=()
+for p in "${DEB_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  say "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+else
+  say "Debian packages: all present"
+fi
+
+# --- Python virtual environment with torch ----------------------------------
+PY_PACKAGES=(torch==2.11.0 numpy==2.4.6 tiktoken==0.14.0 safetensors==0.8.0
+  tensorboard==2.21.0)
+PYTHON="${TITAN_PYTHON:-python3}"
+if [ ! -x "$VENV/bin/python" ]; then
+  say "creating virtual environment $VENV"
+  mkdir -p "$(dirname "$VENV")"
+  "$PYTHON" -m venv "$VENV"
+fi
+need=()
+for spec in "${PY_PACKAGES[@]}"; do
+  name="${spec%%==*}"; want="${spec##*==}"
+  have=$("$VENV/bin/python" -c "import importlib.metadata as m; print(m.version('$name'))" 2>/dev/null || true)
+  [ "${have%%+*}" = "$want" ] || need+=("$spec")
+done
+if ((${#need[@]})); then
+  say "installing Python packages: ${need[*]}"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${need[@]}"
+else
+  say "Python packages: all present ($VENV)"
+fi
+say "done"

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The test command: set up dependencies, configure (Release, Ninja), build
+# everything, run the CTest suite. Extra arguments go to ctest (e.g. -L slow,
+# -R dtensor). TITAN_BUILD_DIR picks the build folder (default: build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+BUILD="${TITAN_BUILD_DIR:-build}"
+JOBS="${TITAN_JOBS:-$(nproc)}"
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build "$BUILD" -j "$JOBS"
+cd "$BUILD"
+ctest --output-on-failure --timeout 600 -j "${TITAN_TEST_JOBS:-1}" "$@"
