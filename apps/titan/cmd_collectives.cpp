@@ -25,7 +25,7 @@ std::string show(const at::Tensor& t) {
 
 }  // namespace
 
-int cmd_collectives(int argc, char** argv) {
+static int cmd_collectives(int argc, char** argv) {
   return run_main(argc, argv, [](int, char**) {
     const dist::World& world = dist::init_distributed({.device = "cpu"});
     const dist::ProcessGroup& g = *world.group();
@@ -49,11 +49,11 @@ int cmd_collectives(int argc, char** argv) {
     g.barrier();
 
     if (r == 0) {
-      std::printf("\n%-15s %10s %12s %12s\n", "op", "payload B", "sent B/rank", "2(n-1)/n·S etc");
+      std::printf("\n%-15s %10s %6s %14s %10s\n", "op", "payload B", "ranks", "analytic B/rank", "time us");
       for (const auto& rec : dist::CommLog::instance().records()) {
         if (rec.op == dist::CommOp::Barrier) continue;
-        std::printf("%-15s %10lld %12lld %12.1f\n", dist::comm_op_name(rec.op), (long long)rec.payload_bytes,
-                    (long long)rec.wire_bytes, dist::analytic_bytes(rec.op, double(rec.payload_bytes), n));
+        std::printf("%-15s %10lld %6d %14lld %10.0f\n", dist::comm_op_name(rec.op), (long long)rec.payload_bytes,
+                    rec.group_size, (long long)rec.wire_bytes, rec.end_us - rec.start_us);
       }
     }
     return 0;
@@ -61,3 +61,5 @@ int cmd_collectives(int argc, char** argv) {
 }
 
 }  // namespace titan::cli
+
+TITAN_COMMAND("collectives", titan::cli::cmd_collectives, "run every collective once and print what each rank holds");

@@ -11,7 +11,7 @@
 
 namespace titan::cli {
 
-int cmd_run(int argc, char** argv) {
+static int cmd_run(int argc, char** argv) {
   try {
     launch::LaunchOptions opts;
     int i = 2;
@@ -55,3 +55,5 @@ int cmd_run(int argc, char** argv) {
 }
 
 }  // namespace titan::cli
+
+TITAN_COMMAND("run", titan::cli::cmd_run, "launch N local ranks: titan run --nproc N -- PROGRAM ARGS...");

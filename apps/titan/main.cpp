@@ -1,30 +1,23 @@
 // `titan`: the one command-line program of titan.cpp. Each subcommand lives
-// in its own cmd_*.cpp; this file only dispatches.
+// in its own cmd_*.cpp and registers itself; this file only dispatches.
 #include <cstdio>
 #include <cstring>
-#include <string>
 
 #include "commands.hpp"
-#include "titan/launch/program.hpp"
+
+namespace titan::cli {
+std::map<std::string, CommandInfo>& commands() {
+  static std::map<std::string, CommandInfo> table;
+  return table;
+}
+}  // namespace titan::cli
 
 namespace {
-
-struct Command {
-  const char* name;
-  int (*fn)(int, char**);
-  const char* help;
-};
-
-const Command kCommands[] = {
-    {"run", titan::cli::cmd_run, "launch N local ranks: titan run --nproc N -- PROGRAM ARGS..."},
-    {"collectives", titan::cli::cmd_collectives, "run every collective and print what each rank holds"},
-};
-
 void usage(FILE* out) {
   std::fprintf(out, "usage: titan COMMAND [ARGS...]\n\ncommands:\n");
-  for (const auto& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.help);
+  for (const auto& [name, info] : titan::cli::commands())
+    std::fprintf(out, "  %-12s %s\n", name.c_str(), info.help.c_str());
 }
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -32,13 +25,11 @@ int main(int argc, char** argv) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
-  for (const auto& c : kCommands)
-    if (std::strcmp(argv[1], c.name) == 0) {
-      // The subcommand sees argv[0] = "titan", argv[1..] = its own arguments,
-      // but self-launch must re-run "titan <command>", so keep the name.
-      return c.fn(argc, argv);
-    }
-  std::fprintf(stderr, "titan: unknown command '%s'\n", argv[1]);
-  usage(stderr);
-  return 2;
+  auto& table = titan::cli::commands();
+  auto it = table.find(argv[1]);
+  if (it == table.end()) {
+    std::fprintf(stderr, "error: unknown command '%s' (run 'titan --help')\n", argv[1]);
+    return 2;
+  }
+  return it->second.fn(argc, argv);
 }

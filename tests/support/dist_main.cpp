@@ -1,0 +1,46 @@
+// gtest main for multi-process tests: `test_x --nproc 4` launches 4 ranks of
+// itself (through titan's launcher); each rank joins the job and runs every
+// test. Rank 0 prints gtest's full report, the others only their failures,
+// so a failure on any rank is visible and makes that rank (and so the
+// launcher) exit non-zero.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstdio>
+
+#include "titan/dist/world.hpp"
+#include "titan/launch/program.hpp"
+
+namespace {
+
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (r.failed())
+      std::printf("%s:%d: Failure\n%s\n", r.file_name() ? r.file_name() : "?", r.line_number(), r.summary());
+  }
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    if (info.result()->Failed())
+      std::printf("[  FAILED  ] %s.%s\n", info.test_suite_name(), info.name());
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return titan::run_main(argc, argv, [](int argc, char** argv) {
+    ::testing::InitGoogleTest(&argc, argv);
+    titan::dist::InitOptions options;
+    const char* device = std::getenv("TITAN_TEST_DEVICE");
+    options.device = device ? device : "cpu";
+    // Tests keep collectives short: a stuck peer fails the test in a minute.
+    options.timeout = std::chrono::seconds(60);
+    const auto& world = titan::dist::init_distributed(options);
+    if (world.rank() != 0) {
+      auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+      delete listeners.Release(listeners.default_result_printer());
+      listeners.Append(new FailurePrinter);
+    }
+    return RUN_ALL_TESTS();
+  });
+}
