@@ -1,0 +1,153 @@
+#pragma once
+/// @file
+/// @brief JobConfig: every option of a training job, grouped by TOML section,
+/// with torchtitan's defaults.
+///
+/// The struct is plain data so that any part of the trainer can read it
+/// without knowing where a value came from. Loading (TOML file, command-line
+/// overrides), validation and feature gating live beside it in this folder;
+/// the list of sections and keys that drives all of them is in schema.hpp.
+/// docs/config.md documents every key.
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace titan::config {
+
+/// @brief [job]: naming and where outputs go.
+struct JobSection {
+  std::string config_file;                ///< the TOML file this config was loaded from ("" = none)
+  std::string dump_folder = "./outputs";  ///< root folder for checkpoints, traces, logs
+  std::string description = "default job";  ///< free text, printed at start
+};
+
+/// @brief [profiling]: trace capture and memory snapshots.
+struct ProfilingSection {
+  bool enable_profiling = false;                    ///< capture traces every profile_freq steps
+  std::string save_traces_folder = "profile_traces";  ///< under dump_folder
+  int64_t profile_freq = 10;                        ///< steps between traces
+  bool enable_memory_snapshot = false;              ///< record allocator snapshots
+  std::string save_memory_snapshot_folder = "memory_snapshot";  ///< under dump_folder
+};
+
+/// @brief [metrics]: logging.
+struct MetricsSection {
+  int64_t log_freq = 10;               ///< steps between metric lines
+  bool enable_tensorboard = false;     ///< write TensorBoard event files
+  std::string save_tb_folder = "tb";   ///< under dump_folder
+};
+
+/// @brief [model]: which model and tokenizer.
+struct ModelSection {
+  std::string name = "llama3";         ///< model family (only "llama3")
+  std::string flavor = "debugmodel";   ///< size: debugmodel, 1B, 3B, 8B, 70B, 405B
+  std::string norm_type = "rmsnorm";   ///< normalisation layer
+  std::string tokenizer_path;          ///< tiktoken-format file; "" = the built-in tokenizer
+};
+
+/// @brief [optimizer]: AdamW and its hyper-parameters.
+struct OptimizerSection {
+  std::string name = "AdamW";   ///< "AdamW" or "Adam"
+  double lr = 8e-4;             ///< peak learning rate
+  double eps = 1e-8;            ///< Adam epsilon
+  double weight_decay = 0.1;    ///< decoupled weight decay (AdamW)
+  double beta1 = 0.9;           ///< first-moment decay
+  double beta2 = 0.95;          ///< second-moment decay
+};
+
+/// @brief [lr_scheduler]: warm-up then decay to a floor.
+struct LrSchedulerSection {
+  int64_t warmup_steps = 200;        ///< linear warm-up length (seed: [training] warmup_steps)
+  std::string decay_type = "linear";  ///< "linear", "cosine" or "wsd"
+  double decay_ratio = -1;           ///< fraction of steps spent decaying; -1 = all steps after warm-up
+  double min_lr_factor = 0.0;        ///< the schedule ends at lr * min_lr_factor
+};
+
+/// @brief [training]: batch shape, length, data, parallel degrees, numerics.
+struct TrainingSection {
+  int64_t batch_size = 8;               ///< per-rank micro-batch (torchtitan v0.2: local_batch_size)
+  int64_t global_batch_size = -1;       ///< -1 = batch_size × data-parallel degree
+  int64_t gradient_accumulation_steps = -1;  ///< -1 = derived from global_batch_size
+  int64_t seq_len = 2048;               ///< tokens per sample
+  double max_norm = 1.0;                ///< gradient clipping by global norm (<= 0: off)
+  int64_t steps = 10000;                ///< optimizer steps to train
+  std::string dataset;                  ///< text/JSONL file or folder; "" = built-in corpus
+  int64_t seed = 0;                     ///< RNG seed for init and data order
+  bool deterministic = false;           ///< ask torch for deterministic kernels
+  std::string device = "auto";          ///< "auto", "cpu" or "cuda"
+  std::string mixed_precision_param = "bfloat16";  ///< FSDP parameter dtype
+  std::string mixed_precision_reduce = "float32";  ///< FSDP gradient-reduction dtype
+  int64_t data_parallel_replicate_degree = 1;  ///< DDP replicas
+  int64_t data_parallel_shard_degree = -1;     ///< FSDP shards; -1 = the remaining ranks
+  int64_t tensor_parallel_degree = 1;          ///< TP ranks
+  int64_t context_parallel_degree = 1;         ///< CP ranks
+  bool enable_loss_parallel = false;           ///< keep logits sharded through the loss (TP)
+  bool enable_async_tensor_parallel = false;   ///< overlap TP collectives with compute
+};
+
+/// @brief [experimental]: pipeline parallelism (the seed's section for it).
+struct ExperimentalSection {
+  int64_t pipeline_parallel_degree = 1;             ///< PP stages
+  std::string pipeline_parallel_schedule = "1F1B";  ///< schedule name (case-insensitive)
+};
+
+/// @brief [checkpoint]: distributed checkpointing.
+struct CheckpointSection {
+  bool enable_checkpoint = false;       ///< save and resume checkpoints
+  std::string folder = "checkpoint";    ///< under dump_folder
+  std::string interval_type = "steps";  ///< "steps" or "seconds"
+  int64_t interval = 500;               ///< save every `interval` steps or seconds
+  bool model_weights_only = false;      ///< final save holds weights only
+  std::string export_dtype = "float32";  ///< dtype of a weights-only export
+  std::string async_mode = "disabled";  ///< "disabled", "async", "async_with_pinned_mem"
+  int64_t keep_latest_k = 10;           ///< checkpoints kept (0 = all)
+  int64_t load_step = -1;               ///< step to resume from; -1 = latest
+};
+
+/// @brief [activation_checkpoint]: recompute activations in backward.
+struct ActivationCheckpointSection {
+  std::string mode = "none";                ///< "none", "selective" or "full"
+  std::string selective_ac_option = "2";    ///< "op" or every N-th layer ("2")
+};
+
+/// @brief [float8]: FP8 linear layers.
+struct Float8Section {
+  bool enable_float8_linear = false;  ///< swap nn.Linear for float8 training
+};
+
+/// @brief [comm]: collective timeouts.
+struct CommSection {
+  int64_t init_timeout_seconds = 300;  ///< rendezvous and first collective
+  int64_t timeout_seconds = 300;       ///< every later collective
+};
+
+/// @brief The whole configuration of a training job.
+///
+/// Build one with parse_job_config() (load.hpp): defaults < TOML file <
+/// command line, then validate(). Check check_supported() before training.
+struct JobConfig {
+  JobSection job;
+  ProfilingSection profiling;
+  MetricsSection metrics;
+  ModelSection model;
+  OptimizerSection optimizer;
+  LrSchedulerSection lr_scheduler;
+  TrainingSection training;
+  ExperimentalSection experimental;
+  CheckpointSection checkpoint;
+  ActivationCheckpointSection activation_checkpoint;
+  Float8Section float8;
+  CommSection comm;
+
+  /// Where each option that is not a default came from, keyed "section.key"
+  /// (canonical names): "file.toml:12" or "command line". Error messages
+  /// about a value name its origin with it.
+  std::map<std::string, std::string> origin;
+
+  /// @brief The effective config as TOML (canonical names, every key), for
+  /// logs and `titan config`; loading it back gives the same values.
+  std::string to_toml() const;
+};
+
+}  // namespace titan::config

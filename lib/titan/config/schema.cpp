@@ -1,0 +1,294 @@
+// The table of every option. Each line names the JobConfig member once; the
+// macro derives the TOML section/key from it and the value type from the
+// member's C++ type, so the table cannot disagree with the struct.
+#include "titan/config/schema.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+#include <type_traits>
+
+#include "titan/util/error.hpp"
+
+namespace titan::config {
+namespace {
+
+template <typename T>
+constexpr FieldType type_of() {
+  if constexpr (std::is_same_v<T, bool>) return FieldType::Bool;
+  else if constexpr (std::is_same_v<T, int64_t>) return FieldType::Int;
+  else if constexpr (std::is_same_v<T, double>) return FieldType::Float;
+  else {
+    static_assert(std::is_same_v<T, std::string>, "config members are bool, int64_t, double or std::string");
+    return FieldType::String;
+  }
+}
+
+#define TITAN_FIELD(S, K, HELP, ...)                                              \
+  Field{#S, #K, type_of<decltype(JobConfig{}.S.K)>(),                             \
+        [](JobConfig& c) -> void* { return &c.S.K; }, HELP, std::vector<std::string>{__VA_ARGS__}}
+
+std::vector<Field> make_fields() {
+  return {
+      TITAN_FIELD(job, config_file, "TOML file the config was loaded from (set with --job.config_file)"),
+      TITAN_FIELD(job, dump_folder, "root folder for checkpoints, traces and logs"),
+      TITAN_FIELD(job, description, "free text printed at start"),
+
+      TITAN_FIELD(profiling, enable_profiling, "capture a trace every profile_freq steps"),
+      TITAN_FIELD(profiling, save_traces_folder, "trace folder, under dump_folder"),
+      TITAN_FIELD(profiling, profile_freq, "steps between traces (> 0)"),
+      TITAN_FIELD(profiling, enable_memory_snapshot, "record allocator memory snapshots"),
+      TITAN_FIELD(profiling, save_memory_snapshot_folder, "snapshot folder, under dump_folder"),
+
+      TITAN_FIELD(metrics, log_freq, "steps between metric lines (> 0)"),
+      TITAN_FIELD(metrics, enable_tensorboard, "write TensorBoard event files"),
+      TITAN_FIELD(metrics, save_tb_folder, "TensorBoard folder, under dump_folder"),
+
+      TITAN_FIELD(model, name, "model family", "llama3"),
+      TITAN_FIELD(model, flavor, "model size: debugmodel, 1B, 3B, 8B, 70B, 405B (checked by the model registry)"),
+      TITAN_FIELD(model, norm_type, "normalisation layer", "rmsnorm", "layernorm", "np_layernorm", "fused_rmsnorm"),
+      TITAN_FIELD(model, tokenizer_path, "tiktoken-format tokenizer file; \"\" = the built-in tokenizer"),
+
+      TITAN_FIELD(optimizer, name, "optimizer", "AdamW", "Adam"),
+      TITAN_FIELD(optimizer, lr, "peak learning rate (> 0)"),
+      TITAN_FIELD(optimizer, eps, "Adam epsilon (> 0)"),
+      TITAN_FIELD(optimizer, weight_decay, "decoupled weight decay (>= 0)"),
+      TITAN_FIELD(optimizer, beta1, "first-moment decay, in [0, 1)"),
+      TITAN_FIELD(optimizer, beta2, "second-moment decay, in [0, 1)"),
+
+      TITAN_FIELD(lr_scheduler, warmup_steps, "linear warm-up steps (>= 0)"),
+      TITAN_FIELD(lr_scheduler, decay_type, "shape of the decay after warm-up", "linear", "cosine", "wsd"),
+      TITAN_FIELD(lr_scheduler, decay_ratio,
+                  "fraction of steps spent decaying (0..1; before it the lr stays at its peak); -1 = every step after warm-up"),
+      TITAN_FIELD(lr_scheduler, min_lr_factor, "the lr ends at lr * min_lr_factor, in [0, 1]"),
+
+      TITAN_FIELD(training, batch_size, "per-rank micro-batch size (> 0)"),
+      TITAN_FIELD(training, global_batch_size,
+                  "samples per optimizer step over all ranks; -1 = batch_size x data-parallel degree"),
+      TITAN_FIELD(training, gradient_accumulation_steps,
+                  "micro-batches per step; -1 = global_batch_size / (batch_size x data-parallel degree)"),
+      TITAN_FIELD(training, seq_len, "tokens per sample (> 0)"),
+      TITAN_FIELD(training, max_norm, "clip gradients to this global norm; <= 0 = no clipping"),
+      TITAN_FIELD(training, steps, "optimizer steps (> 0)"),
+      TITAN_FIELD(training, dataset, "text / JSONL file or folder of them; \"\" = the built-in corpus"),
+      TITAN_FIELD(training, seed, "seed for initialisation and data order (>= 0)"),
+      TITAN_FIELD(training, deterministic, "use deterministic kernels"),
+      TITAN_FIELD(training, device, "where to train", "auto", "cpu", "cuda"),
+      TITAN_FIELD(training, mixed_precision_param, "parameter dtype under FSDP", "bfloat16", "float32"),
+      TITAN_FIELD(training, mixed_precision_reduce, "gradient-reduction dtype under FSDP", "float32", "bfloat16"),
+      TITAN_FIELD(training, data_parallel_replicate_degree, "DDP replicas (>= 1)"),
+      TITAN_FIELD(training, data_parallel_shard_degree, "FSDP shard group size (>= 1); -1 = the remaining ranks"),
+      TITAN_FIELD(training, tensor_parallel_degree, "tensor-parallel ranks (>= 1)"),
+      TITAN_FIELD(training, context_parallel_degree, "context-parallel ranks (>= 1)"),
+      TITAN_FIELD(training, enable_loss_parallel, "compute the loss on vocabulary-sharded logits (TP)"),
+      TITAN_FIELD(training, enable_async_tensor_parallel, "overlap TP collectives with compute"),
+
+      TITAN_FIELD(experimental, pipeline_parallel_degree, "pipeline stages (>= 1)"),
+      TITAN_FIELD(experimental, pipeline_parallel_schedule, "pipeline schedule (any letter case)", "1F1B", "GPipe",
+                  "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble"),
+
+      TITAN_FIELD(checkpoint, enable_checkpoint, "save and resume checkpoints"),
+      TITAN_FIELD(checkpoint, folder, "checkpoint folder, under dump_folder"),
+      TITAN_FIELD(checkpoint, interval_type, "unit of interval", "steps", "seconds"),
+      TITAN_FIELD(checkpoint, interval, "save every interval steps or seconds (> 0)"),
+      TITAN_FIELD(checkpoint, model_weights_only, "the last save holds model weights only"),
+      TITAN_FIELD(checkpoint, export_dtype, "dtype of a weights-only save", "float32", "bfloat16", "float16"),
+      TITAN_FIELD(checkpoint, async_mode, "save in the background", "disabled", "async", "async_with_pinned_mem"),
+      TITAN_FIELD(checkpoint, keep_latest_k, "checkpoints kept (>= 0; 0 = all)"),
+      TITAN_FIELD(checkpoint, load_step, "step to resume from; -1 = the latest"),
+
+      TITAN_FIELD(activation_checkpoint, mode, "recompute activations in backward", "none", "selective", "full"),
+      TITAN_FIELD(activation_checkpoint, selective_ac_option,
+                  "selective mode: \"op\" (per operator) or N (every N-th layer, N > 0)"),
+
+      TITAN_FIELD(float8, enable_float8_linear, "train linear layers in float8"),
+
+      TITAN_FIELD(comm, init_timeout_seconds, "timeout of rendezvous and the first collective (> 0)"),
+      TITAN_FIELD(comm, timeout_seconds, "timeout of every later collective (> 0)"),
+  };
+}
+#undef TITAN_FIELD
+
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(ch) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
+          out += buf;
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out;
+}
+
+// The shortest decimal that reads back as the same double, so 3e-4 prints
+// as 0.0003 and not 0.00029999999999999997.
+std::string format_double(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  char buf[40];
+  for (int prec = 1; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof(buf), "%.*g", prec, d);
+    if (std::strtod(buf, nullptr) == d) break;
+  }
+  std::string s = buf;
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+}  // namespace
+
+const char* type_phrase(FieldType t) {
+  switch (t) {
+    case FieldType::Bool: return "a boolean";
+    case FieldType::Int: return "an integer";
+    case FieldType::Float: return "a float";
+    case FieldType::String: return "a string";
+  }
+  return "?";
+}
+
+Value Field::get(const JobConfig& c) const {
+  void* p = member(const_cast<JobConfig&>(c));  // read only
+  switch (type) {
+    case FieldType::Bool: return *static_cast<bool*>(p);
+    case FieldType::Int: return *static_cast<int64_t*>(p);
+    case FieldType::Float: return *static_cast<double*>(p);
+    case FieldType::String: return *static_cast<std::string*>(p);
+  }
+  return {};
+}
+
+void Field::set(JobConfig& c, const Value& v) const {
+  void* p = member(c);
+  switch (type) {
+    case FieldType::Bool: *static_cast<bool*>(p) = std::get<bool>(v); break;
+    case FieldType::Int: *static_cast<int64_t*>(p) = std::get<int64_t>(v); break;
+    case FieldType::Float: *static_cast<double*>(p) = std::get<double>(v); break;
+    case FieldType::String: *static_cast<std::string*>(p) = std::get<std::string>(v); break;
+  }
+}
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> table = make_fields();
+  return table;
+}
+
+const Field& field(const std::string& name) {
+  for (const Field& f : fields())
+    if (f.name() == name) return f;
+  throw Error("internal: no config option " + name);
+}
+
+Resolved resolve(const std::string& section, const std::string& key) {
+  Resolved r;
+  for (const Field& f : fields())
+    if (f.section == section && f.key == key) {
+      r.field = &f;
+      return r;
+    }
+  for (const Alias& a : aliases())
+    if (a.section == section && a.key == key) {
+      r.field = &field(a.target);
+      r.invert = a.invert;
+      r.alias = &a;
+      return r;
+    }
+  return r;
+}
+
+std::vector<std::string> section_names() {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  auto add = [&](const std::string& s) {
+    if (seen.insert(s).second) out.push_back(s);
+  };
+  for (const Field& f : fields()) add(f.section);
+  for (const Alias& a : aliases()) add(a.section);
+  return out;
+}
+
+bool is_section(const std::string& section) {
+  for (const std::string& s : section_names())
+    if (s == section) return true;
+  return false;
+}
+
+std::vector<std::string> keys_of(const std::string& section) {
+  std::vector<std::string> out;
+  for (const Field& f : fields())
+    if (f.section == section) out.push_back(f.key);
+  for (const Alias& a : aliases())
+    if (a.section == section) out.push_back(a.key);
+  return out;
+}
+
+std::string to_toml_value(const Value& v) {
+  if (const bool* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
+  if (const int64_t* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
+  if (const double* d = std::get_if<double>(&v)) return format_double(*d);
+  return "\"" + escape(std::get<std::string>(v)) + "\"";
+}
+
+std::string JobConfig::to_toml() const {
+  std::ostringstream os;
+  std::string section;
+  for (const Field& f : fields()) {
+    if (f.section != section) {
+      os << (section.empty() ? "" : "\n") << "[" << f.section << "]\n";
+      section = f.section;
+    }
+    os << f.key << " = " << to_toml_value(f.get(*this)) << "\n";
+  }
+  return os.str();
+}
+
+std::string markdown_reference() {
+  const JobConfig defaults;
+  std::ostringstream os;
+  std::string section;
+  auto type_name = [](FieldType t) {
+    switch (t) {
+      case FieldType::Bool: return "bool";
+      case FieldType::Int: return "int";
+      case FieldType::Float: return "float";
+      case FieldType::String: return "string";
+    }
+    return "?";
+  };
+  for (const Field& f : fields()) {
+    if (f.section != section) {
+      os << (section.empty() ? "" : "\n") << "### [" << f.section << "]\n\n"
+         << "| key | type | default | meaning |\n| --- | --- | --- | --- |\n";
+      section = f.section;
+    }
+    std::string meaning = f.help;
+    if (!f.choices.empty()) {
+      meaning += "; one of";
+      for (size_t i = 0; i < f.choices.size(); ++i) meaning += (i ? ", " : " ") + std::string("`") + f.choices[i] + "`";
+    }
+    os << "| `" << f.key << "` | " << type_name(f.type) << " | `" << to_toml_value(f.get(defaults)) << "` | "
+       << meaning << " |\n";
+  }
+  os << "\n### Aliases\n\n| alias | means | note |\n| --- | --- | --- |\n";
+  for (const Alias& a : aliases()) {
+    const Field& t = field(a.target);
+    os << "| `[" << a.section << "] " << a.key << "` | " << (a.invert ? "not " : "") << "`" << t.display() << "` | "
+       << a.note << " |\n";
+  }
+  return os.str();
+}
+
+}  // namespace titan::config

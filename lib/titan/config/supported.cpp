@@ -1,0 +1,113 @@
+// The "not supported yet" list. When a chapter lands its feature, delete its
+// line here (and the matching row in docs/config.md).
+#include "titan/config/supported.hpp"
+
+#include "titan/config/schema.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::config {
+namespace {
+
+// The option's current value as "= v" when `on`, else "".
+std::string value_if(const JobConfig& cfg, const char* name, bool on) {
+  return on ? "= " + to_toml_value(field(name).get(cfg)) : "";
+}
+
+}  // namespace
+
+const std::vector<FeatureGate>& feature_gates() {
+  static const std::vector<FeatureGate> gates = {
+      {"training.data_parallel_replicate_degree",
+       [](const JobConfig& c, int) {
+         return value_if(c, "training.data_parallel_replicate_degree", c.training.data_parallel_replicate_degree > 1);
+       },
+       "data parallelism (DDP) arrives with chapter 01", "--training.data_parallel_replicate_degree 1"},
+      {"training.data_parallel_shard_degree",
+       [](const JobConfig& c, int world) -> std::string {
+         const auto& t = c.training;
+         if (t.data_parallel_shard_degree > 1) return value_if(c, "training.data_parallel_shard_degree", true);
+         // -1 takes the ranks the other degrees leave.
+         const int64_t others = t.data_parallel_replicate_degree * t.tensor_parallel_degree *
+                                t.context_parallel_degree * c.experimental.pipeline_parallel_degree;
+         if (t.data_parallel_shard_degree == -1 && others > 0 && world / others > 1)
+           return "= -1 (" + std::to_string(world / others) + " ranks)";
+         return "";
+       },
+       "FSDP arrives with chapter 02", "--training.data_parallel_shard_degree 1"},
+      {"training.tensor_parallel_degree",
+       [](const JobConfig& c, int) {
+         return value_if(c, "training.tensor_parallel_degree", c.training.tensor_parallel_degree > 1);
+       },
+       "tensor parallelism arrives with chapter 03", "--training.tensor_parallel_degree 1"},
+      {"training.enable_loss_parallel",
+       [](const JobConfig& c, int) { return value_if(c, "training.enable_loss_parallel", c.training.enable_loss_parallel); },
+       "loss parallelism arrives with chapter 04", "--training.enable_loss_parallel=false"},
+      {"experimental.pipeline_parallel_degree",
+       [](const JobConfig& c, int) {
+         return value_if(c, "experimental.pipeline_parallel_degree", c.experimental.pipeline_parallel_degree > 1);
+       },
+       "pipeline parallelism arrives with chapter 05", "--experimental.pipeline_parallel_degree 1"},
+      {"training.enable_async_tensor_parallel",
+       [](const JobConfig& c, int) {
+         return value_if(c, "training.enable_async_tensor_parallel", c.training.enable_async_tensor_parallel);
+       },
+       "async tensor parallelism arrives with chapter 07", "--training.enable_async_tensor_parallel=false"},
+      {"checkpoint.enable_checkpoint",
+       [](const JobConfig& c, int) { return value_if(c, "checkpoint.enable_checkpoint", c.checkpoint.enable_checkpoint); },
+       "checkpointing arrives with chapter 08", "--checkpoint.enable_checkpoint=false"},
+      {"profiling.enable_profiling",
+       [](const JobConfig& c, int) { return value_if(c, "profiling.enable_profiling", c.profiling.enable_profiling); },
+       "profiling arrives with chapter 09", "--profiling.enable_profiling=false"},
+      {"profiling.enable_memory_snapshot",
+       [](const JobConfig& c, int) {
+         return value_if(c, "profiling.enable_memory_snapshot", c.profiling.enable_memory_snapshot);
+       },
+       "memory snapshots arrive with chapter 09", "--profiling.enable_memory_snapshot=false"},
+      {"metrics.enable_tensorboard",
+       [](const JobConfig& c, int) { return value_if(c, "metrics.enable_tensorboard", c.metrics.enable_tensorboard); },
+       "TensorBoard output arrives with chapter 09", "--metrics.enable_tensorboard=false"},
+      {"training.context_parallel_degree",
+       [](const JobConfig& c, int) {
+         return value_if(c, "training.context_parallel_degree", c.training.context_parallel_degree > 1);
+       },
+       "context parallelism arrives with chapter 11", "--training.context_parallel_degree 1"},
+      {"activation_checkpoint.mode",
+       [](const JobConfig& c, int) {
+         return value_if(c, "activation_checkpoint.mode", c.activation_checkpoint.mode != "none");
+       },
+       "activation checkpointing arrives in a later issue", "--activation_checkpoint.mode none"},
+      {"float8.enable_float8_linear",
+       [](const JobConfig& c, int) { return value_if(c, "float8.enable_float8_linear", c.float8.enable_float8_linear); },
+       "float8 training arrives in a later issue", "--float8.enable_float8_linear=false"},
+      {"model.norm_type",
+       [](const JobConfig& c, int) { return value_if(c, "model.norm_type", c.model.norm_type != "rmsnorm"); },
+       "only rmsnorm is implemented", "--model.norm_type rmsnorm"},
+  };
+  return gates;
+}
+
+std::vector<std::string> unsupported_features(const JobConfig& cfg, int world_size) {
+  std::vector<std::string> out;
+  for (const FeatureGate& g : feature_gates()) {
+    const std::string setting = g.asks(cfg, world_size);
+    if (setting.empty()) continue;
+    out.push_back(field(g.option).display() + " " + setting + " (" + g.reason + "; for now use " + g.fix + ")");
+  }
+  return out;
+}
+
+void check_supported(const JobConfig& cfg, int world_size) {
+  const std::vector<std::string> found = unsupported_features(cfg, world_size);
+  if (found.empty()) return;
+  std::string msg = "not supported yet: " + found.front();
+  if (found.size() > 1) {
+    msg += "; also not supported yet:";
+    for (size_t i = 1; i < found.size(); ++i) {
+      const std::string& s = found[i];
+      msg += (i > 1 ? "," : "") + std::string(" ") + s.substr(0, s.find(" ("));
+    }
+  }
+  throw Error(msg);
+}
+
+}  // namespace titan::config

@@ -1,0 +1,121 @@
+// Value checks. Each rule names the option, so the message can name the
+// value, what is allowed and where the value came from (file:line or the
+// command line), all on one line.
+#include "titan/config/validate.hpp"
+
+#include <cmath>
+#include <cstdlib>
+
+#include "titan/config/schema.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::config {
+namespace {
+
+std::string origin_of(const JobConfig& cfg, const std::string& name) {
+  auto it = cfg.origin.find(name);
+  return it == cfg.origin.end() ? "default" : it->second;
+}
+
+// Throws "[s] k = v is out of range: must be <rule> (origin)" unless ok.
+void require(const JobConfig& cfg, const std::string& name, bool ok, const std::string& rule) {
+  if (ok) return;
+  const Field& f = field(name);
+  throw Error(f.display() + " = " + to_toml_value(f.get(cfg)) + " is out of range: must be " + rule + " (" +
+              origin_of(cfg, name) + ")");
+}
+
+bool positive_integer_text(const std::string& s) {
+  if (s.empty() || s.size() > 9) return false;
+  for (char ch : s)
+    if (ch < '0' || ch > '9') return false;
+  return std::atoi(s.c_str()) > 0;
+}
+
+}  // namespace
+
+void validate(const JobConfig& cfg) {
+  // Enumerated strings and finite floats, from the schema.
+  for (const Field& f : fields()) {
+    const Value v = f.get(cfg);
+    if (f.type == FieldType::Float) require(cfg, f.name(), std::isfinite(std::get<double>(v)), "a finite number");
+    if (f.choices.empty()) continue;
+    const std::string& s = std::get<std::string>(v);
+    bool ok = false;
+    std::string list;
+    for (const std::string& c : f.choices) {
+      ok = ok || c == s;
+      list += (list.empty() ? "" : ", ") + to_toml_value(Value{c});
+    }
+    if (!ok)
+      throw Error(f.display() + " = " + to_toml_value(v) + " is not valid: expected one of " + list + " (" +
+                  origin_of(cfg, f.name()) + ")");
+  }
+
+  const auto& t = cfg.training;
+  require(cfg, "training.batch_size", t.batch_size > 0, "> 0");
+  require(cfg, "training.seq_len", t.seq_len > 0, "> 0");
+  require(cfg, "training.steps", t.steps > 0, "> 0");
+  require(cfg, "training.global_batch_size", t.global_batch_size == -1 || t.global_batch_size > 0, "> 0, or -1 (auto)");
+  require(cfg, "training.gradient_accumulation_steps",
+          t.gradient_accumulation_steps == -1 || t.gradient_accumulation_steps > 0, "> 0, or -1 (auto)");
+  require(cfg, "training.seed", t.seed >= 0, ">= 0");
+  // As torchtitan's ParallelDims: only the FSDP degree may be -1 (it takes
+  // the ranks the others leave).
+  require(cfg, "training.data_parallel_replicate_degree", t.data_parallel_replicate_degree >= 1, ">= 1");
+  require(cfg, "training.data_parallel_shard_degree",
+          t.data_parallel_shard_degree >= 1 || t.data_parallel_shard_degree == -1, ">= 1, or -1 (the remaining ranks)");
+  require(cfg, "training.tensor_parallel_degree", t.tensor_parallel_degree >= 1, ">= 1");
+  require(cfg, "training.context_parallel_degree", t.context_parallel_degree >= 1, ">= 1");
+  require(cfg, "experimental.pipeline_parallel_degree", cfg.experimental.pipeline_parallel_degree >= 1, ">= 1");
+
+  const auto& o = cfg.optimizer;
+  require(cfg, "optimizer.lr", o.lr > 0, "> 0");
+  require(cfg, "optimizer.eps", o.eps > 0, "> 0");
+  require(cfg, "optimizer.weight_decay", o.weight_decay >= 0, ">= 0");
+  require(cfg, "optimizer.beta1", o.beta1 >= 0 && o.beta1 < 1, "in [0, 1)");
+  require(cfg, "optimizer.beta2", o.beta2 >= 0 && o.beta2 < 1, "in [0, 1)");
+
+  const auto& s = cfg.lr_scheduler;
+  require(cfg, "lr_scheduler.warmup_steps", s.warmup_steps >= 0, ">= 0");
+  require(cfg, "lr_scheduler.decay_ratio", s.decay_ratio == -1 || (s.decay_ratio >= 0 && s.decay_ratio <= 1),
+          "in [0, 1], or -1 (every step after warm-up)");
+  require(cfg, "lr_scheduler.min_lr_factor", s.min_lr_factor >= 0 && s.min_lr_factor <= 1, "in [0, 1]");
+
+  require(cfg, "metrics.log_freq", cfg.metrics.log_freq > 0, "> 0");
+  require(cfg, "profiling.profile_freq", cfg.profiling.profile_freq > 0, "> 0");
+  require(cfg, "checkpoint.interval", cfg.checkpoint.interval > 0, "> 0");
+  require(cfg, "checkpoint.keep_latest_k", cfg.checkpoint.keep_latest_k >= 0, ">= 0");
+  require(cfg, "checkpoint.load_step", cfg.checkpoint.load_step >= -1, ">= 0, or -1 (the latest)");
+  const std::string& ac = cfg.activation_checkpoint.selective_ac_option;
+  require(cfg, "activation_checkpoint.selective_ac_option", ac == "op" || positive_integer_text(ac),
+          "\"op\" or a positive integer such as \"2\"");
+  require(cfg, "comm.init_timeout_seconds", cfg.comm.init_timeout_seconds > 0, "> 0");
+  require(cfg, "comm.timeout_seconds", cfg.comm.timeout_seconds > 0, "> 0");
+}
+
+BatchPlan plan_batches(const JobConfig& cfg, int64_t dp_degree) {
+  TITAN_CHECK(dp_degree >= 1, "data-parallel degree must be >= 1 (got ", dp_degree, ")");
+  const auto& t = cfg.training;
+  BatchPlan p;
+  p.local_batch = t.batch_size;
+  p.dp_degree = dp_degree;
+  const int64_t per_micro_step = t.batch_size * dp_degree;
+  if (t.global_batch_size == -1) {
+    p.accumulation_steps = t.gradient_accumulation_steps == -1 ? 1 : t.gradient_accumulation_steps;
+    p.global_batch = per_micro_step * p.accumulation_steps;
+    return p;
+  }
+  TITAN_CHECK(t.global_batch_size % per_micro_step == 0, "[training] global_batch_size = ", t.global_batch_size,
+              " is not a multiple of batch_size x data-parallel degree = ", t.batch_size, " x ", dp_degree, " (",
+              origin_of(cfg, "training.global_batch_size"), ")");
+  p.global_batch = t.global_batch_size;
+  p.accumulation_steps = t.global_batch_size / per_micro_step;
+  TITAN_CHECK(t.gradient_accumulation_steps == -1 || t.gradient_accumulation_steps == p.accumulation_steps,
+              "[training] gradient_accumulation_steps = ", t.gradient_accumulation_steps, " disagrees with global_batch_size ",
+              t.global_batch_size, " / (batch_size ", t.batch_size, " x data-parallel degree ", dp_degree,
+              ") = ", p.accumulation_steps, "; set only one of them");
+  return p;
+}
+
+}  // namespace titan::config
