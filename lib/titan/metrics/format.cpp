@@ -1,0 +1,53 @@
+#include "titan/metrics/format.hpp"
+
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <vector>
+
+namespace titan::metrics {
+
+std::string strprintf(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  va_list copy;
+  va_copy(copy, args);
+  const int n = std::vsnprintf(nullptr, 0, fmt, copy);
+  va_end(copy);
+  std::string out;
+  if (n > 0) {
+    std::vector<char> buf(static_cast<size_t>(n) + 1);
+    std::vsnprintf(buf.data(), buf.size(), fmt, args);
+    out.assign(buf.data(), static_cast<size_t>(n));
+  }
+  va_end(args);
+  return out;
+}
+
+std::string with_thousands(double value) {
+  if (!std::isfinite(value)) return strprintf("%f", value);
+  const long long v = std::llround(value);
+  std::string digits = std::to_string(v < 0 ? -v : v);
+  std::string out;
+  const int n = static_cast<int>(digits.size());
+  for (int i = 0; i < n; ++i) {
+    out += digits[i];
+    if ((n - 1 - i) % 3 == 0 && i != n - 1) out += ',';
+  }
+  return v < 0 ? "-" + out : out;
+}
+
+std::string gib(int64_t bytes) {
+  return strprintf("%.2fGiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+}
+
+std::string duration(double seconds) {
+  if (!(seconds >= 0) || !std::isfinite(seconds)) return "?";
+  const long long s = std::llround(seconds);
+  const long long h = s / 3600, m = (s % 3600) / 60, sec = s % 60;
+  if (h > 0) return strprintf("%lld:%02lld:%02lld", h, m, sec);
+  if (m > 0) return strprintf("%lld:%02lld", m, sec);
+  return strprintf("%llds", sec);
+}
+
+}  // namespace titan::metrics

@@ -1,0 +1,23 @@
+#pragma once
+/// @file
+/// @brief Number formats of the training log: thousands separators, GiB,
+/// durations.
+
+#include <cstdint>
+#include <string>
+
+namespace titan::metrics {
+
+/// 12345.6 → "12,346" (rounded to an integer, as torchtitan's `{round(tps):,}`).
+std::string with_thousands(double value);
+
+/// Bytes → "1.23GiB" (2 decimals, binary units like torchtitan's memory).
+std::string gib(int64_t bytes);
+
+/// Seconds → "1:02:03" (h:mm:ss), "2:03" (m:ss) or "5s"; "?" for < 0 / NaN.
+std::string duration(double seconds);
+
+/// printf-style formatting into a std::string.
+std::string strprintf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+}  // namespace titan::metrics

@@ -1,0 +1,93 @@
+#include "titan/optim/grad_clip.hpp"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "titan/dist/process_group.hpp"
+#include "titan/dist/world.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::optim {
+
+namespace {
+
+std::vector<at::Tensor> grads_of(const std::vector<at::Tensor>& params) {
+  std::vector<at::Tensor> grads;
+  grads.reserve(params.size());
+  for (const auto& p : params) {
+    const at::Tensor& g = p.grad();
+    if (g.defined()) grads.push_back(g);
+  }
+  return grads;
+}
+
+void check_norm_type(double norm_type) {
+  TITAN_CHECK(norm_type == kInfNorm || (std::isfinite(norm_type) && norm_type > 0),
+              "clip_grad_norm: norm_type must be > 0 or inf, got ", norm_type);
+}
+
+// Where a rank with no gradients puts its (zero) partial: the collective
+// still needs a tensor on the backend's device (NCCL only takes CUDA).
+c10::Device partial_device(const std::vector<at::Tensor>& params) {
+  for (const auto& p : params)
+    if (p.defined()) return p.device();
+  return dist::is_initialized() ? dist::world().device() : c10::Device(c10::kCPU);
+}
+
+}  // namespace
+
+at::Tensor grad_norm_partial(const std::vector<at::Tensor>& params, double norm_type) {
+  check_norm_type(norm_type);
+  const std::vector<at::Tensor> grads = grads_of(params);
+  const auto f64 = at::TensorOptions().dtype(at::kDouble).device(partial_device(params));
+  if (grads.empty()) return at::zeros({}, f64);
+  // One fused kernel per (device, dtype) bucket for all the per-tensor
+  // norms; fp32 accumulation so bf16 gradients do not lose the sum.
+  std::vector<at::Tensor> norms = at::_foreach_norm(grads, norm_type, at::kFloat);
+  for (auto& n : norms) n = n.to(f64);
+  at::Tensor stacked = at::stack(norms);
+  if (norm_type == kInfNorm) return stacked.max();
+  return stacked.pow(norm_type).sum();
+}
+
+double total_grad_norm(const std::vector<at::Tensor>& params, double norm_type,
+                       const std::vector<const dist::ProcessGroup*>& groups) {
+  at::Tensor partial = grad_norm_partial(params, norm_type);
+  const bool inf = norm_type == kInfNorm;
+  for (const dist::ProcessGroup* g : groups) {
+    if (g == nullptr || g->size() == 1) continue;
+    g->all_reduce(partial, inf ? dist::ReduceOp::Max : dist::ReduceOp::Sum);
+  }
+  const double v = partial.item<double>();
+  if (inf) return v;
+  return norm_type == 2.0 ? std::sqrt(v) : std::pow(v, 1.0 / norm_type);
+}
+
+void scale_grads(const std::vector<at::Tensor>& params, double max_norm, double total_norm) {
+  TITAN_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
+  if (!std::isfinite(total_norm)) return;
+  // torch computes the coefficient from a float32 norm; doing the same keeps
+  // clipped gradients bit-identical to torch's for fp32 runs.
+  const float coef = static_cast<float>(max_norm) / (static_cast<float>(total_norm) + 1e-6f);
+  if (coef >= 1.0f) return;  // multiplying by 1 would change nothing
+  std::vector<at::Tensor> grads = grads_of(params);
+  if (!grads.empty()) at::_foreach_mul_(grads, at::Scalar(static_cast<double>(coef)));
+}
+
+double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm, double norm_type,
+                      const std::vector<const dist::ProcessGroup*>& groups) {
+  TITAN_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
+  const double total = total_grad_norm(params, norm_type, groups);
+  scale_grads(params, max_norm, total);
+  return total;
+}
+
+double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm, double norm_type,
+                      const dist::ProcessGroup* group) {
+  std::vector<const dist::ProcessGroup*> groups;
+  if (group != nullptr) groups.push_back(group);
+  return clip_grad_norm(params, max_norm, norm_type, groups);
+}
+
+}  // namespace titan::optim
