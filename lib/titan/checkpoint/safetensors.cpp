@@ -1,0 +1,171 @@
+#include "titan/checkpoint/safetensors.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "titan/util/error.hpp"
+
+namespace titan::checkpoint {
+
+namespace {
+
+struct DtypeName {
+  at::ScalarType type;
+  const char* name;
+};
+
+// The dtype spellings of the safetensors spec that LibTorch can hold.
+constexpr DtypeName kDtypes[] = {
+    {at::kDouble, "F64"}, {at::kFloat, "F32"}, {at::kHalf, "F16"},  {at::kBFloat16, "BF16"},
+    {at::kLong, "I64"},   {at::kInt, "I32"},   {at::kShort, "I16"}, {at::kChar, "I8"},
+    {at::kByte, "U8"},    {at::kBool, "BOOL"},
+};
+
+const char* dtype_name(at::ScalarType t, const std::string& tensor) {
+  for (const auto& d : kDtypes)
+    if (d.type == t) return d.name;
+  throw Error("safetensors: tensor '" + tensor + "' has dtype " + std::string(c10::toString(t)) +
+              ", which safetensors cannot store");
+}
+
+at::ScalarType dtype_from_name(const std::string& name, const std::string& tensor,
+                               const std::string& path) {
+  for (const auto& d : kDtypes)
+    if (name == d.name) return d.type;
+  throw Error("safetensors: " + path + ": tensor '" + tensor + "' has unsupported dtype '" + name + "'");
+}
+
+// The format is little-endian; so is every machine this project targets
+// (x86-64, aarch64). Refuse rather than silently byte-swap wrongly.
+void require_little_endian() {
+  const uint16_t probe = 1;
+  uint8_t first;
+  std::memcpy(&first, &probe, 1);
+  TITAN_CHECK(first == 1, "safetensors: big-endian hosts are not supported");
+}
+
+}  // namespace
+
+const at::Tensor& SafetensorsFile::at(const std::string& name) const {
+  for (const auto& [n, t] : tensors)
+    if (n == name) return t;
+  throw Error("safetensors: no tensor named '" + name + "'");
+}
+
+bool SafetensorsFile::contains(const std::string& name) const {
+  return std::any_of(tensors.begin(), tensors.end(), [&](const auto& p) { return p.first == name; });
+}
+
+void save_safetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  require_little_endian();
+  nlohmann::json header = nlohmann::json::object();
+  std::vector<at::Tensor> data;
+  data.reserve(tensors.size());
+  uint64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    TITAN_CHECK(!name.empty() && name != "__metadata__", "safetensors: invalid tensor name '", name, "'");
+    TITAN_CHECK(!header.contains(name), "safetensors: tensor name '", name, "' appears twice");
+    TITAN_CHECK(tensor.defined(), "safetensors: tensor '", name, "' is undefined");
+    at::Tensor cpu = tensor.detach().to(at::kCPU).contiguous();
+    const uint64_t bytes = static_cast<uint64_t>(cpu.numel()) * cpu.element_size();
+    header[name] = {{"dtype", dtype_name(cpu.scalar_type(), name)},
+                    {"shape", cpu.sizes().vec()},
+                    {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    data.push_back(cpu);
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string text = header.dump();
+  // Pad with spaces so the data starts 8-byte aligned (what the reference
+  // implementation does; lets readers map tensors in place).
+  text.append((8 - (text.size() % 8)) % 8, ' ');
+  const uint64_t header_len = text.size();
+
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    TITAN_CHECK(out.good(), "safetensors: cannot open ", tmp, " for writing");
+    out.write(reinterpret_cast<const char*>(&header_len), 8);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const auto& t : data)
+      out.write(static_cast<const char*>(t.data_ptr()),
+                static_cast<std::streamsize>(t.numel() * t.element_size()));
+    out.flush();
+    TITAN_CHECK(out.good(), "safetensors: write to ", tmp, " failed (disk full?)");
+  }
+  TITAN_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "safetensors: cannot rename ", tmp,
+              " to ", path);
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  require_little_endian();
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  TITAN_CHECK(in.good(), "safetensors: cannot open ", path);
+  const uint64_t file_size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  TITAN_CHECK(file_size >= 8, "safetensors: ", path, " is too short (", file_size, " bytes) to be a safetensors file");
+  uint64_t header_len = 0;
+  in.read(reinterpret_cast<char*>(&header_len), 8);
+  TITAN_CHECK(header_len <= file_size - 8, "safetensors: ", path, " claims a ", header_len,
+              "-byte header but has only ", file_size - 8, " bytes after the length");
+  std::string text(header_len, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(header_len));
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("safetensors: " + path + ": header is not valid JSON (" + e.what() + ")");
+  }
+  TITAN_CHECK(header.is_object(), "safetensors: ", path, ": header is not a JSON object");
+  const uint64_t data_size = file_size - 8 - header_len;
+
+  SafetensorsFile result;
+  std::vector<std::pair<uint64_t, std::pair<std::string, at::Tensor>>> by_offset;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      TITAN_CHECK(entry.is_object(), "safetensors: ", path, ": __metadata__ is not an object");
+      for (const auto& [k, v] : entry.items()) {
+        TITAN_CHECK(v.is_string(), "safetensors: ", path, ": metadata '", k, "' is not a string");
+        result.metadata[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    try {
+      const auto dtype = dtype_from_name(entry.at("dtype").get<std::string>(), name, path);
+      const auto shape = entry.at("shape").get<std::vector<int64_t>>();
+      const auto offsets = entry.at("data_offsets").get<std::vector<uint64_t>>();
+      TITAN_CHECK(offsets.size() == 2 && offsets[0] <= offsets[1] && offsets[1] <= data_size,
+                  "safetensors: ", path, ": tensor '", name, "' has data_offsets outside the ",
+                  data_size, "-byte data section");
+      at::Tensor t = at::empty(shape, at::TensorOptions().dtype(dtype));
+      const uint64_t bytes = static_cast<uint64_t>(t.numel()) * t.element_size();
+      TITAN_CHECK(offsets[1] - offsets[0] == bytes, "safetensors: ", path, ": tensor '", name,
+                  "' has ", offsets[1] - offsets[0], " bytes but its shape and dtype need ", bytes);
+      if (bytes > 0) {
+        in.seekg(static_cast<std::streamoff>(8 + header_len + offsets[0]));
+        in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(bytes));
+        TITAN_CHECK(in.good(), "safetensors: ", path, ": read of tensor '", name, "' failed");
+      }
+      by_offset.push_back({offsets[0], {name, t}});
+    } catch (const nlohmann::json::exception& e) {
+      throw Error("safetensors: " + path + ": tensor '" + name + "' has a malformed entry (" + e.what() + ")");
+    } catch (const c10::Error& e) {
+      throw Error("safetensors: " + path + ": tensor '" + name + "' has an invalid shape (" +
+                  e.what_without_backtrace() + ")");
+    }
+  }
+  // File order, which is the order the writer chose (nlohmann sorts keys).
+  std::stable_sort(by_offset.begin(), by_offset.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& item : by_offset) result.tensors.push_back(std::move(item.second));
+  return result;
+}
+
+}  // namespace titan::checkpoint

@@ -1,0 +1,44 @@
+#pragma once
+/// @file
+/// @brief Reading and writing the safetensors format (Hugging Face's weight
+/// files): the interchange format with Python and with HF checkpoints.
+///
+/// Layout: an 8-byte little-endian header length N; N bytes of JSON
+/// {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
+/// optional "__metadata__": {string: string}}, padded with spaces; then the
+/// raw little-endian bytes, offsets relative to the end of the header.
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace titan::checkpoint {
+
+/// @brief Tensors by name, in file (or insertion) order, plus the metadata.
+struct SafetensorsFile {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;  ///< CPU, contiguous
+  std::map<std::string, std::string> metadata;              ///< "__metadata__", if any
+
+  /// The tensor called `name`; throws titan::Error naming it if absent.
+  const at::Tensor& at(const std::string& name) const;
+  /// Whether a tensor called `name` is present.
+  bool contains(const std::string& name) const;
+};
+
+/// @brief Writes `tensors` (any device; copied to the CPU, made contiguous) to
+/// `path`. Supported dtypes: F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL.
+/// Writes to path + ".tmp" and renames, so a crash never leaves a torn file
+/// under the final name. Throws titan::Error naming the file or tensor.
+void save_safetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+/// @brief Reads a whole safetensors file into CPU tensors. A truncated file,
+/// bad JSON, unknown dtype or out-of-range offsets is a one-line titan::Error
+/// naming the file (and tensor).
+SafetensorsFile load_safetensors(const std::string& path);
+
+}  // namespace titan::checkpoint

@@ -1,0 +1,47 @@
+#include "titan/models/llama3/attention.hpp"
+
+#include "titan/ops/init.hpp"
+#include "titan/ops/rope.hpp"
+
+namespace titan::models::llama3 {
+
+AttentionImpl::AttentionImpl(const ModelArgs& args, at::TensorOptions options)
+    : n_heads(args.n_heads), n_kv_heads(args.kv_heads()), head_dim(args.head_dim()) {
+  wq = register_module("wq", ops::Linear(args.dim, n_heads * head_dim, options));
+  wk = register_module("wk", ops::Linear(args.dim, n_kv_heads * head_dim, options));
+  wv = register_module("wv", ops::Linear(args.dim, n_kv_heads * head_dim, options));
+  wo = register_module("wo", ops::Linear(n_heads * head_dim, args.dim, options));
+}
+
+at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
+  if (n_rep == 1) return x;
+  const int64_t b = x.size(0), s = x.size(1), kv = x.size(2), d = x.size(3);
+  return x.unsqueeze(3).expand({b, s, kv, n_rep, d}).reshape({b, s, kv * n_rep, d});
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t b = x.size(0), s = x.size(1);
+  // -1 rather than n_heads: under tensor parallelism each rank holds a slice
+  // of the heads, and the local projection's width says how many.
+  at::Tensor q = wq(x).view({b, s, -1, head_dim});
+  at::Tensor k = wk(x).view({b, s, -1, head_dim});
+  at::Tensor v = wv(x).view({b, s, -1, head_dim});
+  q = ops::apply_rope(q, cos, sin);
+  k = ops::apply_rope(k, cos, sin);
+  const int64_t n_rep = n_heads / n_kv_heads;
+  k = repeat_kv(k, n_rep);
+  v = repeat_kv(v, n_rep);
+  // SDPA wants [batch, heads, seq, head_dim].
+  at::Tensor out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                                    v.transpose(1, 2), /*attn_mask=*/{},
+                                                    /*dropout_p=*/0.0, /*is_causal=*/true);
+  out = out.transpose(1, 2).contiguous().view({b, s, -1});
+  return wo(out);
+}
+
+void AttentionImpl::init_weights(double init_std) {
+  for (auto* lin : {&wq, &wk, &wv}) ops::trunc_normal_((*lin)->weight, 0.0, 0.02);
+  ops::trunc_normal_(wo->weight, 0.0, init_std);
+}
+
+}  // namespace titan::models::llama3

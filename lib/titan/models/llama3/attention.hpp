@@ -1,0 +1,43 @@
+#pragma once
+/// @file
+/// @brief Llama 3 grouped-query self-attention with RoPE.
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include "titan/models/llama3/model_args.hpp"
+#include "titan/ops/linear.hpp"
+
+namespace titan::models::llama3 {
+
+/// @brief Causal multi-head attention where n_kv_heads ≤ n_heads key/value
+/// heads are shared by groups of query heads (GQA: 8B has 32 query heads and
+/// 8 kv heads, which cuts the KV projections and cache by 4).
+///
+/// Submodules wq [H·Q, dim], wk/wv [KV·Q, dim], wo [dim, H·Q] — torchtitan's
+/// names. Attention itself is at::scaled_dot_product_attention with
+/// is_causal=true, which picks flash / memory-efficient / math kernels.
+class AttentionImpl : public torch::nn::Module {
+ public:
+  /// Registers wq, wk, wv, wo (uninitialised) with `options`.
+  AttentionImpl(const ModelArgs& args, at::TensorOptions options = {});
+  /// x [batch, seq, dim]; cos/sin [seq, head_dim/2] for the positions of x.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  /// torchtitan's init: wq, wk, wv ~ trunc_normal(0, 0.02, [-2, 2]);
+  /// wo ~ trunc_normal(0, init_std, [-2, 2]) (init_std is depth-scaled by the block).
+  void init_weights(double init_std);
+
+  int64_t n_heads;     ///< query heads
+  int64_t n_kv_heads;  ///< key/value heads
+  int64_t head_dim;    ///< per-head width
+  ops::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+};
+TORCH_MODULE(Attention);
+
+/// @brief Repeats each of the KV heads of x [batch, seq, kv_heads, head_dim]
+/// n_rep times along the head dimension, so that query head h reads kv head
+/// h / n_rep (torchtitan's repeat_kv; an expand + reshape, one copy).
+at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep);
+
+}  // namespace titan::models::llama3

@@ -1,0 +1,23 @@
+#include "titan/models/llama3/feed_forward.hpp"
+
+#include "titan/ops/init.hpp"
+
+namespace titan::models::llama3 {
+
+FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden_dim, at::TensorOptions options) {
+  w1 = register_module("w1", ops::Linear(dim, hidden_dim, options));
+  w2 = register_module("w2", ops::Linear(hidden_dim, dim, options));
+  w3 = register_module("w3", ops::Linear(dim, hidden_dim, options));
+}
+
+at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
+  return w2(at::silu(w1(x)) * w3(x));
+}
+
+void FeedForwardImpl::init_weights(double init_std) {
+  ops::trunc_normal_(w1->weight, 0.0, 0.02);
+  ops::trunc_normal_(w2->weight, 0.0, init_std);
+  ops::trunc_normal_(w3->weight, 0.0, init_std);
+}
+
+}  // namespace titan::models::llama3

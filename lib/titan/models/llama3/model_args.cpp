@@ -1,0 +1,95 @@
+#include "titan/models/llama3/model_args.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <sstream>
+
+#include "titan/util/error.hpp"
+
+namespace titan::models::llama3 {
+
+int64_t ffn_hidden_dim(int64_t dim, int64_t multiple_of, std::optional<double> ffn_dim_multiplier) {
+  int64_t hidden = 4 * dim;
+  hidden = (2 * hidden) / 3;  // int(2 * hidden / 3) in Python: floor for positives
+  if (ffn_dim_multiplier) hidden = static_cast<int64_t>(*ffn_dim_multiplier * static_cast<double>(hidden));
+  return multiple_of * ((hidden + multiple_of - 1) / multiple_of);
+}
+
+int64_t ModelArgs::ffn_hidden_dim() const {
+  return llama3::ffn_hidden_dim(dim, multiple_of, ffn_dim_multiplier);
+}
+
+void ModelArgs::validate() const {
+  TITAN_CHECK(dim > 0 && n_layers > 0 && n_heads > 0 && vocab_size > 0 && multiple_of > 0,
+              "model: dim, n_layers, n_heads, vocab_size and multiple_of must be positive");
+  TITAN_CHECK(dim % n_heads == 0, "model: dim ", dim, " is not divisible by n_heads ", n_heads);
+  TITAN_CHECK(head_dim() % 2 == 0, "model: head_dim ", head_dim(), " must be even for RoPE");
+  TITAN_CHECK(kv_heads() > 0 && n_heads % kv_heads() == 0, "model: n_heads ", n_heads,
+              " is not divisible by n_kv_heads ", kv_heads());
+  TITAN_CHECK(max_seq_len > 0, "model: max_seq_len must be positive, got ", max_seq_len);
+  TITAN_CHECK(norm_eps > 0, "model: norm_eps must be positive, got ", norm_eps);
+}
+
+std::string to_json(const ModelArgs& a) {
+  nlohmann::json j = {
+      {"dim", a.dim},
+      {"n_layers", a.n_layers},
+      {"n_heads", a.n_heads},
+      {"n_kv_heads", a.n_kv_heads ? nlohmann::json(*a.n_kv_heads) : nlohmann::json(nullptr)},
+      {"vocab_size", a.vocab_size},
+      {"multiple_of", a.multiple_of},
+      {"ffn_dim_multiplier",
+       a.ffn_dim_multiplier ? nlohmann::json(*a.ffn_dim_multiplier) : nlohmann::json(nullptr)},
+      {"norm_eps", a.norm_eps},
+      {"rope_theta", a.rope_theta},
+      {"rope_scaling",
+       {{"enabled", a.rope_scaling.enabled},
+        {"factor", a.rope_scaling.factor},
+        {"low_freq_factor", a.rope_scaling.low_freq_factor},
+        {"high_freq_factor", a.rope_scaling.high_freq_factor},
+        {"original_max_position", a.rope_scaling.original_max_position}}},
+      {"max_seq_len", a.max_seq_len},
+      {"depth_init", a.depth_init},
+  };
+  return j.dump();
+}
+
+const std::vector<std::string>& flavor_names() {
+  static const std::vector<std::string> names = {"debugmodel", "1B", "3B", "8B", "70B", "405B"};
+  return names;
+}
+
+ModelArgs flavor_args(const std::string& flavor) {
+  ModelArgs a;  // defaults: vocab 128256, rope_theta 500000, norm_eps 1e-5, Llama 3.1 scaling
+  if (flavor == "debugmodel") {
+    // torchtitan's debug flavor: small enough to train on a laptop CPU.
+    a.dim = 256, a.n_layers = 6, a.n_heads = 16, a.vocab_size = 2048;
+  } else if (flavor == "1B") {
+    // Llama 3.2 1B (Meta's params.json). Meta ties the output to the embedding;
+    // torchtitan's layout keeps output.weight separate, so it counts 1.50B here.
+    a.dim = 2048, a.n_layers = 16, a.n_heads = 32, a.n_kv_heads = 8;
+    a.ffn_dim_multiplier = 1.5, a.multiple_of = 256;
+    a.rope_scaling.factor = 32.0;  // Llama 3.2 uses factor 32
+  } else if (flavor == "3B") {
+    // Llama 3.2 3B (Meta's params.json); tied in Meta's release, untied here.
+    a.dim = 3072, a.n_layers = 28, a.n_heads = 24, a.n_kv_heads = 8;
+    a.ffn_dim_multiplier = 1.0, a.multiple_of = 256;
+    a.rope_scaling.factor = 32.0;
+  } else if (flavor == "8B") {
+    a.dim = 4096, a.n_layers = 32, a.n_heads = 32, a.n_kv_heads = 8;
+    a.ffn_dim_multiplier = 1.3, a.multiple_of = 1024;
+  } else if (flavor == "70B") {
+    a.dim = 8192, a.n_layers = 80, a.n_heads = 64, a.n_kv_heads = 8;
+    a.ffn_dim_multiplier = 1.3, a.multiple_of = 4096;
+  } else if (flavor == "405B") {
+    a.dim = 16384, a.n_layers = 126, a.n_heads = 128, a.n_kv_heads = 8;
+    a.ffn_dim_multiplier = 1.2, a.multiple_of = 4096;
+  } else {
+    std::ostringstream valid;
+    for (size_t i = 0; i < flavor_names().size(); ++i) valid << (i ? ", " : "") << flavor_names()[i];
+    throw Error("model: unknown llama3 flavor '" + flavor + "' (valid: " + valid.str() + ")");
+  }
+  return a;
+}
+
+}  // namespace titan::models::llama3

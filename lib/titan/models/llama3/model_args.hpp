@@ -1,0 +1,61 @@
+#pragma once
+/// @file
+/// @brief Llama 3 hyper-parameters and the named flavors (debugmodel, 1B, 3B,
+/// 8B, 70B, 405B) with torchtitan's / Meta's dimensions.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "titan/ops/rope.hpp"
+
+namespace titan::models::llama3 {
+
+/// @brief Everything that fixes the shape of a Llama 3 model.
+struct ModelArgs {
+  int64_t dim = 4096;                       ///< model (residual stream) width
+  int64_t n_layers = 32;                    ///< transformer blocks
+  int64_t n_heads = 32;                     ///< query heads
+  std::optional<int64_t> n_kv_heads;        ///< key/value heads (GQA); unset = n_heads
+  int64_t vocab_size = 128256;              ///< Llama 3's tiktoken vocabulary
+  int64_t multiple_of = 256;                ///< FFN hidden size is rounded up to this
+  std::optional<double> ffn_dim_multiplier; ///< scales the FFN hidden size
+  double norm_eps = 1e-5;                   ///< RMSNorm epsilon
+  double rope_theta = 500000.0;             ///< RoPE base
+  ops::RopeScaling rope_scaling;            ///< Llama 3.1 long-context scaling
+  int64_t max_seq_len = 2048;               ///< rows of the RoPE table; the trainer sets it to seq_len
+  /// torchtitan's depth_init: true scales wo/w2/w3's init std by the block's
+  /// depth (0.02/√(2(layer_id+1))), false by the total depth (0.02/√(2·n_layers)).
+  bool depth_init = true;
+
+  /// Number of key/value heads (n_kv_heads, or n_heads when unset).
+  int64_t kv_heads() const { return n_kv_heads.value_or(n_heads); }
+  /// Per-head width, dim / n_heads.
+  int64_t head_dim() const { return dim / n_heads; }
+  /// SwiGLU hidden width as Meta's reference code computes it (see ffn_hidden_dim()).
+  int64_t ffn_hidden_dim() const;
+  /// Throws titan::Error naming the first inconsistent field (dim not divisible
+  /// by n_heads, n_heads not divisible by n_kv_heads, odd head_dim, ...).
+  void validate() const;
+};
+
+/// @brief The SwiGLU hidden width: h = 4·dim; h = ⌊2h/3⌋ (SwiGLU has three
+/// matrices instead of two, so 2/3 keeps the parameter count of a 4·dim MLP);
+/// h = ⌊multiplier·h⌋ when a multiplier is set; round h up to multiple_of.
+/// 8B: 16384 → 10922 → 14198 → 14336.
+int64_t ffn_hidden_dim(int64_t dim, int64_t multiple_of, std::optional<double> ffn_dim_multiplier);
+
+/// @brief The args as one JSON object (field names as in ModelArgs, n_kv_heads
+/// and ffn_dim_multiplier null when unset, rope_scaling nested), for
+/// checkpoint metadata and the Python reference.
+std::string to_json(const ModelArgs& args);
+
+/// The flavor names flavor_args() accepts, in size order.
+const std::vector<std::string>& flavor_names();
+
+/// @brief The ModelArgs of a named flavor; throws a one-line titan::Error that
+/// lists the valid names for an unknown one.
+ModelArgs flavor_args(const std::string& flavor);
+
+}  // namespace titan::models::llama3

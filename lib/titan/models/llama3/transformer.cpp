@@ -1,0 +1,98 @@
+#include "titan/models/llama3/transformer.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "titan/ops/init.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::models::llama3 {
+
+TransformerImpl::TransformerImpl(ModelArgs args, at::TensorOptions options) : args_(std::move(args)) {
+  args_.validate();
+  // Registration order = named_parameters() order = torchtitan's state-dict order.
+  tok_embeddings = register_module("tok_embeddings", ops::Embedding(args_.vocab_size, args_.dim, options));
+  layers = register_module("layers", torch::nn::ModuleDict());
+  for (int64_t i = 0; i < args_.n_layers; ++i)
+    layers->update({{std::to_string(i), TransformerBlock(i, args_, options).ptr()}});
+  norm = register_module("norm", ops::RMSNorm(args_.dim, args_.norm_eps, options));
+  output = register_module("output", ops::Linear(args_.dim, args_.vocab_size, options));
+}
+
+std::vector<std::shared_ptr<TransformerBlockImpl>> TransformerImpl::blocks() const {
+  std::vector<std::shared_ptr<TransformerBlockImpl>> out;
+  out.reserve(layers->size());
+  for (const auto& item : layers->items())
+    out.push_back(std::static_pointer_cast<TransformerBlockImpl>(item.second));
+  return out;
+}
+
+const ops::RopeTable& TransformerImpl::rope_table(at::Device device) {
+  if (!rope_device_ || *rope_device_ != device) {
+    rope_ = ops::make_rope_table(args_.head_dim(), args_.max_seq_len, args_.rope_theta,
+                                 args_.rope_scaling, device);
+    rope_device_ = device;
+  }
+  return rope_;
+}
+
+at::Tensor TransformerImpl::forward(const at::Tensor& input) {
+  at::Tensor h;
+  if (tok_embeddings) {
+    TITAN_CHECK(input.dim() == 2, "llama3: expected tokens [batch, seq], got ", input.sizes());
+    h = tok_embeddings(input);
+  } else {
+    TITAN_CHECK(input.dim() == 3, "llama3: stage without tok_embeddings expects hidden states "
+                "[batch, seq, dim], got ", input.sizes());
+    h = input;
+  }
+  const int64_t seq = h.size(1);
+  TITAN_CHECK(seq <= args_.max_seq_len, "llama3: sequence length ", seq,
+              " exceeds the model's max_seq_len ", args_.max_seq_len);
+  const ops::RopeTable& rope = rope_table(h.device());
+  at::Tensor cos = rope.cos.narrow(0, 0, seq), sin = rope.sin.narrow(0, 0, seq);
+  for (const auto& block : blocks()) h = block->forward(h, cos, sin);
+  if (norm) h = norm(h);
+  if (output) h = output(h);
+  return h;
+}
+
+void TransformerImpl::init_weights() {
+  at::NoGradGuard no_grad;
+  if (tok_embeddings) tok_embeddings->weight.normal_(0.0, 1.0);
+  for (const auto& block : blocks()) block->init_weights();
+  if (norm) norm->reset_parameters();
+  if (output) {
+    // Logits start at about unit scale: std dim^-0.5 over dim inputs of unit RMS.
+    const double std = 1.0 / std::sqrt(static_cast<double>(args_.dim));
+    ops::trunc_normal_(output->weight, 0.0, std, -3.0 * std, 3.0 * std);
+  }
+}
+
+void TransformerImpl::keep_layers(int64_t begin, int64_t end) {
+  TITAN_CHECK(0 <= begin && begin < end && end <= args_.n_layers, "llama3: keep_layers [", begin,
+              ", ", end, ") is not a non-empty range within 0..", args_.n_layers);
+  // ModuleDict::pop keeps the registration (mirroring Python), so build a new
+  // dict with the kept blocks under their original keys and swap it in.
+  torch::nn::ModuleDict kept;
+  for (const auto& item : layers->items()) {
+    int64_t id = std::static_pointer_cast<TransformerBlockImpl>(item.second)->layer_id;
+    if (id >= begin && id < end) kept->update({{item.first, item.second}});
+  }
+  layers = replace_module("layers", kept);
+}
+
+void TransformerImpl::drop_tok_embeddings() {
+  if (!tok_embeddings) return;
+  unregister_module("tok_embeddings");
+  tok_embeddings = nullptr;
+}
+
+void TransformerImpl::drop_head() {
+  if (norm) unregister_module("norm");
+  if (output) unregister_module("output");
+  norm = nullptr;
+  output = nullptr;
+}
+
+}  // namespace titan::models::llama3

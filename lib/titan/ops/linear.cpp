@@ -1,0 +1,25 @@
+#include "titan/ops/linear.hpp"
+
+#include "titan/util/error.hpp"
+
+namespace titan::ops {
+
+LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, at::TensorOptions options) {
+  TITAN_CHECK(in_features > 0 && out_features > 0, "Linear: features must be positive, got in=",
+              in_features, " out=", out_features);
+  weight = register_parameter("weight", at::empty({out_features, in_features}, options));
+}
+
+at::Tensor LinearImpl::forward(const at::Tensor& x) { return at::linear(x, weight); }
+
+EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim,
+                             at::TensorOptions options) {
+  TITAN_CHECK(num_embeddings > 0 && embedding_dim > 0,
+              "Embedding: sizes must be positive, got num_embeddings=", num_embeddings,
+              " embedding_dim=", embedding_dim);
+  weight = register_parameter("weight", at::empty({num_embeddings, embedding_dim}, options));
+}
+
+at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) { return at::embedding(weight, ids); }
+
+}  // namespace titan::ops

@@ -1,0 +1,232 @@
+// The Llama 3 model: flavors, parameter names/shapes/counts, FLOPs, init,
+// causality, meta-device materialisation and pipeline splitting.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "models/test_util.hpp"
+#include "titan/models/llama3/flops.hpp"
+#include "titan/models/llama3/model_args.hpp"
+#include "titan/models/llama3/transformer.hpp"
+#include "titan/models/materialize.hpp"
+#include "titan/util/error.hpp"
+
+using namespace titan::models::llama3;
+using titan::models::numel_of_parameters;
+using titan::models::to_empty;
+
+namespace {
+
+Transformer build(const ModelArgs& args, uint64_t seed) {
+  Transformer model(args);
+  torch::manual_seed(seed);
+  model->init_weights();
+  return model;
+}
+
+}  // namespace
+
+TEST(Llama3Flavors, DimensionsAndFfnHidden) {
+  ModelArgs d = flavor_args("debugmodel");
+  EXPECT_EQ(d.dim, 256);
+  EXPECT_EQ(d.n_layers, 6);
+  EXPECT_EQ(d.n_heads, 16);
+  EXPECT_EQ(d.kv_heads(), 16);
+  EXPECT_EQ(d.vocab_size, 2048);
+  EXPECT_EQ(d.rope_theta, 500000.0);
+  EXPECT_EQ(d.ffn_hidden_dim(), 768);  // 1024 → 682 → round up to 256
+  // Meta's published intermediate sizes.
+  EXPECT_EQ(flavor_args("1B").ffn_hidden_dim(), 8192);
+  EXPECT_EQ(flavor_args("3B").ffn_hidden_dim(), 8192);
+  EXPECT_EQ(flavor_args("8B").ffn_hidden_dim(), 14336);
+  EXPECT_EQ(flavor_args("70B").ffn_hidden_dim(), 28672);
+  EXPECT_EQ(flavor_args("405B").ffn_hidden_dim(), 53248);
+  for (const auto& name : flavor_names()) {
+    ModelArgs a = flavor_args(name);
+    EXPECT_NO_THROW(a.validate()) << name;
+    EXPECT_EQ(a.norm_eps, 1e-5);
+    if (name != "debugmodel") EXPECT_EQ(a.vocab_size, 128256) << name;
+  }
+}
+
+TEST(Llama3Flavors, UnknownFlavorIsOneLineErrorListingValidOnes) {
+  try {
+    flavor_args("7B");
+    FAIL() << "no error";
+  } catch (const titan::Error& e) {
+    std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos);
+    EXPECT_NE(msg.find("'7B'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("debugmodel, 1B, 3B, 8B, 70B, 405B"), std::string::npos) << msg;
+  }
+}
+
+TEST(Llama3Flavors, InvalidArgsAreRejected) {
+  ModelArgs a = titan::testing::tiny_args();
+  a.n_kv_heads = 3;
+  EXPECT_THROW(Transformer{a}, titan::Error);
+  a = titan::testing::tiny_args();
+  a.dim = 66;
+  EXPECT_THROW(Transformer{a}, titan::Error);
+}
+
+TEST(Llama3Model, ParameterNamesAndShapesOfDebugmodel) {
+  ModelArgs a = flavor_args("debugmodel");
+  Transformer model(a, torch::TensorOptions().device(torch::kMeta));
+  auto params = model->named_parameters();
+  std::vector<std::pair<std::string, std::vector<int64_t>>> want = {{"tok_embeddings.weight", {2048, 256}}};
+  for (int i = 0; i < 6; ++i) {
+    std::string p = "layers." + std::to_string(i) + ".";
+    want.push_back({p + "attention.wq.weight", {256, 256}});
+    want.push_back({p + "attention.wk.weight", {256, 256}});
+    want.push_back({p + "attention.wv.weight", {256, 256}});
+    want.push_back({p + "attention.wo.weight", {256, 256}});
+    want.push_back({p + "feed_forward.w1.weight", {768, 256}});
+    want.push_back({p + "feed_forward.w2.weight", {256, 768}});
+    want.push_back({p + "feed_forward.w3.weight", {768, 256}});
+    want.push_back({p + "attention_norm.weight", {256}});
+    want.push_back({p + "ffn_norm.weight", {256}});
+  }
+  want.push_back({"norm.weight", {256}});
+  want.push_back({"output.weight", {2048, 256}});
+  ASSERT_EQ(params.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(params[i].key(), want[i].first);
+    EXPECT_EQ(params[i].value().sizes().vec(), want[i].second) << want[i].first;
+    EXPECT_TRUE(params[i].value().requires_grad());
+  }
+  EXPECT_TRUE(model->named_buffers().is_empty()) << "RoPE table must not be model state";
+}
+
+TEST(Llama3Model, ParameterCountsMatchPublishedOnMeta) {
+  struct Case {
+    const char* flavor;
+    double published;
+  };
+  for (Case c : {Case{"8B", 8.03e9}, Case{"70B", 70.6e9}, Case{"405B", 405.9e9}}) {
+    ModelArgs a = flavor_args(c.flavor);
+    Transformer model(a, torch::TensorOptions().device(torch::kMeta));
+    const int64_t n = numel_of_parameters(*model);
+    EXPECT_EQ(n, count_parameters(a)) << c.flavor;
+    EXPECT_LT(std::abs(static_cast<double>(n) - c.published) / c.published, 1e-3)
+        << c.flavor << ": " << n;
+  }
+  EXPECT_EQ(count_parameters(flavor_args("8B")), 8030261248);
+  EXPECT_EQ(count_parameters(flavor_args("70B")), 70553706496);
+  EXPECT_EQ(count_parameters(flavor_args("405B")), 405853388800);
+}
+
+TEST(Llama3Model, FlopsPerTokenAsTorchtitanCounts) {
+  ModelArgs a = flavor_args("8B");
+  const double n_dense = 8030261248.0 - 128256.0 * 4096.0;
+  const double want = 6.0 * n_dense + 12.0 * 32 * 32 * 128 * 8192;
+  EXPECT_DOUBLE_EQ(flops_per_token(a, 8192), want);
+  EXPECT_NEAR(flops_per_token(a, 8192), 57.914e9, 0.001e9);
+  EXPECT_THROW(flops_per_token(a, 0), titan::Error);
+}
+
+TEST(Llama3Model, InitStatistics) {
+  ModelArgs a = flavor_args("debugmodel");
+  Transformer model = build(a, 7);
+  torch::NoGradGuard ng;
+  auto blocks = model->blocks();
+  ASSERT_EQ(blocks.size(), 6u);
+  // wq/wk/wv/w1: std 0.02; the ±2 bound is 100σ so it never bites.
+  for (auto& b : blocks) {
+    for (auto w : {b->attention->wq->weight, b->attention->wk->weight, b->feed_forward->w1->weight}) {
+      EXPECT_NEAR(w.std().item<double>(), 0.02, 0.02 * 0.03);
+      EXPECT_NEAR(w.mean().item<double>(), 0.0, 1e-3);
+      EXPECT_LE(w.abs().max().item<double>(), 2.0);
+    }
+    // Depth-scaled: 0.02/√(2(layer_id+1)).
+    const double std = 0.02 / std::sqrt(2.0 * (b->layer_id + 1));
+    EXPECT_DOUBLE_EQ(b->weight_init_std, std);
+    for (auto w : {b->attention->wo->weight, b->feed_forward->w2->weight, b->feed_forward->w3->weight})
+      EXPECT_NEAR(w.std().item<double>(), std, std * 0.03) << "layer " << b->layer_id;
+    EXPECT_TRUE(b->attention_norm->weight.eq(1).all().item<bool>());
+    EXPECT_TRUE(b->ffn_norm->weight.eq(1).all().item<bool>());
+  }
+  EXPECT_NEAR(model->tok_embeddings->weight.std().item<double>(), 1.0, 0.01);
+  EXPECT_TRUE(model->norm->weight.eq(1).all().item<bool>());
+  // Output: std dim^-0.5 truncated at ±3σ (std of N(0,1) cut at ±3 is 0.9866).
+  const double out_std = 1.0 / 16.0;
+  auto out = model->output->weight;
+  EXPECT_LE(out.abs().max().item<double>(), 3.0 * out_std);
+  EXPECT_GT(out.abs().max().item<double>(), 2.9 * out_std);  // the tails reach the cut
+  EXPECT_NEAR(out.std().item<double>(), 0.9866 * out_std, out_std * 0.02);
+  // Deterministic from the seed.
+  Transformer again = build(a, 7);
+  auto p1 = model->named_parameters(), p2 = again->named_parameters();
+  for (size_t i = 0; i < p1.size(); ++i) EXPECT_TRUE(torch::equal(p1[i].value(), p2[i].value())) << p1[i].key();
+}
+
+TEST(Llama3Model, CausalLogitsBeforeAChangedTokenDoNotMove) {
+  ModelArgs a = titan::testing::tiny_args();
+  Transformer model = build(a, 3);
+  torch::NoGradGuard ng;
+  torch::manual_seed(11);
+  auto tokens = torch::randint(a.vocab_size, {2, 16}, torch::kLong);
+  auto logits = model->forward(tokens);
+  ASSERT_EQ(logits.sizes().vec(), (std::vector<int64_t>{2, 16, a.vocab_size}));
+  const int64_t t = 9;
+  auto changed = tokens.clone();
+  changed.index_put_({torch::indexing::Slice(), t}, (tokens.index({torch::indexing::Slice(), t}) + 1) % a.vocab_size);
+  auto logits2 = model->forward(changed);
+  auto before = (logits - logits2).narrow(1, 0, t).abs().max().item<double>();
+  auto at_and_after = (logits - logits2).narrow(1, t, 16 - t).abs().amax({0, 2});
+  EXPECT_LE(before, 1e-6);
+  EXPECT_GT(at_and_after.min().item<double>(), 1e-4) << "every later position should see the change";
+}
+
+TEST(Llama3Model, SequenceLongerThanMaxSeqLenIsAnError) {
+  ModelArgs a = titan::testing::tiny_args();
+  Transformer model = build(a, 1);
+  EXPECT_THROW(model->forward(torch::zeros({1, a.max_seq_len + 1}, torch::kLong)), titan::Error);
+}
+
+TEST(Llama3Model, MetaBuildThenToEmptyThenInitEqualsDirectBuild) {
+  ModelArgs a = titan::testing::tiny_args();
+  Transformer direct = build(a, 5);
+  Transformer meta(a, torch::TensorOptions().device(torch::kMeta));
+  to_empty(*meta, torch::kCPU);
+  torch::manual_seed(5);
+  meta->init_weights();
+  auto p1 = direct->named_parameters(), p2 = meta->named_parameters();
+  ASSERT_EQ(p1.size(), p2.size());
+  for (size_t i = 0; i < p1.size(); ++i) {
+    EXPECT_EQ(p1[i].key(), p2[i].key());
+    EXPECT_TRUE(p2[i].value().device().is_cpu());
+    EXPECT_TRUE(p2[i].value().requires_grad());
+    EXPECT_TRUE(torch::equal(p1[i].value(), p2[i].value())) << p1[i].key();
+  }
+  // Members alias the new parameters (the forward uses them).
+  EXPECT_TRUE(meta->output->weight.is_same(meta->named_parameters()["output.weight"]));
+  auto tokens = torch::arange(8, torch::kLong).view({1, 8});
+  EXPECT_TRUE(torch::equal(direct->forward(tokens), meta->forward(tokens)));
+}
+
+TEST(Llama3Model, PipelineStagesKeepNamesAndChainToTheFullModel) {
+  ModelArgs a = titan::testing::tiny_args();
+  a.n_layers = 4;
+  Transformer full = build(a, 9);
+  Transformer first = build(a, 9), last = build(a, 9);
+  first->keep_layers(0, 2);
+  first->drop_head();
+  last->keep_layers(2, 4);
+  last->drop_tok_embeddings();
+  auto names = last->named_parameters().keys();
+  EXPECT_EQ(names.front(), "layers.2.attention.wq.weight");
+  EXPECT_EQ(names.back(), "output.weight");
+  for (const auto& n : first->named_parameters().keys()) {
+    EXPECT_EQ(n.find("layers.2"), std::string::npos);
+    EXPECT_EQ(n.find("output"), std::string::npos);
+  }
+  EXPECT_EQ(numel_of_parameters(*first) + numel_of_parameters(*last), numel_of_parameters(*full));
+  torch::NoGradGuard ng;
+  auto tokens = torch::arange(12, torch::kLong).view({2, 6});
+  auto hidden = first->forward(tokens);
+  EXPECT_EQ(hidden.sizes().vec(), (std::vector<int64_t>{2, 6, a.dim}));
+  EXPECT_TRUE(torch::allclose(last->forward(hidden), full->forward(tokens), 0, 0));
+}
