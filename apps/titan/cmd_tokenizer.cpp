@@ -1,0 +1,119 @@
+// `titan tokenizer`: train a byte-level BPE on a corpus into a tiktoken
+// rank file, and look at what a tokenizer does to a piece of text.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "titan/data/builtin_tokenizer.hpp"
+#include "titan/data/documents.hpp"
+#include "titan/data/tokenizer.hpp"
+#include "titan/launch/program.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: titan tokenizer train [--input PATH] [--vocab-size N] --output FILE\n"
+    "       titan tokenizer encode [--tokenizer PATH] TEXT...\n"
+    "\n"
+    "train   byte-level BPE over Llama 3's pre-tokenisation; writes a tiktoken rank file\n"
+    "        of N - 256 ranks (N ids with Llama 3's 256 special tokens)\n"
+    "  --input PATH       text file, .jsonl file or folder (default: the built-in corpus)\n"
+    "  --vocab-size N     ids including the 256 special tokens (default 2048)\n"
+    "  --output FILE      where to write the rank file\n"
+    "encode  prints the ids and pieces of TEXT\n"
+    "  --tokenizer PATH   tiktoken file, 'builtin:byte', or empty/omitted for the built-in\n";
+
+struct Args {
+  std::string input, output, tokenizer;
+  int64_t vocab_size = data::kBuiltinVocabSize;
+  std::vector<std::string> rest;
+};
+
+Args parse(int argc, char** argv, int first) {
+  Args a;
+  for (int i = first; i < argc; ++i) {
+    std::string arg = argv[i], value;
+    const size_t eq = arg.find('=');
+    const bool is_flag = arg.rfind("--", 0) == 0;
+    if (is_flag && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else if (is_flag) {
+      TITAN_CHECK(i + 1 < argc, arg, " needs a value");
+      value = argv[++i];
+    }
+    if (!is_flag) a.rest.push_back(arg);
+    else if (arg == "--input") a.input = value;
+    else if (arg == "--output") a.output = value;
+    else if (arg == "--tokenizer") a.tokenizer = value;
+    else if (arg == "--vocab-size") {
+      char* end = nullptr;
+      a.vocab_size = std::strtoll(value.c_str(), &end, 10);
+      TITAN_CHECK(!value.empty() && *end == '\0', "--vocab-size must be an integer, got '", value, "'");
+    } else {
+      throw Error("unknown option '" + arg + "' for titan tokenizer (run 'titan tokenizer --help')");
+    }
+  }
+  return a;
+}
+
+int train(const Args& a) {
+  TITAN_CHECK(!a.output.empty(), "titan tokenizer train needs --output FILE");
+  auto start = std::chrono::steady_clock::now();
+  auto tok = data::train_tokenizer(a.input, a.vocab_size, /*verbose=*/true);
+  tok->save(a.output);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  // How well it compresses its own corpus: the number that decides how much
+  // text a training step sees.
+  data::DocumentReader reader(data::list_dataset_files(data::resolve_dataset_path(a.input)));
+  std::string text;
+  int64_t bytes = 0, tokens = 0;
+  while (reader.next(text)) {
+    bytes += static_cast<int64_t>(text.size());
+    tokens += static_cast<int64_t>(tok->encode(text).size());
+  }
+  std::printf("wrote %s: %lld ranks + %d special tokens = %lld ids (trained in %.2f s); %.2f bytes per token on the corpus\n",
+              a.output.c_str(), static_cast<long long>(tok->num_base_tokens()), data::kNumSpecialTokens,
+              static_cast<long long>(tok->vocab_size()), secs, tokens ? double(bytes) / double(tokens) : 0.0);
+  return 0;
+}
+
+int encode(const Args& a) {
+  TITAN_CHECK(!a.rest.empty(), "titan tokenizer encode needs TEXT");
+  auto tok = data::load_tokenizer(a.tokenizer);
+  std::string text;
+  for (size_t i = 0; i < a.rest.size(); ++i) text += (i ? " " : "") + a.rest[i];
+  std::vector<int64_t> ids = tok->encode(text, /*bos=*/false, /*eos=*/false, /*allow_special=*/true);
+  std::printf("%s\n%zu tokens for %zu bytes:", tok->describe().c_str(), ids.size(), text.size());
+  for (int64_t id : ids) std::printf(" %lld", static_cast<long long>(id));
+  std::printf("\n");
+  for (int64_t id : ids) std::printf("[%s]", tok->decode({id}).c_str());
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace
+
+static int cmd_tokenizer(int argc, char** argv) {
+  return run_main(argc, argv, [](int argc, char** argv) {
+    if (argc < 3 || !std::strcmp(argv[2], "--help") || !std::strcmp(argv[2], "-h")) {
+      std::fputs(kUsage, argc < 3 ? stderr : stdout);
+      return argc < 3 ? 2 : 0;
+    }
+    const std::string sub = argv[2];
+    const Args a = parse(argc, argv, 3);
+    if (sub == "train") return train(a);
+    if (sub == "encode") return encode(a);
+    throw Error("unknown tokenizer command '" + sub + "' (train or encode)");
+  });
+}
+
+}  // namespace titan::cli
+
+TITAN_COMMAND("tokenizer", titan::cli::cmd_tokenizer, "train a BPE tokenizer on a corpus, or show how text encodes");

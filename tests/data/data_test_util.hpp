@@ -1,0 +1,33 @@
+#pragma once
+// Helpers the data tests share: temporary folders, files, the Python
+// reference script.
+#include <string>
+
+namespace titan::testing {
+
+/// A fresh empty folder under $TMPDIR, removed when the object goes.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+/// Writes `text` to `path` (creating folders).
+void write_file(const std::string& path, const std::string& text);
+std::string read_file(const std::string& path);
+
+/// The venv python from CTest's environment, or "" when unset.
+std::string python();
+/// Runs tests/reference/tiktoken_reference.py with `args`; fails the test
+/// (ADD_FAILURE) and returns false when it exits non-zero.
+bool run_reference(const std::string& args);
+
+/// Shell-quotes a path.
+std::string quote(const std::string& s);
+
+}  // namespace titan::testing
