@@ -37,11 +37,13 @@ static int cmd_run(int argc, char** argv) {
         opts.master_port = number(value("--master-port"), "--master-port", 1);
       } else if (a == "--no-prefix") {
         opts.prefix_output = false;
+      } else if (a == "--keep-going") {
+        opts.stop_on_failure = false;
       } else if (a == "--help" || a == "-h") {
-        std::printf("usage: titan run --nproc N [--master-port P] [--no-prefix] -- PROGRAM ARGS...\n");
+        std::printf("usage: titan run --nproc N [--master-port P] [--no-prefix] [--keep-going] -- PROGRAM ARGS...\n");
         return 0;
       } else if (a.rfind("--", 0) == 0) {
-        throw Error("titan run: unknown option '" + a + "' (options: --nproc, --master-port, --no-prefix)");
+        throw Error("titan run: unknown option '" + a + "' (options: --nproc, --master-port, --no-prefix, --keep-going)");
       } else {
         break;  // the program, without a "--" before it
       }

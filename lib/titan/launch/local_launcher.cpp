@@ -194,7 +194,7 @@ int launch_local(const LaunchOptions& options) {
       stop_deadline = std::chrono::steady_clock::now() +
                       std::chrono::milliseconds(static_cast<int64_t>(options.grace_seconds * 1000));
     }
-    if (failed_rank >= 0 && !stopping) {
+    if (failed_rank >= 0 && !stopping && options.stop_on_failure) {
       signal_all(SIGTERM);
       stopping = true;
       stop_deadline = std::chrono::steady_clock::now() +

@@ -15,6 +15,10 @@ struct LaunchOptions {
   std::vector<std::string> command;  ///< program and its arguments
   bool prefix_output = true;   ///< prefix every output line with "[rank k] "
   double grace_seconds = 5.0;  ///< after a failure, SIGTERM then SIGKILL after this
+  /// Stop the other ranks when one fails (torchrun's behaviour). Off, the
+  /// launcher waits for every rank to end on its own: the fault tests use it
+  /// to see that surviving ranks stop by themselves and name the failed one.
+  bool stop_on_failure = true;
 };
 
 /// @brief Starts `nproc` copies of `command` with torchrun's environment
