@@ -169,7 +169,8 @@ at::Tensor send(const at::Tensor& x, const ProcessGroup& group, int dst, int tag
 }
 
 at::Tensor recv(const at::Tensor& like, const ProcessGroup& group, int src, int tag) {
-  at::Tensor anchor = at::empty({0}, like.options().requires_grad(like.requires_grad()));
+  at::Tensor anchor = at::empty({0}, like.options());
+  if (like.requires_grad()) anchor.requires_grad_(true);
   return RecvFn::apply(anchor, like.detach(), to_handle(group), static_cast<int64_t>(src),
                        static_cast<int64_t>(tag));
 }
