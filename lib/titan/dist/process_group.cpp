@@ -1,6 +1,7 @@
 #include "titan/dist/process_group.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/util/Logging.h>
 
 #include <sstream>
 #include <thread>
@@ -41,34 +42,63 @@ std::string first_line(const std::string& s) {
 
 // ---------------------------------------------------------------- FailureBoard
 
+namespace {
+
+// c10d logs every failed store call with a backtrace; while we probe a store
+// that may be gone, those lines are noise around our own one-line error.
+struct QuietC10Logs {
+  int saved = FLAGS_caffe2_log_level;
+  QuietC10Logs() { FLAGS_caffe2_log_level = 3; }
+  ~QuietC10Logs() { FLAGS_caffe2_log_level = saved; }
+};
+
+}  // namespace
+
 void FailureBoard::report(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                          const std::string& message) {
+                          const std::string& message, bool knock_on) {
   if (!store) return;
+  QuietC10Logs quiet;
   try {
-    store->set(kFailurePrefix + std::to_string(rank), first_line(message));
+    store->set(kFailurePrefix + std::to_string(rank), (knock_on ? "K" : "R") + first_line(message));
   } catch (...) {
     // The store lives on rank 0; if it is gone there is nobody to tell.
   }
 }
 
+bool FailureBoard::all_reported(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks) {
+  if (!store) return true;
+  QuietC10Logs quiet;
+  try {
+    for (int r : ranks)
+      if (!store->check({kFailurePrefix + std::to_string(r)})) return false;
+  } catch (...) {
+    return true;
+  }
+  return true;
+}
+
 std::string FailureBoard::describe(const c10::intrusive_ptr<c10d::Store>& store,
                                    const std::vector<int>& ranks, std::chrono::milliseconds wait) {
   if (!store) return "";
+  QuietC10Logs quiet;
   auto deadline = std::chrono::steady_clock::now() + wait;
   while (true) {
-    std::ostringstream os;
+    std::string own, knock_on;
     try {
       for (int r : ranks) {
         std::string key = kFailurePrefix + std::to_string(r);
         if (!store->check({key})) continue;
         auto bytes = store->get(key);
-        if (os.tellp() > 0) os << "; ";
-        os << "rank " << r << " failed: " << std::string(bytes.begin(), bytes.end());
+        std::string value(bytes.begin(), bytes.end());
+        std::string& into = !value.empty() && value[0] == 'K' ? knock_on : own;
+        if (!into.empty()) into += "; ";
+        into += "rank " + std::to_string(r) + " failed: " + value.substr(1);
       }
     } catch (...) {
       return "the rendezvous store on rank 0 is gone (rank 0 exited)";
     }
-    if (os.tellp() > 0 || std::chrono::steady_clock::now() >= deadline) return os.str();
+    if (!own.empty()) return own;
+    if (std::chrono::steady_clock::now() >= deadline) return knock_on;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
@@ -129,7 +159,7 @@ void ProcessGroup::fail(const char* op, const std::string& backend_message, doub
     os << who << " [backend: " << first_line(backend_message) << "]";
   else
     os << first_line(backend_message) << " (no peer reported a failure: one may have been killed or be stuck)";
-  throw Error(os.str());
+  throw CommError(os.str());
 }
 
 CommRecord ProcessGroup::start_record(CommOp op, int64_t payload_bytes) const {

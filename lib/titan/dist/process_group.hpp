@@ -16,6 +16,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "titan/dist/comm_log.hpp"
+#include "titan/util/error.hpp"
 
 namespace titan::dist {
 
@@ -23,17 +24,28 @@ namespace titan::dist {
 /// Avg is Sum followed by a division (Gloo has no native average).
 enum class ReduceOp { Sum, Avg, Max, Min };
 
+/// @brief The error a collective throws when it fails; `caused_by_peer`
+/// tells a knock-on failure (a peer went away) from a rank's own.
+class CommError : public Error {
+ public:
+  explicit CommError(const std::string& message) : Error(message) {}
+};
+
 /// @brief Where ranks leave word that they failed, so that their peers can
-/// name them. Keys live in the job's rendezvous store.
+/// name them. Keys live in the job's rendezvous store (hosted by rank 0).
 class FailureBoard {
  public:
   /// Records that `rank` failed with `message` (best effort; never throws).
+  /// `knock_on` marks a failure caused by another rank's (a CommError).
   static void report(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                     const std::string& message);
-  /// "rank 1 failed: ..." for every rank in `ranks` that reported, waiting up
-  /// to `wait` for a report to appear; empty when none did.
+                     const std::string& message, bool knock_on = false);
+  /// "rank 1 failed: ..." for the ranks in `ranks` that reported, waiting up
+  /// to `wait` for a report to appear; ranks that failed on their own are
+  /// named in preference to knock-on failures. Empty when none reported.
   static std::string describe(const c10::intrusive_ptr<c10d::Store>& store,
                               const std::vector<int>& ranks, std::chrono::milliseconds wait);
+  /// True when every rank in `ranks` has reported.
+  static bool all_reported(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks);
 };
 
 class ProcessGroup;

@@ -7,6 +7,8 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <thread>
+#include <c10/util/Logging.h>
 
 #include "titan/dist/backend.hpp"
 #include "titan/util/error.hpp"
@@ -44,9 +46,16 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& env, std::chrono::mi
   opts.numWorkers = env.world_size;
   opts.waitWorkers = true;
   opts.timeout = timeout;
+  // c10d logs each failed connection attempt with a backtrace; our own error
+  // below says it in one line.
+  int saved_level = FLAGS_caffe2_log_level;
+  FLAGS_caffe2_log_level = 3;
   try {
-    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+    auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+    FLAGS_caffe2_log_level = saved_level;
+    return store;
   } catch (const std::exception& e) {
+    FLAGS_caffe2_log_level = saved_level;
     std::string what = first_line(e.what());
     if (env.rank == 0 && what.find("EADDRINUSE") != std::string::npos)
       throw Error("rank 0 cannot host the rendezvous store: port " + std::to_string(env.master_port) +
@@ -139,9 +148,16 @@ void shutdown() {
   g_world.reset();
 }
 
-void report_failure(const std::string& message) {
-  if (g_world) FailureBoard::report(g_world->store(), g_world->rank(), message);
-  g_clean_exit = true;  // already reported; the exit handler need not repeat it
+void report_failure(const std::string& message, bool knock_on, std::chrono::milliseconds linger) {
+  g_clean_exit = true;  // reported here; the exit handler need not repeat it
+  if (!g_world) return;
+  FailureBoard::report(g_world->store(), g_world->rank(), message, knock_on);
+  if (g_world->rank() != 0 || g_world->size() == 1) return;
+  std::vector<int> peers;
+  for (int r = 1; r < g_world->size(); ++r) peers.push_back(r);
+  auto deadline = std::chrono::steady_clock::now() + linger;
+  while (std::chrono::steady_clock::now() < deadline && !FailureBoard::all_reported(g_world->store(), peers))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
 }
 
 }  // namespace titan::dist

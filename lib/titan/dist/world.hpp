@@ -75,7 +75,11 @@ bool is_initialized();
 void shutdown();
 
 /// @brief Puts `message` on the FailureBoard for this rank, so that peers
-/// stuck in a collective with it name it in their errors.
-void report_failure(const std::string& message);
+/// stuck in a collective with it name it in their errors. `knock_on` marks a
+/// failure caused by a peer's. On rank 0, which hosts the store, it then
+/// waits (up to `linger`) until the peers have read it and reported too,
+/// since the store dies with rank 0.
+void report_failure(const std::string& message, bool knock_on = false,
+                    std::chrono::milliseconds linger = std::chrono::seconds(5));
 
 }  // namespace titan::dist

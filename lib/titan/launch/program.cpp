@@ -97,7 +97,7 @@ int run_main(int argc, char** argv, const std::function<int(int, char**)>& body)
     std::fflush(stdout);
     std::fprintf(stderr, "%serror: %s\n", where.c_str(), msg.c_str());
     std::fflush(stderr);
-    dist::report_failure(msg);
+    dist::report_failure(msg, dynamic_cast<const dist::CommError*>(&e) != nullptr);
     // Leave at once: destructors of process groups could wait on a
     // collective that will never finish.
     std::_Exit(1);

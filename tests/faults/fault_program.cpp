@@ -1,0 +1,42 @@
+// A program that misbehaves on purpose, for the fault tests:
+//   fault_program MODE RANK [TIMEOUT_S]
+// runs ten all-reduces on every rank; at the fourth, rank RANK
+//   throw: throws a titan::Error ("injected failure"),
+//   exit:  calls std::exit(3) without shutting down,
+//   hang:  sleeps for ten minutes,
+//   ok:    does nothing special.
+// The other ranks must stop on their own, non-zero, naming RANK.
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "titan/dist/world.hpp"
+#include "titan/launch/program.hpp"
+#include "titan/util/error.hpp"
+
+int main(int argc, char** argv) {
+  return titan::run_main(argc, argv, [](int argc, char** argv) {
+    TITAN_CHECK(argc >= 3, "usage: fault_program throw|exit|hang|ok RANK [TIMEOUT_S]");
+    const std::string mode = argv[1];
+    const int bad_rank = std::atoi(argv[2]);
+    titan::dist::InitOptions options;
+    options.device = "cpu";
+    options.timeout = std::chrono::milliseconds(static_cast<int64_t>((argc > 3 ? std::atof(argv[3]) : 30.0) * 1000));
+    const auto& world = titan::dist::init_distributed(options);
+    for (int i = 0; i < 10; ++i) {
+      if (i == 3 && world.rank() == bad_rank) {
+        if (mode == "throw") throw titan::Error("injected failure");
+        if (mode == "exit") std::exit(3);
+        if (mode == "hang") std::this_thread::sleep_for(std::chrono::minutes(10));
+      }
+      at::Tensor x = at::ones({1024});
+      world.group()->all_reduce(x);
+    }
+    std::printf("rank %d finished\n", world.rank());
+    return 0;
+  });
+}
