@@ -1,0 +1,40 @@
+// `titan train`: trains a Llama 3 model as a JobConfig describes it
+// (defaults < --job.config_file < --section.key overrides). Single rank for
+// now; see lib/titan/train for the trainer and docs/train.md for the log.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "titan/config/config.hpp"
+#include "titan/launch/program.hpp"
+#include "titan/train/trainer.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::cli {
+
+static int cmd_train(int argc, char** argv) {
+  return run_main(argc, argv, [](int argc, char** argv) {
+    std::vector<std::string> own;
+    config::JobConfig cfg = config::parse_job_config(argc, argv, 2, &own);
+    for (const std::string& a : own) {
+      if (a == "--help" || a == "-h") {
+        std::printf(
+            "usage: titan train [--job.config_file F] [--section.key value ...]\n"
+            "Trains the model the config describes; every option is listed by `titan config --markdown`.\n"
+            "Example: titan train --job.config_file train_configs/debug_model.toml --training.steps 20\n"
+            "Ctrl-C stops after the current step and prints the summary (exit code 130).\n");
+        return 0;
+      }
+      throw Error("titan train: unexpected argument '" + a + "' (options are --section.key value; see titan train --help)");
+    }
+    train::Trainer trainer(std::move(cfg));
+    train::TrainSummary summary = trainer.train();
+    // 128 + SIGINT, the shell's code for a run ended by Ctrl-C.
+    return summary.interrupted ? 130 : 0;
+  });
+}
+
+TITAN_COMMAND("train", cmd_train, "train a Llama 3 model from a TOML config (single rank for now)");
+
+}  // namespace titan::cli

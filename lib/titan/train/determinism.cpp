@@ -1,0 +1,25 @@
+#include "titan/train/determinism.hpp"
+
+#include <ATen/Context.h>
+#include <torch/utils.h>
+
+#include <cstdlib>
+
+namespace titan::train {
+
+void set_determinism(int64_t seed, bool deterministic, const c10::Device& device) {
+  // torch::manual_seed seeds the CPU generator and every CUDA one.
+  torch::manual_seed(static_cast<uint64_t>(seed));
+  if (!deterministic) return;
+  if (device.is_cuda()) {
+    // cuBLAS picks reduction orders per workspace; a fixed workspace makes
+    // its GEMMs repeatable (required by torch's deterministic mode). Must be
+    // set before the first cuBLAS handle is created, i.e. before any matmul.
+    ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  }
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  at::globalContext().setBenchmarkCuDNN(false);
+  at::globalContext().setDeterministicCuDNN(true);
+}
+
+}  // namespace titan::train

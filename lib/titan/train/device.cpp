@@ -1,0 +1,18 @@
+#include "titan/train/device.hpp"
+
+#include <ATen/Context.h>
+
+#include "titan/util/error.hpp"
+
+namespace titan::train {
+
+c10::Device resolve_device(const std::string& want, int local_rank) {
+  const bool cuda = at::hasCUDA();
+  if (want == "cpu" || (want == "auto" && !cuda)) return c10::Device(c10::kCPU);
+  TITAN_CHECK(want == "cuda" || want == "auto", "[training] device = '", want,
+              "' is not one of cpu, cuda, auto");
+  TITAN_CHECK(cuda, "[training] device = 'cuda' but no CUDA device is available (use --training.device cpu)");
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+}
+
+}  // namespace titan::train

@@ -1,0 +1,55 @@
+#include "titan/train/train_step.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <chrono>
+
+#include "titan/optim/grad_clip.hpp"
+#include "titan/train/loss.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::train {
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+AccumulationResult accumulate_gradients(models::llama3::Transformer& model, const BatchSource& next_batch,
+                                        int64_t accumulation_steps, const c10::Device& device) {
+  TITAN_CHECK(accumulation_steps >= 1, "gradient accumulation needs at least 1 micro-batch, got ",
+              accumulation_steps);
+  AccumulationResult r;
+  at::Tensor loss_sum;
+  for (int64_t i = 0; i < accumulation_steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    data::Batch batch = next_batch();
+    // non_blocking: the copy from (pageable) host memory may overlap with
+    // the previous micro-batch's kernels on a GPU; a no-op on the CPU.
+    at::Tensor inputs = batch.inputs.to(device, /*non_blocking=*/true);
+    at::Tensor labels = batch.labels.to(device, /*non_blocking=*/true);
+    r.data_seconds += seconds_since(t0);
+
+    at::Tensor loss = cross_entropy(model->forward(inputs), labels);
+    // Each micro-batch's loss is a mean over its tokens; dividing by the
+    // number of micro-batches makes the summed gradients those of the mean
+    // over the whole step's batch (all micro-batches hold equally many tokens).
+    (loss / static_cast<double>(accumulation_steps)).backward();
+
+    at::Tensor detached = loss.detach();
+    loss_sum = loss_sum.defined() ? loss_sum + detached : detached;
+    r.tokens += labels.numel();
+  }
+  r.loss = loss_sum / static_cast<double>(accumulation_steps);
+  return r;
+}
+
+double clip_gradients(const std::vector<at::Tensor>& params, double max_norm) {
+  if (max_norm > 0) return optim::clip_grad_norm(params, max_norm, 2.0);
+  // No clipping, but the log still reports the norm (a world of one: no group).
+  return optim::total_grad_norm(params, 2.0, {});
+}
+
+}  // namespace titan::train

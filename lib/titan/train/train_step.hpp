@@ -1,0 +1,52 @@
+#pragma once
+/// @file
+/// @brief One training step split into its separable parts: gradient
+/// accumulation over micro-batches (forward, loss, backward), then
+/// clipping and the optimizer update. Parallelism wraps these parts later
+/// (DDP reduces gradients between them, pipeline schedules replace the
+/// micro-batch loop) without changing their contracts.
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "titan/data/dataloader.hpp"
+#include "titan/models/llama3/transformer.hpp"
+
+namespace titan::train {
+
+/// @brief Where micro-batches come from: the data loader's next(), or a
+/// fixed list in tests.
+using BatchSource = std::function<data::Batch()>;
+
+/// @brief What accumulate_gradients measured.
+struct AccumulationResult {
+  /// Mean loss over the whole step's batch (all micro-batches), a detached
+  /// fp32 scalar on the training device — left there so that no
+  /// host-device sync happens until the caller reads it.
+  at::Tensor loss;
+  /// Tokens (labels) this rank trained on.
+  int64_t tokens = 0;
+  /// Seconds spent inside `next_batch` (data loading and the copy to the device).
+  double data_seconds = 0;
+};
+
+/// @brief Runs `accumulation_steps` micro-batches through `model`: each one
+/// forward, cross-entropy, and backward of loss / accumulation_steps, so
+/// that the gradients add up to those of the mean loss over all
+/// micro-batches — the same gradients as one big batch of the same samples
+/// (up to fp32 rounding). Gradients are accumulated into the existing
+/// .grad (zero them first). Batches are moved to `device`.
+AccumulationResult accumulate_gradients(models::llama3::Transformer& model, const BatchSource& next_batch,
+                                        int64_t accumulation_steps, const c10::Device& device);
+
+/// @brief Clips the gradients of `params` to global norm `max_norm` (no
+/// clipping when max_norm <= 0; the norm is still computed for the log) and
+/// returns the norm before clipping (NaN/inf as is, gradients untouched).
+double clip_gradients(const std::vector<at::Tensor>& params, double max_norm);
+
+}  // namespace titan::train

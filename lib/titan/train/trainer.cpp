@@ -1,0 +1,257 @@
+#include "titan/train/trainer.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
+#include <torch/optim/optimizer.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cmath>
+#include <iostream>
+#include <sstream>
+
+#include "titan/config/supported.hpp"
+#include "titan/data/files.hpp"
+#include "titan/dist/launch_env.hpp"
+#include "titan/metrics/cpu_peak.hpp"
+#include "titan/metrics/format.hpp"
+#include "titan/metrics/memory.hpp"
+#include "titan/metrics/mfu.hpp"
+#include "titan/metrics/peak_flops.hpp"
+#include "titan/models/llama3/flops.hpp"
+#include "titan/optim/optimizer.hpp"
+#include "titan/train/determinism.hpp"
+#include "titan/train/device.hpp"
+#include "titan/train/stop_signal.hpp"
+#include "titan/train/train_step.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::train {
+
+using metrics::strprintf;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+optim::OptimizerOptions optimizer_options(const config::OptimizerSection& o) {
+  optim::OptimizerOptions r;
+  r.name = o.name, r.lr = o.lr, r.beta1 = o.beta1, r.beta2 = o.beta2, r.eps = o.eps;
+  r.weight_decay = o.weight_decay;
+  return r;
+}
+
+optim::LRScheduleOptions schedule_options(const config::JobConfig& cfg) {
+  optim::LRScheduleOptions r;
+  r.steps = cfg.training.steps;
+  r.warmup_steps = cfg.lr_scheduler.warmup_steps;
+  if (cfg.lr_scheduler.decay_ratio >= 0) r.decay_ratio = cfg.lr_scheduler.decay_ratio;
+  // "wsd" names the warmup-stable-decay shape (a stable phase set by
+  // decay_ratio) whose decay is linear; the curve itself is then "linear".
+  r.decay_type = cfg.lr_scheduler.decay_type == "wsd" ? "linear" : cfg.lr_scheduler.decay_type;
+  r.min_lr_factor = cfg.lr_scheduler.min_lr_factor;
+  return r;
+}
+
+std::string nonfinite_name(double v) { return std::isnan(v) ? "NaN" : (v > 0 ? "inf" : "-inf"); }
+
+}  // namespace
+
+Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
+    : cfg_(std::move(cfg)), options_(std::move(options)) {
+  // Everything that can be wrong with the inputs is checked first, cheapest
+  // first, so that a bad config fails in milliseconds with one line and
+  // before any output.
+  const dist::LaunchEnv env = dist::read_launch_env();
+  config::check_supported(cfg_, env.world_size);
+  // Single rank for now: data parallelism (issue 4) passes its degree here
+  // and gives the loader this rank's dp_rank / dp_world.
+  plan_ = config::plan_batches(cfg_, /*dp_degree=*/1);
+  device_ = resolve_device(cfg_.training.device, env.local_rank);
+
+  args_ = options_.model_args ? *options_.model_args : models::llama3::flavor_args(cfg_.model.flavor);
+  args_.max_seq_len = cfg_.training.seq_len;
+  args_.validate();
+
+  tokenizer_ = data::load_tokenizer(cfg_.model.tokenizer_path);
+  data::check_vocab_fits(*tokenizer_, args_.vocab_size);
+  data::DataLoaderOptions dopts;
+  dopts.dataset = cfg_.training.dataset;
+  dopts.batch_size = plan_.local_batch;
+  dopts.seq_len = cfg_.training.seq_len;
+  dopts.dp_rank = 0;
+  dopts.dp_world = plan_.dp_degree;
+  loader_ = std::make_unique<data::DataLoader>(tokenizer_, dopts);
+  // A dataset too small for one window (an empty file) would only fail at
+  // step 1, after the model was built and the banner printed: draw one
+  // batch now and rewind, which the loader restores exactly.
+  const auto start = loader_->state_dict();
+  loader_->next();
+  loader_->load_state_dict(start);
+
+  // Seed right before the model draws its weights, so that nothing done
+  // above (tokenizer training, data scanning) can shift the draws.
+  set_determinism(cfg_.training.seed, cfg_.training.deterministic, device_);
+  model_ = models::llama3::Transformer(args_, at::TensorOptions().device(device_).dtype(at::kFloat));
+  model_->init_weights();
+  model_->train();
+  params_ = model_->parameters();
+  optimizer_ = optim::build_optimizer(params_, optimizer_options(cfg_.optimizer));
+  scheduler_ = std::make_unique<optim::LRScheduler>(*optimizer_, optim::LRSchedule(schedule_options(cfg_)));
+
+  // MFU: model FLOPs per token over the rank's peak. The GPU peak comes
+  // from the datasheet table; a CPU has none that LibTorch can reach, so it
+  // is a timed GEMM (cached per machine and thread count).
+  flops_per_token_ = models::llama3::flops_per_token(args_, cfg_.training.seq_len);
+  if (options_.peak_flops) {
+    peak_flops_ = *options_.peak_flops;
+    peak_source_ = "given";
+  } else if (device_.is_cuda()) {
+    metrics::PeakFlops p = metrics::peak_flops_for_device(metrics::device_name(device_), at::kFloat,
+                                                          at::globalContext().allowTF32CuBLAS());
+    peak_flops_ = p.flops;
+    peak_source_ = p.matched + " " + p.precision;
+    if (!p.known) peak_source_ += "; " + p.warning;
+  } else {
+    metrics::CpuPeak p = metrics::cpu_peak_flops();
+    peak_flops_ = p.flops;
+    peak_source_ = strprintf("measured CPU GEMM peak, %d threads%s", p.threads, p.from_cache ? ", cached" : "");
+  }
+
+  // Outputs go under [job] dump_folder; a new run starts a new metrics file.
+  TITAN_CHECK(data::files::make_directories(cfg_.job.dump_folder), "cannot create [job] dump_folder '",
+              cfg_.job.dump_folder, "'");
+  jsonl_path_ = cfg_.job.dump_folder + "/metrics.jsonl";
+  ::unlink(jsonl_path_.c_str());
+  metrics::MetricsOptions mopts;
+  mopts.log_freq = cfg_.metrics.log_freq;
+  mopts.total_steps = cfg_.training.steps;
+  mopts.flops_per_token = flops_per_token_;
+  mopts.peak_flops = peak_flops_;
+  mopts.num_ranks = 1;
+  mopts.device = device_;
+  mopts.jsonl_path = jsonl_path_;
+  mopts.console = options_.console;
+  mopts.progress = options_.progress;
+  mopts.out = options_.out;
+  metrics_ = std::make_unique<metrics::MetricsProcessor>(mopts);
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::print(const std::string& line) {
+  if (options_.console) metrics_->print(line);
+}
+
+std::string Trainer::banner() const {
+  const int64_t n_params = models::llama3::count_parameters(args_);
+  std::string s = strprintf("titan train: %s\n", cfg_.job.description.c_str());
+  s += strprintf("  model     llama3 %s: %s parameters (dim %lld, %lld layers, %lld heads, vocab %lld)\n",
+                 options_.model_args ? "(custom args)" : cfg_.model.flavor.c_str(),
+                 metrics::with_thousands(static_cast<double>(n_params)).c_str(), static_cast<long long>(args_.dim),
+                 static_cast<long long>(args_.n_layers), static_cast<long long>(args_.n_heads),
+                 static_cast<long long>(args_.vocab_size));
+  s += "  device    " + device_.str() + " (" + metrics::device_name(device_) + ")";
+  if (device_.is_cpu()) s += strprintf(", %d threads", at::get_num_threads());
+  s += "\n  tokenizer " + tokenizer_->describe() + "\n";
+  s += "  data      " + loader_->dataset_path() + "\n";
+  s += strprintf("  batch     %lld x %lld tokens, %lld micro-batch(es) per step = %s tokens per step\n",
+                 static_cast<long long>(plan_.local_batch), static_cast<long long>(cfg_.training.seq_len),
+                 static_cast<long long>(plan_.accumulation_steps),
+                 metrics::with_thousands(static_cast<double>(plan_.global_batch * cfg_.training.seq_len)).c_str());
+  s += strprintf("  optimizer %s lr %g, %lld warm-up steps, %s decay; %lld steps, seed %lld\n",
+                 cfg_.optimizer.name.c_str(), cfg_.optimizer.lr, static_cast<long long>(scheduler_->schedule().warmup_steps()),
+                 cfg_.lr_scheduler.decay_type.c_str(), static_cast<long long>(cfg_.training.steps),
+                 static_cast<long long>(cfg_.training.seed));
+  s += strprintf("  flops     %.3g per token; peak %.3f TFLOP/s (%s)", flops_per_token_, peak_flops_ / 1e12,
+                 peak_source_.c_str());
+  return s;
+}
+
+StepResult Trainer::train_step() {
+  const auto t0 = std::chrono::steady_clock::now();
+  StepResult r;
+  r.step = step_ + 1;
+  r.lr = scheduler_->current_lr();
+
+  optimizer_->zero_grad(/*set_to_none=*/true);
+  AccumulationResult acc = accumulate_gradients(
+      model_, [this] { return loader_->next(); }, plan_.accumulation_steps, device_);
+  // Data parallelism (issue 4) all-reduces the loss (mean) and tokens (sum)
+  // over the data-parallel group here; the gradients over it before clipping.
+  r.loss = acc.loss.item<double>();  // the step's one host-device sync
+  r.tokens = acc.tokens;
+  r.data_seconds = acc.data_seconds;
+  // Stop before the optimizer turns the weights into NaN: what was trained
+  // (and, later, checkpointed) up to the previous step stays usable.
+  TITAN_CHECK(std::isfinite(r.loss), "step ", r.step, ": loss is ", nonfinite_name(r.loss),
+              "; stopping (lower [optimizer] lr or [training] max_norm, or check the data)");
+  r.grad_norm = clip_gradients(params_, cfg_.training.max_norm);
+  TITAN_CHECK(std::isfinite(r.grad_norm), "step ", r.step, ": gradient norm is ", nonfinite_name(r.grad_norm),
+              " (loss ", r.loss, "); stopping (lower [optimizer] lr or [training] max_norm)");
+  optimizer_->step();
+  scheduler_->step();
+  step_ = r.step;
+  r.step_seconds = seconds_since(t0);
+  return r;
+}
+
+TrainSummary Trainer::train() {
+  TrainSummary s;
+  s.steps_planned = cfg_.training.steps;
+  s.peak_flops = peak_flops_;
+  s.peak_source = peak_source_;
+  s.jsonl_path = jsonl_path_;
+  if (options_.console) print(banner());
+
+  std::optional<StopSignal> stop;
+  if (options_.handle_signals) stop.emplace();
+  double timed_seconds = 0;  // steps after the first: the steady-state rate
+  int64_t timed_tokens = 0;
+  double first_tps = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    while (step_ < cfg_.training.steps) {
+      StepResult r = train_step();
+      metrics::StepInput in;
+      in.step = r.step, in.loss = r.loss, in.grad_norm = r.grad_norm, in.lr = r.lr;
+      in.tokens = r.tokens, in.step_seconds = r.step_seconds, in.data_seconds = r.data_seconds;
+      metrics_->record(in);
+      s.losses.push_back(r.loss);
+      if (s.losses.size() == 1) {
+        first_tps = r.tokens / r.step_seconds;  // the rate reported if no second step runs
+      } else {
+        timed_seconds += r.step_seconds;
+        timed_tokens += r.tokens;
+      }
+      if (options_.on_step) options_.on_step(r);
+      if (stop && stop->requested()) {
+        s.interrupted = true;
+        print(strprintf("%s received: stopped cleanly after step %lld of %lld",
+                        stop->signal_number() == SIGTERM ? "SIGTERM" : "Ctrl-C (SIGINT)",
+                        static_cast<long long>(step_), static_cast<long long>(cfg_.training.steps)));
+        break;
+      }
+    }
+  } catch (...) {
+    metrics_->finish();  // the error line must not land on a progress line
+    throw;
+  }
+  metrics_->finish();
+  s.wall_seconds = seconds_since(t0);
+  s.steps_done = step_;
+  s.mean_tps = timed_seconds > 0 ? metrics::tokens_per_second_per_rank(timed_tokens, timed_seconds, 1) : first_tps;
+  s.mean_tflops = metrics::achieved_flops_per_rank(flops_per_token_, s.mean_tps) / 1e12;
+  if (peak_flops_ > 0) s.mfu_pct = metrics::mfu_percent(flops_per_token_, s.mean_tps, peak_flops_);
+  if (options_.console) {
+    std::ostream& out = options_.out ? *options_.out : std::cout;
+    out << format_summary(s) << std::flush;
+  }
+  return s;
+}
+
+}  // namespace titan::train

@@ -1,0 +1,133 @@
+#pragma once
+/// @file
+/// @brief The single-rank trainer: builds everything a JobConfig describes
+/// (device, seed, model, tokenizer, data, optimizer, LR schedule, metrics)
+/// and runs the training loop.
+///
+/// The parts stay separate so that parallelism can wrap them later: the
+/// step's micro-batch loop and clipping live in train_step.hpp, the loss in
+/// loss.hpp, the schedule and optimizer in optim/, the log in metrics/.
+/// Data parallelism (issue 4) sets dp_rank/dp_world of the loader and
+/// averages the loss over the data-parallel group at the marked spot in
+/// train_step().
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "titan/config/job_config.hpp"
+#include "titan/config/validate.hpp"
+#include "titan/data/dataloader.hpp"
+#include "titan/metrics/metrics_processor.hpp"
+#include "titan/models/llama3/transformer.hpp"
+#include "titan/optim/lr_schedule.hpp"
+#include "titan/train/summary.hpp"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace titan::train {
+
+/// @brief What one optimizer step measured (job-wide values).
+struct StepResult {
+  int64_t step = 0;         ///< 1-based
+  double loss = 0;          ///< mean loss over the step's global batch
+  double grad_norm = 0;     ///< global gradient norm before clipping
+  double lr = 0;            ///< the learning rate this step applied
+  int64_t tokens = 0;       ///< tokens trained on in this step, all ranks
+  double step_seconds = 0;  ///< wall time of the step, data included
+  double data_seconds = 0;  ///< of which waiting for batches
+};
+
+/// @brief Knobs that are not part of a job's config: for tests, benches and
+/// embedding the trainer in another program.
+struct TrainerOptions {
+  /// Model shape to use instead of [model] flavor's (tests use tiny ones).
+  /// max_seq_len is set to [training] seq_len either way.
+  std::optional<models::llama3::ModelArgs> model_args;
+  /// Called after every step (after its log line), e.g. to collect losses.
+  std::function<void(const StepResult&)> on_step;
+  /// Console output: true prints the banner, log lines and summary.
+  bool console = true;
+  /// Where console output goes; nullptr = std::cout.
+  std::ostream* out = nullptr;
+  /// Live progress line: -1 when stdout is a terminal, 0 never, 1 always.
+  int progress = -1;
+  /// Catch Ctrl-C / SIGTERM during train() and stop after the current step.
+  bool handle_signals = true;
+  /// MFU denominator in FLOP/s; unset = measured (CPU, cached) or looked up
+  /// by GPU name; 0 = no MFU (skips the CPU calibration).
+  std::optional<double> peak_flops;
+};
+
+/// @brief A training run on one rank.
+///
+/// @code
+///   Trainer trainer(config::parse_job_config(argc, argv, 2));
+///   TrainSummary s = trainer.train();
+/// @endcode
+/// Construction validates everything that can be wrong with the inputs
+/// (unsupported features, batch arithmetic, flavor, tokenizer file, vocab
+/// size, dataset) before allocating the model, and throws a one-line
+/// titan::Error for the first problem.
+class Trainer {
+ public:
+  explicit Trainer(config::JobConfig cfg, TrainerOptions options = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  /// @brief Runs steps until [training] steps or a stop signal, logging as
+  /// configured, then prints and returns the summary. A NaN or infinite
+  /// loss (or gradient norm) throws titan::Error naming the step, before
+  /// the optimizer could write NaN into the weights.
+  TrainSummary train();
+
+  /// @brief One optimizer step: zero gradients, accumulate over the
+  /// micro-batches, check the loss, clip, update, advance the LR schedule.
+  /// Does not log (train() feeds the result to the MetricsProcessor).
+  StepResult train_step();
+
+  /// @brief Steps completed so far.
+  int64_t step() const { return step_; }
+  const config::JobConfig& config() const { return cfg_; }
+  const config::BatchPlan& batch_plan() const { return plan_; }
+  const c10::Device& device() const { return device_; }
+  models::llama3::Transformer& model() { return model_; }
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  data::DataLoader& data_loader() { return *loader_; }
+  /// @brief Training FLOPs per token of the model at [training] seq_len.
+  double flops_per_token() const { return flops_per_token_; }
+
+ private:
+  void print(const std::string& line);
+  std::string banner() const;
+
+  config::JobConfig cfg_;
+  TrainerOptions options_;
+  config::BatchPlan plan_;
+  c10::Device device_{c10::kCPU};
+  models::llama3::ModelArgs args_;
+  std::shared_ptr<const data::Tokenizer> tokenizer_;
+  std::unique_ptr<data::DataLoader> loader_;
+  models::llama3::Transformer model_{nullptr};
+  std::vector<at::Tensor> params_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::LRScheduler> scheduler_;
+  std::unique_ptr<metrics::MetricsProcessor> metrics_;
+  double flops_per_token_ = 0;
+  double peak_flops_ = 0;
+  std::string peak_source_;
+  std::string jsonl_path_;
+  int64_t step_ = 0;
+};
+
+}  // namespace titan::train

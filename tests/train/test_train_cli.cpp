@@ -1,0 +1,96 @@
+// `titan train` as a user runs it: a short real run prints the log line and
+// the summary; every kind of bad input gives one clear line and exit 1.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "support/run_command.hpp"
+#include "titan/data/base64.hpp"
+#include "train_test_util.hpp"
+
+namespace {
+
+using titan::testing::bin_path;
+using titan::testing::run_command;
+using titan::testing::ScratchDir;
+using titan::testing::source_path;
+
+#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "missing: " << (part) << "\n" << (text)
+
+// The debug model, cut to a few tiny steps so that a CLI run takes seconds.
+std::string debug_run(const ScratchDir& dir) {
+  return bin_path("titan") + " train --job.config_file " + source_path("train_configs/debug_model.toml") +
+         " --job.dump_folder " + dir.path() + "/out --training.device cpu --training.seq_len 16" +
+         " --training.batch_size 2 --training.steps 3 --metrics.log_freq 1";
+}
+
+// A tiktoken rank file: the 256 single bytes, then `extra` two-byte tokens.
+std::string rank_file(int extra) {
+  std::string text;
+  for (int i = 0; i < 256 + extra; ++i) {
+    std::string bytes = i < 256 ? std::string(1, static_cast<char>(i))
+                                : std::string{static_cast<char>((i - 256) / 256 + 'a'), static_cast<char>(i % 256)};
+    text += titan::data::base64_encode(bytes) + " " + std::to_string(i) + "\n";
+  }
+  return text;
+}
+
+TEST(TrainCli, ShortRunLogsAndSummarises) {
+  ScratchDir dir("train_cli_ok");
+  auto r = run_command(debug_run(dir));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* want : {"model     llama3 debugmodel", "step:  1  loss:", "step:  3  loss:", "grad_norm:", "tps:",
+                           "mfu:", "training done: 3/3 steps", "loss      "}) {
+    EXPECT_HAS(r.output, want);
+  }
+}
+
+TEST(TrainCli, HugeLearningRateStopsOnNonFiniteLoss) {
+  ScratchDir dir("train_cli_nan");
+  auto r = run_command(debug_run(dir) + " --training.steps 30 --optimizer.lr 1e6 --lr_scheduler.warmup_steps 1" +
+                       " --training.max_norm 0");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_HAS(r.output, "error: step ");
+  EXPECT_TRUE(r.output.find("loss is NaN") != std::string::npos || r.output.find("loss is inf") != std::string::npos ||
+              r.output.find("gradient norm is") != std::string::npos)
+      << r.output;
+}
+
+TEST(TrainCli, BadInputIsOneLineAndExitsNonZero) {
+  ScratchDir dir("train_cli_bad");
+  const std::string titan = bin_path("titan") + " train --job.dump_folder " + dir.path() + "/out --training.steps 2";
+  const std::string malformed = dir.write("malformed.toml", "[training\nsteps = 3\n");
+  const std::string unknown = dir.write("unknown.toml", "[training]\nstpes = 3\n");
+  const std::string wrong_type = dir.write("wrong_type.toml", "[training]\nsteps = \"ten\"\n");
+  const std::string corrupt_tok = dir.write("corrupt.model", "this is not a tokenizer\n");
+  const std::string empty_data = dir.write("empty.txt", "");
+  const std::string big_tok = dir.write("big.model", rank_file(1800));  // 2056 ranks + 256 specials > 2048
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {" --job.config_file " + dir.path() + "/missing.toml", "config file not found"},
+      {" --job.config_file " + malformed, "malformed.toml"},
+      {" --job.config_file " + unknown, "did you mean"},
+      {" --job.config_file " + wrong_type, "steps"},
+      {" --training.steps ten", "steps"},
+      {" --training.seq_len 0", "seq_len = 0 is out of range"},
+      {" --training.seq_len -4", "seq_len"},
+      {" --model.flavor 9B", "9B"},
+      {" --model.tokenizer_path " + dir.path() + "/missing.model", "missing.model"},
+      {" --model.tokenizer_path " + corrupt_tok, "corrupt.model"},
+      {" --training.dataset " + empty_data, "empty"},
+      {" --model.tokenizer_path " + big_tok, "2312"},
+      {" --no-such-flag", "unexpected argument"},
+  };
+  for (const auto& [args, expect] : cases) {
+    SCOPED_TRACE(args);
+    auto r = run_command(titan + args);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_HAS(r.output, "error: ");
+    EXPECT_HAS(r.output, expect);
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  }
+}
+
+}  // namespace
