@@ -17,7 +17,7 @@ inline constexpr const char* kLlama3Pattern =
 /// `text`, exactly as a regex engine's find-all (leftmost-first alternation,
 /// greedy quantifiers with backtracking) would. The pieces tile the text.
 ///
-/// Why by hand: std::regex has neither \p{L} nor Unicode classes, and a
+/// Why by hand: std::regex has neither `\p{L}` nor Unicode classes, and a
 /// hand-written scanner is linear and allocation-free.
 void pretokenize_llama3(std::string_view text, const std::function<void(std::string_view)>& piece);
 

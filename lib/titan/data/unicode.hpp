@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// @brief UTF-8 decoding and the Unicode character classes that Llama 3's
-/// pre-tokenisation pattern uses (\p{L}, \p{N}, \s), without ICU or a regex
+/// pre-tokenisation pattern uses (`\p{L}`, `\p{N}`, `\s`), without ICU or a regex
 /// engine: a generated table (unicode_table.cpp) answers L and N.
 
 #include <cstdint>
@@ -12,10 +12,10 @@ namespace titan::data {
 /// @brief What the pre-tokenizer needs to know about one code point.
 enum class CharClass : uint8_t {
   Other,   ///< punctuation, symbols, marks, controls, invalid bytes
-  Letter,  ///< general category L* (\p{L})
-  Number,  ///< general category N* (\p{N})
-  Space,   ///< Unicode White_Space other than CR and LF (\s)
-  Newline  ///< CR or LF: \s too, but the pattern also names them alone
+  Letter,  ///< general category L* (`\p{L}`)
+  Number,  ///< general category N* (`\p{N}`)
+  Space,   ///< Unicode White_Space other than CR and LF (`\s`)
+  Newline  ///< CR or LF: `\s` too, but the pattern also names them alone
 };
 
 /// @brief One decoded code point: its value, its byte length in the input,

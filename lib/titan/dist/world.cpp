@@ -42,9 +42,17 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& env, std::chrono::mi
   if (env.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(env.master_port);
-  opts.isServer = env.rank == 0;
-  opts.numWorkers = env.world_size;
-  opts.waitWorkers = true;
+  // Under torchrun the elastic agent already serves a TCPStore on
+  // MASTER_PORT and says so; then every rank, rank 0 too, is a client.
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool agent_store = agent && std::string(agent) == "True";
+  opts.isServer = env.rank == 0 && !agent_store;
+  if (!agent_store) {
+    opts.numWorkers = env.world_size;
+    opts.waitWorkers = true;
+  } else {
+    opts.waitWorkers = false;
+  }
   opts.timeout = timeout;
   // c10d logs each failed connection attempt with a backtrace; our own error
   // below says it in one line.

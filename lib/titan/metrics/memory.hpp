@@ -47,7 +47,7 @@ void reset_peak_memory(const c10::Device& device);
 std::string device_name(const c10::Device& device);
 
 namespace detail {
-/// Reads "VmRSS", "VmHWM"... (kB) from a /proc/<pid>/status text; -1 if absent.
+/// Reads "VmRSS", "VmHWM"... (kB) from a `/proc/<pid>/status` text; -1 if absent.
 int64_t proc_status_kb(const std::string& status_text, const std::string& field);
 }  // namespace detail
 

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# What a GPU machine runs in one go (a few minutes): build against that
+# machine's own torch (no network there), then run NCCL world-size-1
+# collectives and the CUDA twins of the CPU tests.
+#
+#   bash scripts/gpu_check.sh [OUT_DIR]
+#
+# Uses the python3 on PATH that has torch (override with TITAN_PYTHON), so no
+# venv or download is needed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${1:-${OUT:-/tmp/titan-gpu-check}}"
+mkdir -p "$OUT"
+PY="${TITAN_PYTHON:-python3}"
+VENV_DIR="$(mktemp -d)"
+mkdir -p "$VENV_DIR/bin"
+ln -sf "$(command -v "$PY")" "$VENV_DIR/bin/python3"
+export TITAN_VENV="$VENV_DIR"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+"$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))" | tee -a "$OUT/gpu.txt"
+
+BUILD=build-gpu
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTITAN_WITH_CUDA=ON -DTITAN_BUILD_BENCH=OFF \
+  > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+cmake --build "$BUILD" -j "$(nproc)" > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
+
+status=0
+# The multi-process tests on the GPU: one GPU, so world size 1 over NCCL.
+cd "$BUILD"
+TITAN_TEST_DEVICE=cuda ctest -R "_np1$" --output-on-failure 2>&1 | tee "$OUT/ctest_cuda_np1.log" || status=1
+# Everything else, as on CPU.
+ctest -E "_np[0-9]+$" --output-on-failure 2>&1 | tee "$OUT/ctest_rest.log" || status=1
+echo "gpu_check: status $status"
+exit $status
