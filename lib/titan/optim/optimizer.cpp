@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cmath>
 
+#include "titan/optim/fused_adamw.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::optim {
@@ -50,6 +51,7 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(std::vector<at::Tensor>
                  .eps(options.eps)
                  .weight_decay(options.weight_decay)
                  .amsgrad(false);
+    if (options.fused) return std::make_unique<FusedAdamW>(std::move(params), o);
     return std::make_unique<torch::optim::AdamW>(std::move(params), o);
   }
   auto o = torch::optim::AdamOptions(options.lr)

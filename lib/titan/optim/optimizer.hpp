@@ -31,6 +31,10 @@ struct OptimizerOptions {
   /// Applied to every parameter (norm weights and embeddings included), as
   /// torchtitan does: it builds one param group from model.parameters().
   double weight_decay = 0.1;
+  /// AdamW only: run the update through ATen's fused kernel (FusedAdamW,
+  /// torchtitan's default implementation) instead of the for-loop of
+  /// elementwise ops. Same arithmetic up to fp32 rounding order.
+  bool fused = false;
 };
 
 /// @brief The canonical spelling ("AdamW" or "Adam") of an optimizer name,

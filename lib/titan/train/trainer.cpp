@@ -42,6 +42,9 @@ optim::OptimizerOptions optimizer_options(const config::OptimizerSection& o) {
   optim::OptimizerOptions r;
   r.name = o.name, r.lr = o.lr, r.beta1 = o.beta1, r.beta2 = o.beta2, r.eps = o.eps;
   r.weight_decay = o.weight_decay;
+  // torchtitan's default implementation: one fused kernel per parameter
+  // instead of a dozen elementwise ones (~5% of a debugmodel step on CPU).
+  r.fused = true;
   return r;
 }
 
