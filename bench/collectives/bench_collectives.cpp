@@ -62,10 +62,12 @@ void run_collective(benchmark::State& state, CommOp op) {
     fn();
     state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
+  // Rates in GB per second of manual time (Google Benchmark prints them
+  // with a "/s" suffix), as nccl-tests define algbw and busbw.
   const double factor = titan::dist::bus_bandwidth_factor(op, n);
-  state.counters["algbw_GBps"] = benchmark::Counter(static_cast<double>(bytes) / 1e9,
+  state.counters["algbw_GB"] = benchmark::Counter(static_cast<double>(bytes) / 1e9,
                                                     benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["busbw_GBps"] = benchmark::Counter(static_cast<double>(bytes) * factor / 1e9,
+  state.counters["busbw_GB"] = benchmark::Counter(static_cast<double>(bytes) * factor / 1e9,
                                                     benchmark::Counter::kIsIterationInvariantRate);
   state.counters["ranks"] = n;
   state.SetBytesProcessed(state.iterations() * bytes);
