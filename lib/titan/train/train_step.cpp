@@ -18,7 +18,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 AccumulationResult accumulate_gradients(models::llama3::Transformer& model, const BatchSource& next_batch,
-                                        int64_t accumulation_steps, const c10::Device& device) {
+                                        int64_t accumulation_steps, const c10::Device& device,
+                                        const std::function<void(bool)>& set_gradient_sync) {
   TITAN_CHECK(accumulation_steps >= 1, "gradient accumulation needs at least 1 micro-batch, got ",
               accumulation_steps);
   AccumulationResult r;
@@ -36,6 +37,7 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model, cons
     // Each micro-batch's loss is a mean over its tokens; dividing by the
     // number of micro-batches makes the summed gradients those of the mean
     // over the whole step's batch (all micro-batches hold equally many tokens).
+    if (set_gradient_sync) set_gradient_sync(i + 1 == accumulation_steps);
     (loss / static_cast<double>(accumulation_steps)).backward();
 
     at::Tensor detached = loss.detach();
@@ -46,10 +48,11 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model, cons
   return r;
 }
 
-double clip_gradients(const std::vector<at::Tensor>& params, double max_norm) {
-  if (max_norm > 0) return optim::clip_grad_norm(params, max_norm, 2.0);
-  // No clipping, but the log still reports the norm (a world of one: no group).
-  return optim::total_grad_norm(params, 2.0, {});
+double clip_gradients(const std::vector<at::Tensor>& params, double max_norm,
+                      const std::vector<const dist::ProcessGroup*>& shard_groups) {
+  if (max_norm > 0) return optim::clip_grad_norm(params, max_norm, 2.0, shard_groups);
+  // No clipping, but the log still reports the norm.
+  return optim::total_grad_norm(params, 2.0, shard_groups);
 }
 
 }  // namespace titan::train

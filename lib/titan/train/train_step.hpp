@@ -17,6 +17,10 @@
 #include "titan/data/dataloader.hpp"
 #include "titan/models/llama3/transformer.hpp"
 
+namespace titan::dist {
+class ProcessGroup;
+}
+
 namespace titan::train {
 
 /// @brief Where micro-batches come from: the data loader's next(), or a
@@ -41,12 +45,21 @@ struct AccumulationResult {
 /// micro-batches — the same gradients as one big batch of the same samples
 /// (up to fp32 rounding). Gradients are accumulated into the existing
 /// .grad (zero them first). Batches are moved to `device`.
+///
+/// `set_gradient_sync`, when given, is called before each backward with
+/// true for the last micro-batch only: data parallelism uses it to skip
+/// the gradient all-reduce on the others (DDP's no_sync), since only the
+/// accumulated sum needs averaging.
 AccumulationResult accumulate_gradients(models::llama3::Transformer& model, const BatchSource& next_batch,
-                                        int64_t accumulation_steps, const c10::Device& device);
+                                        int64_t accumulation_steps, const c10::Device& device,
+                                        const std::function<void(bool)>& set_gradient_sync = {});
 
 /// @brief Clips the gradients of `params` to global norm `max_norm` (no
 /// clipping when max_norm <= 0; the norm is still computed for the log) and
 /// returns the norm before clipping (NaN/inf as is, gradients untouched).
-double clip_gradients(const std::vector<at::Tensor>& params, double max_norm);
+/// With `shard_groups`, each rank holds shards of the gradients over those
+/// groups (FSDP) and the norm is that of the whole gradient.
+double clip_gradients(const std::vector<at::Tensor>& params, double max_norm,
+                      const std::vector<const dist::ProcessGroup*>& shard_groups = {});
 
 }  // namespace titan::train

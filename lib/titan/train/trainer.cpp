@@ -14,7 +14,10 @@
 
 #include "titan/config/supported.hpp"
 #include "titan/data/files.hpp"
+#include "titan/dist/device_mesh.hpp"
 #include "titan/dist/launch_env.hpp"
+#include "titan/dist/process_group.hpp"
+#include "titan/dist/world.hpp"
 #include "titan/metrics/cpu_peak.hpp"
 #include "titan/metrics/format.hpp"
 #include "titan/metrics/memory.hpp"
@@ -69,11 +72,15 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // Everything that can be wrong with the inputs is checked first, cheapest
   // first, so that a bad config fails in milliseconds with one line and
   // before any output.
-  const dist::LaunchEnv env = dist::read_launch_env();
+  TITAN_CHECK(options_.emulate_dp_ranks >= 1, "emulate_dp_ranks must be >= 1, got ", options_.emulate_dp_ranks);
+  // The emulating reference is one process whatever launched it (tests run
+  // it on every rank of a parallel job to compare against).
+  const dist::LaunchEnv env = options_.emulate_dp_ranks > 1 ? dist::LaunchEnv{} : dist::read_launch_env();
+  rank_ = env.rank;
   config::check_supported(cfg_, env.world_size);
-  // Single rank for now: data parallelism (issue 4) passes its degree here
-  // and gives the loader this rank's dp_rank / dp_world.
-  plan_ = config::plan_batches(cfg_, /*dp_degree=*/1);
+  dims_ = parallel::ParallelDims::from_config(cfg_, env.world_size);
+  const int64_t dp_ranks_read = std::max<int64_t>(dims_.dp_degree(), options_.emulate_dp_ranks);
+  plan_ = config::plan_batches(cfg_, dp_ranks_read);
   device_ = resolve_device(cfg_.training.device, env.local_rank);
 
   args_ = options_.model_args ? *options_.model_args : models::llama3::flavor_args(cfg_.model.flavor);
@@ -82,27 +89,51 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
 
   tokenizer_ = data::load_tokenizer(cfg_.model.tokenizer_path);
   data::check_vocab_fits(*tokenizer_, args_.vocab_size);
-  data::DataLoaderOptions dopts;
-  dopts.dataset = cfg_.training.dataset;
-  dopts.batch_size = plan_.local_batch;
-  dopts.seq_len = cfg_.training.seq_len;
-  dopts.dp_rank = 0;
-  dopts.dp_world = plan_.dp_degree;
-  loader_ = std::make_unique<data::DataLoader>(tokenizer_, dopts);
-  // A dataset too small for one window (an empty file) would only fail at
-  // step 1, after the model was built and the banner printed: draw one
-  // batch now and rewind, which the loader restores exactly.
-  const auto start = loader_->state_dict();
-  loader_->next();
-  loader_->load_state_dict(start);
+
+  // Join the job once the inputs are known to be good (so a bad config fails
+  // alike on every rank without a rendezvous), then lay the ranks out.
+  if (env.world_size > 1) {
+    dist::InitOptions init;
+    init.device = device_.is_cuda() ? "cuda" : "cpu";
+    init.timeout = std::chrono::seconds(cfg_.comm.timeout_seconds);
+    init.rendezvous_timeout = std::chrono::seconds(cfg_.comm.init_timeout_seconds);
+    const dist::World& world = dist::init_distributed(init);
+    mesh_ = std::make_unique<dist::DeviceMesh>(dims_.build_mesh(world));
+    const std::string dp_name = dims_.dp_mesh_name();
+    if (!dp_name.empty() && dims_.dp_degree() > 1) dp_group_ = mesh_->group(dp_name);
+  }
+
+  // Data: this rank's shard of the documents, or (the reference) the shards
+  // of every emulated rank.
+  const int64_t dp_rank = dp_group_ ? dp_group_->rank() : 0;
+  for (int64_t k = 0; k < options_.emulate_dp_ranks; ++k) {
+    data::DataLoaderOptions dopts;
+    dopts.dataset = cfg_.training.dataset;
+    dopts.batch_size = plan_.local_batch;
+    dopts.seq_len = cfg_.training.seq_len;
+    dopts.dp_rank = options_.emulate_dp_ranks > 1 ? k : dp_rank;
+    dopts.dp_world = plan_.dp_degree;
+    loaders_.push_back(std::make_unique<data::DataLoader>(tokenizer_, dopts));
+    // A dataset too small for one window (an empty file) would only fail at
+    // step 1, after the model was built and the banner printed: draw one
+    // batch now and rewind, which the loader restores exactly.
+    const auto start = loaders_.back()->state_dict();
+    loaders_.back()->next();
+    loaders_.back()->load_state_dict(start);
+  }
 
   // Seed right before the model draws its weights, so that nothing done
-  // above (tokenizer training, data scanning) can shift the draws.
+  // above (tokenizer training, data scanning) can shift the draws. Every
+  // rank draws the same full weights, so a parallel run starts where the
+  // single-process reference does; parallelize_llama then keeps only this
+  // rank's part. (Initialising each shard in place, for models that do not
+  // fit on one rank, needs offset-based random draws: a later issue.)
   set_determinism(cfg_.training.seed, cfg_.training.deterministic, device_);
   model_ = models::llama3::Transformer(args_, at::TensorOptions().device(device_).dtype(at::kFloat));
   model_->init_weights();
   model_->train();
-  params_ = model_->parameters();
+  parallelized_ = models::llama3::parallelize_llama(model_, dims_, mesh_.get(), cfg_);
+  params_ = parallelized_.params;
   optimizer_ = optim::build_optimizer(params_, optimizer_options(cfg_.optimizer));
   scheduler_ = std::make_unique<optim::LRScheduler>(*optimizer_, optim::LRSchedule(schedule_options(cfg_)));
 
@@ -135,9 +166,12 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   mopts.total_steps = cfg_.training.steps;
   mopts.flops_per_token = flops_per_token_;
   mopts.peak_flops = peak_flops_;
-  mopts.num_ranks = 1;
+  mopts.num_ranks = static_cast<int>(dims_.world_size);
   mopts.device = device_;
   mopts.jsonl_path = jsonl_path_;
+  // One log for the job: rank 0 prints, the others only compute (their
+  // values are the same job-wide ones).
+  if (rank_ != 0) options_.console = false;
   mopts.console = options_.console;
   mopts.progress = options_.progress;
   mopts.out = options_.out;
@@ -161,10 +195,14 @@ std::string Trainer::banner() const {
   s += "  device    " + device_.str() + " (" + metrics::device_name(device_) + ")";
   if (device_.is_cpu()) s += strprintf(", %d threads", at::get_num_threads());
   s += "\n  tokenizer " + tokenizer_->describe() + "\n";
-  s += "  data      " + loader_->dataset_path() + "\n";
-  s += strprintf("  batch     %lld x %lld tokens, %lld micro-batch(es) per step = %s tokens per step\n",
+  s += "  data      " + loaders_.front()->dataset_path() + "\n";
+  s += "  parallel  " + dims_.describe() + (parallelized_.description.empty() ? "" : ": " + parallelized_.description);
+  if (options_.emulate_dp_ranks > 1)
+    s += strprintf("single-process reference of %lld data-parallel ranks", static_cast<long long>(options_.emulate_dp_ranks));
+  s += "\n";
+  s += strprintf("  batch     %lld x %lld tokens, %lld micro-batch(es) per step on %lld data-parallel rank(s) = %s tokens per step\n",
                  static_cast<long long>(plan_.local_batch), static_cast<long long>(cfg_.training.seq_len),
-                 static_cast<long long>(plan_.accumulation_steps),
+                 static_cast<long long>(plan_.accumulation_steps), static_cast<long long>(plan_.dp_degree),
                  metrics::with_thousands(static_cast<double>(plan_.global_batch * cfg_.training.seq_len)).c_str());
   s += strprintf("  optimizer %s lr %g, %lld warm-up steps, %s decay; %lld steps, seed %lld\n",
                  cfg_.optimizer.name.c_str(), cfg_.optimizer.lr, static_cast<long long>(scheduler_->schedule().warmup_steps()),
@@ -182,18 +220,31 @@ StepResult Trainer::train_step() {
   r.lr = scheduler_->current_lr();
 
   optimizer_->zero_grad(/*set_to_none=*/true);
-  AccumulationResult acc = accumulate_gradients(
-      model_, [this] { return loader_->next(); }, plan_.accumulation_steps, device_);
-  // Data parallelism (issue 4) all-reduces the loss (mean) and tokens (sum)
-  // over the data-parallel group here; the gradients over it before clipping.
-  r.loss = acc.loss.item<double>();  // the step's one host-device sync
-  r.tokens = acc.tokens;
+  // The reference of N emulated ranks takes rank 0's micro-batch, then rank
+  // 1's, ..., N times as many micro-batches as one rank: the mean of their
+  // losses is the mean the N ranks' averaged gradients descend.
+  const int64_t readers = static_cast<int64_t>(loaders_.size());
+  int64_t next_reader = 0;
+  auto next_batch = [&] { return loaders_[static_cast<size_t>(next_reader++ % readers)]->next(); };
+  AccumulationResult acc = accumulate_gradients(model_, next_batch, plan_.accumulation_steps * readers, device_,
+                                                parallelized_.set_gradient_sync);
+  if (parallelized_.finish_gradient_sync) parallelized_.finish_gradient_sync();
+  // Job-wide numbers: every data-parallel rank saw its own batch, so the
+  // loss is their mean and the tokens their sum. All ranks get the same
+  // values, so a NaN stops every rank at the same step.
+  at::Tensor loss_and_tokens = at::stack({acc.loss.to(at::kDouble), at::scalar_tensor(static_cast<double>(acc.tokens),
+                                                                                      acc.loss.options().dtype(at::kDouble))});
+  if (dp_group_) dp_group_->all_reduce(loss_and_tokens);
+  const at::Tensor host = loss_and_tokens.cpu();  // the step's one host-device sync
+  const double ranks = dp_group_ ? static_cast<double>(dp_group_->size()) : 1.0;
+  r.loss = host[0].item<double>() / ranks;
+  r.tokens = static_cast<int64_t>(host[1].item<double>());
   r.data_seconds = acc.data_seconds;
   // Stop before the optimizer turns the weights into NaN: what was trained
   // (and, later, checkpointed) up to the previous step stays usable.
   TITAN_CHECK(std::isfinite(r.loss), "step ", r.step, ": loss is ", nonfinite_name(r.loss),
               "; stopping (lower [optimizer] lr or [training] max_norm, or check the data)");
-  r.grad_norm = clip_gradients(params_, cfg_.training.max_norm);
+  r.grad_norm = clip_gradients(params_, cfg_.training.max_norm, parallelized_.grad_shard_groups);
   TITAN_CHECK(std::isfinite(r.grad_norm), "step ", r.step, ": gradient norm is ", nonfinite_name(r.grad_norm),
               " (loss ", r.loss, "); stopping (lower [optimizer] lr or [training] max_norm)");
   optimizer_->step();
@@ -247,7 +298,9 @@ TrainSummary Trainer::train() {
   metrics_->finish();
   s.wall_seconds = seconds_since(t0);
   s.steps_done = step_;
-  s.mean_tps = timed_seconds > 0 ? metrics::tokens_per_second_per_rank(timed_tokens, timed_seconds, 1) : first_tps;
+  const int ranks = static_cast<int>(dims_.world_size);
+  s.mean_tps = timed_seconds > 0 ? metrics::tokens_per_second_per_rank(timed_tokens, timed_seconds, ranks)
+                                 : first_tps / ranks;
   s.mean_tflops = metrics::achieved_flops_per_rank(flops_per_token_, s.mean_tps) / 1e12;
   if (peak_flops_ > 0) s.mfu_pct = metrics::mfu_percent(flops_per_token_, s.mean_tps, peak_flops_);
   if (options_.console) {

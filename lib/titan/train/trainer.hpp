@@ -4,12 +4,13 @@
 /// (device, seed, model, tokenizer, data, optimizer, LR schedule, metrics)
 /// and runs the training loop.
 ///
-/// The parts stay separate so that parallelism can wrap them later: the
-/// step's micro-batch loop and clipping live in train_step.hpp, the loss in
-/// loss.hpp, the schedule and optimizer in optim/, the log in metrics/.
-/// Data parallelism (issue 4) sets dp_rank/dp_world of the loader and
-/// averages the loss over the data-parallel group at the marked spot in
-/// train_step().
+/// The parts stay separate so that parallelism wraps them: the step's
+/// micro-batch loop and clipping live in train_step.hpp, the loss in
+/// loss.hpp, the schedule and optimizer in optim/, the log in metrics/, and
+/// what the parallel degrees do to the model in
+/// models/llama3/parallelize.hpp. Under a launcher (WORLD_SIZE > 1) every
+/// rank builds a Trainer; the data-parallel ranks read disjoint shards of the
+/// data and the logged loss and gradient norm are the job-wide ones.
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,12 +29,18 @@
 #include "titan/data/dataloader.hpp"
 #include "titan/metrics/metrics_processor.hpp"
 #include "titan/models/llama3/transformer.hpp"
+#include "titan/models/llama3/parallelize.hpp"
 #include "titan/optim/lr_schedule.hpp"
+#include "titan/parallel/parallel_dims.hpp"
 #include "titan/train/summary.hpp"
 
 namespace torch::optim {
 class Optimizer;
 }
+namespace titan::dist {
+class DeviceMesh;
+class ProcessGroup;
+}  // namespace titan::dist
 
 namespace titan::train {
 
@@ -66,6 +74,15 @@ struct TrainerOptions {
   /// MFU denominator in FLOP/s; unset = measured (CPU, cached) or looked up
   /// by GPU name; 0 = no MFU (skips the CPU calibration).
   std::optional<double> peak_flops;
+  /// The single-process reference of an N-rank data-parallel run: on one
+  /// rank, read the batches that N data-parallel ranks would read (N
+  /// loaders, dp_rank 0..N-1) and accumulate all of them into each step,
+  /// so that losses, gradient norms and weights are those the N-rank run
+  /// must reproduce (tests compare the two). 1 = an ordinary run. > 1
+  /// ignores the launch environment: the reference is one process even
+  /// when a launcher started it, and the config's parallel degrees must
+  /// resolve on one rank (leave them at their defaults).
+  int64_t emulate_dp_ranks = 1;
 };
 
 /// @brief A training run on one rank.
@@ -101,9 +118,18 @@ class Trainer {
   const config::JobConfig& config() const { return cfg_; }
   const config::BatchPlan& batch_plan() const { return plan_; }
   const c10::Device& device() const { return device_; }
+  /// @brief The resolved parallel degrees of this job.
+  const parallel::ParallelDims& parallel_dims() const { return dims_; }
+  /// @brief This rank's global rank (0 without a launcher).
+  int rank() const { return rank_; }
+  /// @brief The parameters the optimizer steps: this rank's shards under FSDP.
+  const std::vector<at::Tensor>& trained_parameters() const { return params_; }
   models::llama3::Transformer& model() { return model_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
-  data::DataLoader& data_loader() { return *loader_; }
+  data::DataLoader& data_loader() { return *loaders_.front(); }
+  /// @brief The full, unsharded weights under torchtitan's names, gathered
+  /// from the shards under FSDP (collective: call it on every rank).
+  std::map<std::string, at::Tensor> full_state_dict() { return parallelized_.full_state_dict(); }
   /// @brief Training FLOPs per token of the model at [training] seq_len.
   double flops_per_token() const { return flops_per_token_; }
 
@@ -117,8 +143,16 @@ class Trainer {
   c10::Device device_{c10::kCPU};
   models::llama3::ModelArgs args_;
   std::shared_ptr<const data::Tokenizer> tokenizer_;
-  std::unique_ptr<data::DataLoader> loader_;
+  /// One loader per data-parallel rank this process reads for: one, or
+  /// TrainerOptions::emulate_dp_ranks of them.
+  std::vector<std::unique_ptr<data::DataLoader>> loaders_;
+  parallel::ParallelDims dims_;
+  std::unique_ptr<dist::DeviceMesh> mesh_;
+  /// The group the loss is averaged over (the data-parallel ranks); null on one rank.
+  std::shared_ptr<dist::ProcessGroup> dp_group_;
+  int rank_ = 0;
   models::llama3::Transformer model_{nullptr};
+  models::llama3::ParallelizedModel parallelized_;
   std::vector<at::Tensor> params_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRScheduler> scheduler_;

@@ -1,0 +1,64 @@
+#pragma once
+/// @file
+/// @brief parallelize_llama: applies the parallelisms a job's degrees ask
+/// for to a built Llama 3 model, and tells the train step what changed
+/// (which tensors the optimizer steps, how gradients are synchronised).
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "titan/models/llama3/transformer.hpp"
+
+namespace titan::config {
+struct JobConfig;
+}
+namespace titan::dist {
+class DeviceMesh;
+class ProcessGroup;
+}  // namespace titan::dist
+namespace titan::parallel {
+struct ParallelDims;
+}
+
+namespace titan::models::llama3 {
+
+/// @brief What parallelize_llama did, in the terms the train step needs.
+struct ParallelizedModel {
+  /// The tensors the optimizer steps: the model's parameters, or this rank's
+  /// shards of them under FSDP.
+  std::vector<at::Tensor> params;
+  /// Groups over which the gradients of `params` are sharded (FSDP's
+  /// dp_shard), for the global gradient norm; empty when they are whole.
+  std::vector<const dist::ProcessGroup*> grad_shard_groups;
+  /// Called before each micro-batch's backward with true for the last one
+  /// of a step: DDP skips the all-reduce (no_sync) on the others. Empty when
+  /// nothing depends on it.
+  std::function<void(bool)> set_gradient_sync;
+  /// Called after the last backward of a step, before clipping: waits for
+  /// gradient communication still in flight. Empty when none can be.
+  std::function<void()> finish_gradient_sync;
+  /// Gathers the full, unsharded weights under torchtitan's names
+  /// (collective under FSDP: every rank must call it).
+  std::function<std::map<std::string, at::Tensor>()> full_state_dict;
+  /// e.g. "FSDP per block + root over dp_shard (4 ranks)"; "" on one rank.
+  std::string description;
+  /// The DDP/FSDP state the hooks refer to; kept alive with the model.
+  std::shared_ptr<void> state;
+};
+
+/// @brief Applies data parallelism as torchtitan does: FSDP (fully_shard per
+/// transformer block, then the root) when dp_shard > 1, over the 2-D
+/// (dp_replicate, dp_shard) mesh as HSDP when dp_replicate > 1 too; DDP
+/// (replicate) when only dp_replicate > 1; nothing on one rank. `mesh` is
+/// the job's mesh from ParallelDims::build_mesh (null on one rank).
+/// [training] mixed_precision_param / mixed_precision_reduce choose FSDP's
+/// MixedPrecisionPolicy. Collective: every rank calls it with the same model.
+ParallelizedModel parallelize_llama(Transformer& model, const parallel::ParallelDims& dims, dist::DeviceMesh* mesh,
+                                    const config::JobConfig& cfg);
+
+}  // namespace titan::models::llama3
