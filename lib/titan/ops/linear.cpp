@@ -10,7 +10,9 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, at::TensorOpti
   weight = register_parameter("weight", at::empty({out_features, in_features}, options));
 }
 
-at::Tensor LinearImpl::forward(const at::Tensor& x) { return at::linear(x, weight); }
+at::Tensor LinearImpl::forward(const at::Tensor& x) {
+  return call_with_hooks(x, [this](const at::Tensor& in) { return at::linear(in, weight); });
+}
 
 EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim,
                              at::TensorOptions options) {
@@ -20,6 +22,8 @@ EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim,
   weight = register_parameter("weight", at::empty({num_embeddings, embedding_dim}, options));
 }
 
-at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) { return at::embedding(weight, ids); }
+at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) {
+  return call_with_hooks(ids, [this](const at::Tensor& in) { return at::embedding(weight, in); });
+}
 
 }  // namespace titan::ops

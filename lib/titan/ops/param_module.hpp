@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include "titan/ops/forward_hooks.hpp"
+
 #include <string>
 
 namespace titan::ops {
@@ -17,7 +19,11 @@ namespace titan::ops {
 /// so materialising a meta-built model (to_empty) and, later, replacing full
 /// weights by shards need this hook. Subclasses keep convenience members
 /// (`weight`) and re-read them in rebind_parameters().
-class ParamModule : public torch::nn::Module {
+///
+/// It is a HookableModule, and the leaf modules run their forward through
+/// call_with_hooks(), so that a single leaf can be its own FSDP unit (the
+/// seed's `fully_shard(model.tok_embeddings)` that stays fp32).
+class ParamModule : public HookableModule {
  public:
   /// Replaces this module's own parameter `name` by `value` (keeping its
   /// requires_grad flag) and rebinds the subclass's members. Throws

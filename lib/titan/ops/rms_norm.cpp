@@ -17,7 +17,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim_, double eps_, at::TensorOptions options)
 }
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
-  return at::rms_norm(x, {dim}, weight, eps);
+  return call_with_hooks(x, [this](const at::Tensor& in) { return at::rms_norm(in, {dim}, weight, eps); });
 }
 
 void RMSNormImpl::reset_parameters() {

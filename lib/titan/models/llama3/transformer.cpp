@@ -37,6 +37,10 @@ const ops::RopeTable& TransformerImpl::rope_table(at::Device device) {
 }
 
 at::Tensor TransformerImpl::forward(const at::Tensor& input) {
+  return call_with_hooks(input, [this](const at::Tensor& in) { return forward_body(in); });
+}
+
+at::Tensor TransformerImpl::forward_body(const at::Tensor& input) {
   at::Tensor h;
   if (tok_embeddings) {
     TITAN_CHECK(input.dim() == 2, "llama3: expected tokens [batch, seq], got ", input.sizes());

@@ -13,6 +13,7 @@
 
 #include "titan/models/llama3/model_args.hpp"
 #include "titan/models/llama3/transformer_block.hpp"
+#include "titan/ops/forward_hooks.hpp"
 #include "titan/ops/linear.hpp"
 #include "titan/ops/rms_norm.hpp"
 #include "titan/ops/rope.hpp"
@@ -35,7 +36,10 @@ namespace titan::models::llama3 {
 ///
 /// Build it on the meta device (options.device(at::kMeta)) to count or plan
 /// without memory, then to_empty() and init_weights() to materialise.
-class TransformerImpl : public torch::nn::Module {
+///
+/// It is a HookableModule (as is each block) so that fully_shard can gather
+/// the root's parameters around the whole forward.
+class TransformerImpl : public ops::HookableModule {
  public:
   /// Builds every module with uninitialised weights on options' device/dtype;
   /// call init_weights() before use. Validates `args` (titan::Error).
@@ -73,6 +77,7 @@ class TransformerImpl : public torch::nn::Module {
   ops::Linear output{nullptr};             ///< [vocab, dim]; null on earlier pipeline stages
 
  private:
+  at::Tensor forward_body(const at::Tensor& input);
   const ops::RopeTable& rope_table(at::Device device);
 
   ModelArgs args_;

@@ -21,8 +21,10 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t layer_id_, const ModelArgs& a
 
 at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos,
                                          const at::Tensor& sin) {
-  at::Tensor h = x + attention(attention_norm(x), cos, sin);
-  return h + feed_forward(ffn_norm(h));
+  return call_with_hooks(x, [&](const at::Tensor& in) {
+    at::Tensor h = in + attention(attention_norm(in), cos, sin);
+    return h + feed_forward(ffn_norm(h));
+  });
 }
 
 void TransformerBlockImpl::init_weights() {

@@ -10,6 +10,7 @@
 #include "titan/models/llama3/attention.hpp"
 #include "titan/models/llama3/feed_forward.hpp"
 #include "titan/models/llama3/model_args.hpp"
+#include "titan/ops/forward_hooks.hpp"
 #include "titan/ops/rms_norm.hpp"
 
 namespace titan::models::llama3 {
@@ -17,8 +18,9 @@ namespace titan::models::llama3 {
 /// @brief h = x + attention(attention_norm(x)); out = h + feed_forward(ffn_norm(h)).
 ///
 /// The unit that FSDP shards and activation checkpointing recomputes, so it is
-/// a module of its own with torchtitan's submodule names.
-class TransformerBlockImpl : public torch::nn::Module {
+/// a module of its own with torchtitan's submodule names. It is a
+/// HookableModule so that fully_shard can run code around its forward.
+class TransformerBlockImpl : public ops::HookableModule {
  public:
   /// Builds block `layer_id` (0-based; it sets the depth-scaled init std).
   TransformerBlockImpl(int64_t layer_id, const ModelArgs& args, at::TensorOptions options = {});

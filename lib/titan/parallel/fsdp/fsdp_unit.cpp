@@ -1,0 +1,251 @@
+// FsdpUnit's collectives and memory handling: the flat all-gather, the
+// copy-out into full parameters, freeing and refilling their storage, and
+// the gradient reduce-scatter.
+
+#include "titan/parallel/fsdp/fsdp_unit.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/StorageImpl.h>
+
+#include <mutex>
+
+#include "titan/dist/comm_log.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::fsdp {
+namespace {
+
+std::mutex& events_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::vector<FsdpEvent>& events() {
+  static std::vector<FsdpEvent> ev;
+  return ev;
+}
+
+double now_us() { return dist::CommLog::instance().now_us(); }
+
+// Memory of a full parameter whose data the autograd graph still needs
+// later: drop the bytes, keep the StorageImpl (and so every tensor that
+// aliases it).
+void free_storage(const at::Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_nbytes(0);
+  s->set_data_ptr_noswap(s->allocator()->allocate(0));
+}
+
+// Gives the StorageImpl back `nbytes` of fresh memory from its own allocator
+// (the CUDA caching allocator on GPUs).
+void alloc_storage(const at::Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  const size_t nbytes = static_cast<size_t>(t.numel()) * t.element_size();
+  if (s->nbytes() == nbytes) return;
+  s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
+  s->set_nbytes(nbytes);
+}
+
+}  // namespace
+
+void record_event(FsdpEvent e) {
+  std::lock_guard<std::mutex> lock(events_mutex());
+  events().push_back(std::move(e));
+}
+
+std::vector<FsdpEvent> fsdp_events() {
+  std::lock_guard<std::mutex> lock(events_mutex());
+  return events();
+}
+
+void clear_fsdp_events() {
+  std::lock_guard<std::mutex> lock(events_mutex());
+  events().clear();
+}
+
+FsdpUnit::FsdpUnit(std::string name, std::vector<FsdpParam> params, const dist::DeviceMesh& mesh,
+                   const FullyShardOptions& options, at::Device compute_device)
+    : name_(std::move(name)),
+      params_(std::move(params)),
+      mesh_(std::make_shared<const dist::DeviceMesh>(mesh)),
+      options_(options),
+      compute_device_(compute_device),
+      shard_device_(options.offload_policy && options.offload_policy->offload_params ? at::Device(at::kCPU)
+                                                                                    : compute_device) {
+  if (mesh.ndim() == 1) {
+    shard_group_ = mesh.group(0);
+    placements_ = {Placement::shard(0)};
+  } else {
+    replicate_group_ = mesh.group(0);
+    shard_group_ = mesh.group(1);
+    placements_ = {Placement::replicate(), Placement::shard(0)};
+  }
+  for (FsdpParam& p : params_) {
+    p.offset = flat_numel_;
+    flat_numel_ += p.segment_numel();
+  }
+}
+
+at::ScalarType FsdpUnit::param_dtype() const {
+  if (options_.mp_policy.param_dtype) return *options_.mp_policy.param_dtype;
+  return params_.empty() ? at::kFloat : params_.front().shard.scalar_type();
+}
+
+at::ScalarType FsdpUnit::reduce_dtype() const {
+  if (options_.mp_policy.reduce_dtype) return *options_.mp_policy.reduce_dtype;
+  return param_dtype();
+}
+
+// This rank's segment of the flat buffer: every parameter's shard padded to
+// padded_rows, cast to param_dtype, on the compute device (the copy is where
+// offloaded shards come off the CPU).
+at::Tensor FsdpUnit::shard_send_buffer() const {
+  at::Tensor buf = at::zeros({flat_numel_}, at::TensorOptions().dtype(param_dtype()).device(compute_device_));
+  for (const FsdpParam& p : params_) {
+    if (p.local_rows == 0) continue;
+    buf.narrow(0, p.offset, p.local_rows * p.row_numel).copy_(p.shard.detach().reshape({-1}));
+  }
+  return buf;
+}
+
+void FsdpUnit::issue_all_gather(bool prefetch) {
+  if (pending_ || live_ || params_.empty()) return;
+  at::NoGradGuard no_grad;
+  const auto& g = *shard_group_;
+  gather_in_ = shard_send_buffer();
+  gather_out_ = at::empty({g.size() * flat_numel_}, gather_in_.options());
+  // One all-gather for the whole unit (FSDP2 groups a unit's parameters the
+  // same way): fewer, larger messages. Issued without waiting, so compute
+  // can run while it is in flight; unshard() waits.
+  dist::CommRecord rec;
+  rec.op = dist::CommOp::AllGather;
+  rec.group = g.name();
+  rec.group_size = g.size();
+  rec.payload_bytes = gather_out_.numel() * gather_out_.element_size();
+  rec.wire_bytes = static_cast<int64_t>(dist::all_gather_bytes(double(rec.payload_bytes), g.size()));
+  rec.step = dist::CommLog::instance().current_step();
+  rec.start_us = now_us();
+  gather_issued_us_ = rec.start_us;
+  gather_prefetched_ = prefetch;
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    c10d::AllgatherOptions opts;
+    opts.timeout = g.timeout();
+    work = g.backend()->_allgather_base(gather_out_, gather_in_, opts);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    g.fail("all_gather", e.what(), 0.0);
+  }
+  pending_ = std::make_shared<dist::PendingWork>(&g, rec, std::move(work), nullptr);
+}
+
+void FsdpUnit::unshard() {
+  if (live_ || params_.empty()) return;
+  if (!pending_) issue_all_gather(/*prefetch=*/false);
+  pending_->wait();
+  pending_.reset();
+  gather_in_ = at::Tensor();
+  at::NoGradGuard no_grad;
+  copy_out(gather_out_);
+  gather_out_ = at::Tensor();
+  record_event({name_, "all_gather", gather_issued_us_, now_us(), gather_prefetched_});
+  live_ = true;
+  freed_ = false;
+}
+
+// gathered = [n, flat] rank-major; parameter j is rows of every rank's
+// segment j, stacked, with the padding rows cut off.
+void FsdpUnit::copy_out(const at::Tensor& gathered) {
+  const int64_t n = shard_group_->size();
+  at::Tensor by_rank = gathered.view({n, flat_numel_});
+  const bool refill = freed_ && full_.size() == params_.size();
+  if (!refill) full_.assign(params_.size(), at::Tensor());
+  for (size_t j = 0; j < params_.size(); ++j) {
+    const FsdpParam& p = params_[j];
+    std::vector<int64_t> padded_shape = p.shape;
+    padded_shape[0] = n * p.padded_rows;
+    at::Tensor src = by_rank.narrow(1, p.offset, p.segment_numel()).reshape(padded_shape).narrow(0, 0, p.rows);
+    if (refill) {
+      // Write through a fresh alias of the same memory: the saved tensors'
+      // version counters stay as autograd recorded them.
+      alloc_storage(full_[j]);
+      at::from_blob(full_[j].storage().mutable_data(), p.shape, full_[j].options()).copy_(src);
+    } else {
+      // Own storage per parameter, so that each can be freed and refilled alone.
+      full_[j] = at::empty(p.shape, src.options());
+      full_[j].copy_(src);
+    }
+  }
+}
+
+void FsdpUnit::free_full_storage() {
+  for (const at::Tensor& t : full_)
+    if (t.defined()) free_storage(t);
+  live_ = false;
+  freed_ = true;
+}
+
+void FsdpUnit::release_full() {
+  if (freed_ || live_) {
+    for (const at::Tensor& t : full_)
+      if (t.defined()) free_storage(t);  // the graph may still hold aliases
+  }
+  full_.clear();
+  live_ = false;
+  freed_ = false;
+}
+
+std::vector<at::Tensor> FsdpUnit::reduce_gradients(const std::vector<at::Tensor>& full_grads) {
+  TITAN_CHECK(full_grads.size() == params_.size(), "fsdp: unit ", name_, " got ", full_grads.size(),
+              " gradients for ", params_.size(), " parameters");
+  at::NoGradGuard no_grad;
+  const int64_t n = shard_group_->size();
+  const auto ropts = at::TensorOptions().dtype(reduce_dtype()).device(compute_device_);
+  // [n, flat]: row r holds, for every parameter, the rows rank r owns.
+  at::Tensor input = at::zeros({n, flat_numel_}, ropts);
+  for (size_t j = 0; j < params_.size(); ++j) {
+    const FsdpParam& p = params_[j];
+    if (!full_grads[j].defined()) continue;
+    std::vector<int64_t> padded_shape = p.shape;
+    padded_shape[0] = n * p.padded_rows;
+    at::Tensor dst = input.narrow(1, p.offset, p.segment_numel());
+    at::Tensor staged = at::zeros(padded_shape, ropts);
+    staged.narrow(0, 0, p.rows).copy_(full_grads[j]);  // the cast to reduce_dtype happens here
+    dst.copy_(staged.view({n, p.segment_numel()}));
+  }
+  const double t0 = now_us();
+  // Avg: each rank's loss is the mean over its own batch, the job's loss the
+  // mean over ranks, so the job's gradient is the mean of the ranks'.
+  at::Tensor mine = shard_group_->reduce_scatter(input.view({-1}), 0, dist::ReduceOp::Avg);
+  if (replicate_group_ && replicate_group_->size() > 1)
+    replicate_group_->all_reduce(mine, dist::ReduceOp::Avg);  // HSDP: across replicas
+  record_event({name_, "reduce_scatter", t0, now_us(), false});
+  std::vector<at::Tensor> out(params_.size());
+  for (size_t j = 0; j < params_.size(); ++j) {
+    const FsdpParam& p = params_[j];
+    std::vector<int64_t> padded_shape = p.shape;
+    padded_shape[0] = p.padded_rows;
+    out[j] = mine.narrow(0, p.offset, p.segment_numel())
+                 .view(padded_shape)
+                 .narrow(0, 0, p.local_rows)
+                 .to(p.shard.device(), p.shard.scalar_type())
+                 .contiguous();
+  }
+  return out;
+}
+
+void FsdpUnit::install(const std::vector<at::Tensor>& tensors) {
+  for (size_t j = 0; j < params_.size(); ++j) {
+    FsdpParam& p = params_[j];
+    p.owner->replace_parameter(p.name, tensors[j]);
+  }
+}
+
+void FsdpUnit::install_shards() {
+  for (FsdpParam& p : params_) {
+    p.owner->replace_parameter(p.name, p.shard);
+    p.shard.set_requires_grad(p.requires_grad);
+  }
+}
+
+}  // namespace titan::fsdp

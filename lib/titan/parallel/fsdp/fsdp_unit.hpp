@@ -1,0 +1,152 @@
+#pragma once
+/// @file
+/// @brief FsdpUnit: the parameters one fully_shard() call owns, and the four
+/// things FSDP does to them — shard, unshard (all-gather), reshard (free),
+/// reduce-scatter the gradients.
+///
+/// Lifecycle of one unit in a training step (reshard_after_forward on):
+///
+/// ```
+///  forward   pre_forward:  wait all-gather (or run it) ─ prefetch next unit ─ install full params
+///            compute
+///            post_forward: put the shards back in the module ─ free the full storage
+///  backward  PreBackward node (on the unit's output): all-gather into the same storage
+///                           ─ prefetch the unit before it
+///            the unit's backward (uses the saved full params)
+///            UnshardBackward node: reduce-scatter the full grads ─ shard grads ─ free
+/// ```
+///
+/// Why storage is freed rather than tensors dropped: the autograd graph saved
+/// the full parameters (matmul saves its weight). FSDP2 frees their memory
+/// by resizing the storage to 0 and refills the very same storage before
+/// backward, so the saved tensors see valid data again; we do the same on
+/// the c10::StorageImpl, writing through a separate alias so that the saved
+/// tensors' version counters do not change.
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "titan/dist/process_group.hpp"
+#include "titan/ops/forward_hooks.hpp"
+#include "titan/ops/param_module.hpp"
+#include "titan/parallel/fsdp/fully_shard.hpp"
+
+namespace titan::fsdp {
+
+/// @brief One sharded parameter.
+struct FsdpParam {
+  ops::ParamModule* owner = nullptr;  ///< module that registered it
+  std::string name;                   ///< its name there ("weight")
+  std::string fqn;                    ///< name relative to the unit's module
+  std::vector<int64_t> shape;         ///< global (unsharded) shape
+  int64_t rows = 0;                   ///< shape[0]
+  int64_t padded_rows = 0;            ///< ceil(rows / n): rows every rank sends
+  int64_t row_numel = 1;              ///< elements per row
+  int64_t local_rows = 0;             ///< rows this rank really holds (torch.chunk rule)
+  int64_t offset = 0;                 ///< element offset of its segment in the flat shard buffer
+  bool requires_grad = true;
+  at::Tensor shard;                   ///< the registered parameter: [local_rows, ...]
+  /// Elements of one rank's (padded) segment.
+  int64_t segment_numel() const { return padded_rows * row_numel; }
+};
+
+/// @brief The state of one fully_shard() call. It is the ForwardHook the
+/// module runs; the autograd nodes in hooks.cpp call back into it.
+class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<FsdpUnit> {
+ public:
+  FsdpUnit(std::string name, std::vector<FsdpParam> params, const dist::DeviceMesh& mesh,
+           const FullyShardOptions& options, at::Device compute_device);
+
+  /// @name ForwardHook (defined in hooks.cpp)
+  /// @{
+  at::Tensor pre_forward(const at::Tensor& input) override;
+  at::Tensor post_forward(const at::Tensor& output) override;
+  /// @}
+
+  /// Starts the all-gather of the shards (async) unless it is running or
+  /// the full parameters are present. `prefetch` marks it in the events.
+  void issue_all_gather(bool prefetch);
+  /// Waits for (or runs) the all-gather and copies the result out into the
+  /// full parameters: fresh tensors, or the freed storage of the ones the
+  /// autograd graph saved.
+  void unshard();
+  /// Frees the full parameters' storage but keeps the tensors (the graph
+  /// holds them) for a re-gather in backward.
+  void free_full_storage();
+  /// Drops the full parameters altogether (after backward, or no-grad forward).
+  void release_full();
+  /// Reduce-scatters (then all-reduces over replicas, HSDP) the gradients
+  /// of the full parameters; returns one gradient per shard, on the shard's
+  /// device and dtype. Undefined entries count as zeros.
+  std::vector<at::Tensor> reduce_gradients(const std::vector<at::Tensor>& full_grads);
+
+  /// Puts the full parameters (or the shards) into the owning modules.
+  void install(const std::vector<at::Tensor>& tensors);
+  void install_shards();
+
+  const std::string& name() const { return name_; }
+  void set_name(std::string n) { name_ = std::move(n); }
+  std::vector<FsdpParam>& params() { return params_; }
+  const std::vector<FsdpParam>& params() const { return params_; }
+  const std::shared_ptr<const dist::DeviceMesh>& mesh() const { return mesh_; }
+  const dist::ProcessGroup& shard_group() const { return *shard_group_; }
+  /// Placements of every parameter: [Shard(0)] or, with HSDP, [Replicate, Shard(0)].
+  const Placements& placements() const { return placements_; }
+  const FullyShardOptions& options() const { return options_; }
+  /// Device the shards live on (CPU with offload).
+  at::Device shard_device() const { return shard_device_; }
+  at::Device compute_device() const { return compute_device_; }
+  /// Dtype of the all-gathered parameters.
+  at::ScalarType param_dtype() const;
+  at::ScalarType reduce_dtype() const;
+
+  /// Prefetch links and role, set by fully_shard on the root.
+  bool is_root = true;
+  FsdpUnit* next_forward = nullptr;   ///< all-gathered ahead when this unit's forward starts
+  FsdpUnit* next_backward = nullptr;  ///< all-gathered ahead when this unit's backward starts
+
+  /// The full parameters of the current step (empty when sharded).
+  std::vector<at::Tensor>& full() { return full_; }
+  bool full_storage_freed() const { return freed_; }
+  /// Called by the PreBackward node: refill, prefetch the next unit in
+  /// backward order.
+  void pre_backward();
+
+ private:
+  at::Tensor shard_send_buffer() const;
+  void copy_out(const at::Tensor& gathered);
+
+  std::string name_;
+  std::vector<FsdpParam> params_;
+  std::shared_ptr<const dist::DeviceMesh> mesh_;
+  std::shared_ptr<dist::ProcessGroup> shard_group_;
+  std::shared_ptr<dist::ProcessGroup> replicate_group_;  // HSDP only
+  Placements placements_;
+  FullyShardOptions options_;
+  at::Device compute_device_;
+  at::Device shard_device_;
+  int64_t flat_numel_ = 0;  // one rank's segment of the flat buffer
+
+  // All-gather in flight.
+  std::shared_ptr<dist::PendingWork> pending_;
+  at::Tensor gather_out_;
+  at::Tensor gather_in_;
+  double gather_issued_us_ = 0;
+  bool gather_prefetched_ = false;
+
+  std::vector<at::Tensor> full_;
+  bool live_ = false;   // full_ holds valid data
+  bool freed_ = false;  // full_ exist but their storage was freed after forward
+  double forward_start_us_ = 0;
+};
+
+/// @brief The unit fully_shard attached to `module`, or null.
+std::shared_ptr<FsdpUnit> unit_of(const torch::nn::Module& module);
+
+/// @brief Appends an event to the log fsdp_events() reads.
+void record_event(FsdpEvent e);
+
+}  // namespace titan::fsdp

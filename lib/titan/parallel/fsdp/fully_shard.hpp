@@ -1,0 +1,122 @@
+#pragma once
+/// @file
+/// @brief fully_shard(): FSDP2-style per-parameter sharding of a module over
+/// a DeviceMesh, with mixed precision, CPU offload and HSDP, plus the
+/// gathered full state dict for export.
+///
+/// Usage, as in torchtitan: shard every transformer block, then the root
+/// (which takes the parameters no block owns: embeddings, final norm,
+/// output):
+///
+/// ```
+/// for (auto& block : model->blocks()) fsdp::fully_shard(*block, mesh, opts);
+/// fsdp::fully_shard(*model, mesh, opts);
+/// auto optimizer = torch::optim::AdamW(model->parameters(), ...);  // the shards
+/// ```
+///
+/// After that, model->parameters() yields this rank's shards (Shard(0) over
+/// the shard dimension of the mesh, uneven first dims allowed) and forward /
+/// backward / optimizer steps work as on one process. What happens per unit
+/// is explained in fsdp_unit.hpp.
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "titan/dist/device_mesh.hpp"
+#include "titan/dtensor/dtensor.hpp"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace titan::fsdp {
+
+/// @brief Dtypes of the unsharded parameters and of the gradient reduction
+/// (torch.distributed.fsdp.MixedPrecisionPolicy). Unset means "as stored":
+/// a module sharded without a policy stays fp32 throughout.
+struct MixedPrecisionPolicy {
+  /// Dtype the parameters are all-gathered and computed in (e.g. bf16).
+  std::optional<at::ScalarType> param_dtype;
+  /// Dtype gradients are reduce-scattered in; unset = param_dtype.
+  std::optional<at::ScalarType> reduce_dtype;
+};
+
+/// @brief Where the sharded parameters, their gradients and hence the
+/// optimizer state live (torch.distributed.fsdp.CPUOffloadPolicy).
+struct CPUOffloadPolicy {
+  /// Keep shards, gradients and optimizer state in CPU memory; they are
+  /// copied to the compute device for the all-gather and the gradients are
+  /// copied back after the reduce-scatter. On a CPU job the copies are no-ops.
+  bool offload_params = true;
+};
+
+/// @brief Options of fully_shard().
+struct FullyShardOptions {
+  MixedPrecisionPolicy mp_policy;                  ///< dtypes; default: stay as stored
+  std::optional<CPUOffloadPolicy> offload_policy;  ///< unset: shards on the compute device
+  /// Free the unsharded parameters after the unit's forward and all-gather
+  /// them again for its backward (ZeRO-3); false keeps them until backward
+  /// (ZeRO-2-like: more memory, one all-gather fewer). The root unit never
+  /// frees after forward, as in FSDP2: its backward would start at once.
+  bool reshard_after_forward = true;
+};
+
+/// @brief Shards `module`'s parameters over `mesh` and makes its forward
+/// gather them on demand.
+///
+/// `module` must be a titan HookableModule (Transformer, TransformerBlock).
+/// Parameters that belong to a submodule already passed to fully_shard stay
+/// with that submodule's unit; the rest join a new unit for `module`. When
+/// such submodules exist, `module` becomes their root: it links their
+/// prefetch order (forward: module order; backward: the reverse).
+///
+/// `mesh` is 1-D (FSDP: shard over it) or 2-D (HSDP: dim 0 replicates,
+/// dim 1 shards). Parameters may live on the meta device (the shards are
+/// then allocated uninitialised; load them with load_full_state_dict); real
+/// parameters are sliced and the full tensors released. Collective over the
+/// mesh. Throws titan::Error for a module that cannot be sharded, a mesh of
+/// the wrong rank, or a second call on the same module.
+void fully_shard(torch::nn::Module& module, const dist::DeviceMesh& mesh,
+                 const FullyShardOptions& options = {});
+
+/// @brief True when fully_shard() was applied to `module` itself.
+bool is_fully_sharded(const torch::nn::Module& module);
+
+/// @brief The DTensor view of every sharded parameter under `module`, by
+/// fully qualified name relative to `module` (local = the registered shard).
+std::map<std::string, DTensor> sharded_parameters(torch::nn::Module& module);
+
+/// @brief The full, unsharded state dict of `module` (names as
+/// named_parameters(), i.e. torchtitan's), gathered one parameter at a time
+/// on the CPU in the parameters' stored dtype. Collective over the mesh;
+/// with `rank0_only` the other ranks get an empty map (they still take part).
+std::map<std::string, at::Tensor> full_state_dict(torch::nn::Module& module, bool rank0_only = false);
+
+/// @brief Copies full tensors (every rank holds them, e.g. read from a
+/// checkpoint) into the shards of a fully_shard-ed `module`: each rank keeps
+/// its slice. Throws titan::Error on a missing name or a shape mismatch.
+void load_full_state_dict(torch::nn::Module& module, const std::map<std::string, at::Tensor>& state);
+
+/// @brief One thing an FSDP unit did, for timelines and the overlap test.
+struct FsdpEvent {
+  std::string unit;  ///< "root", "layers.0", ...
+  /// "all_gather" (issued → copied out), "forward" (compute, hooks excluded),
+  /// "pre_backward", "reduce_scatter".
+  std::string what;
+  double start_us = 0;  ///< CommLog clock
+  double end_us = 0;
+  bool prefetch = false;  ///< all_gather: issued ahead of its unit's need
+};
+
+/// @brief The events recorded since the last clear (in time order).
+std::vector<FsdpEvent> fsdp_events();
+/// @brief Forgets the recorded events.
+void clear_fsdp_events();
+
+}  // namespace titan::fsdp

@@ -1,0 +1,353 @@
+// FSDP2 (fully_shard) against a single-process reference.
+//
+// Every rank builds the same tiny Llama 3 twice from one seed: a reference
+// that trains on the whole global batch alone, and a copy that is
+// fully_shard-ed and trains on this rank's slice of the batch. After every
+// step the shard gradients and shard parameters must equal the matching
+// rows of the reference's. The model's shapes are chosen so that first
+// dimensions do not divide by 2 or 4 (vocab 61, dim 18, 6-row wk/wv: on 4
+// ranks one rank holds no rows of wk), so uneven sharding is always tested.
+//
+// Tolerances. fp32: the two sides add the same numbers in a different
+// order (per-rank partial sums, then a mean over ranks, against one big
+// sum), so they differ by fp32 rounding: ~1e-7 relative per operation,
+// grown through a few AdamW steps (we measured <= 3e-7). We allow 1e-5
+// absolute on losses, gradients and parameters (values are O(1) or
+// smaller). bf16: the sharded side computes with bf16 weights (8 mantissa
+// bits, ~4e-3 relative) against an fp32 reference; we measured |dloss| <=
+// 1.6e-3, |dgrad| <= 5e-4, |dparam| <= 2.2e-3 and allow 1e-2, 5e-3, 5e-3.
+// (AdamW moves a parameter by about lr = 1e-3 per step whatever the
+// gradient, so in bf16 the gradient and loss bounds are the sharp checks.)
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/adamw.h>
+
+#include <cstdio>
+
+#include "support/dist_test.hpp"
+#include "titan/dist/device_mesh.hpp"
+#include "titan/models/llama3/transformer.hpp"
+#include "titan/parallel/fsdp/fsdp_unit.hpp"
+#include "titan/parallel/fsdp/fully_shard.hpp"
+#include "titan/train/loss.hpp"
+#include "titan/util/error.hpp"
+
+namespace {
+
+using titan::dist::DeviceMesh;
+using titan::models::llama3::ModelArgs;
+using titan::models::llama3::Transformer;
+using titan::testing::max_abs_diff;
+using titan::testing::world;
+namespace fsdp = titan::fsdp;
+
+constexpr int64_t kSeq = 8;
+constexpr int64_t kGlobalBatch = 8;
+
+ModelArgs tiny_args() {
+  ModelArgs a;
+  a.dim = 18;
+  a.n_layers = 3;
+  a.n_heads = 3;
+  a.n_kv_heads = 1;
+  a.vocab_size = 61;
+  a.multiple_of = 8;
+  a.max_seq_len = kSeq;
+  return a;
+}
+
+Transformer build_model(uint64_t seed) {
+  torch::manual_seed(seed);
+  Transformer m(tiny_args(), at::TensorOptions().device(world().device()));
+  m->init_weights();
+  return m;
+}
+
+// Global batch of step `step`: the same on every rank.
+std::pair<at::Tensor, at::Tensor> global_batch(int64_t step) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
+  at::Tensor tokens = at::randint(61, {kGlobalBatch, kSeq + 1}, gen, at::TensorOptions().dtype(at::kLong));
+  tokens = tokens.to(world().device());
+  return {tokens.narrow(1, 0, kSeq), tokens.narrow(1, 1, kSeq)};
+}
+
+// Rows [r·b, (r+1)·b) of the global batch for data-parallel rank r of `dp`.
+at::Tensor local_rows(const at::Tensor& t, int64_t dp_rank, int64_t dp) {
+  const int64_t b = t.size(0) / dp;
+  return t.narrow(0, dp_rank * b, b);
+}
+
+void shard_model(Transformer& model, const DeviceMesh& mesh, const fsdp::FullyShardOptions& opts,
+                 bool embedding_unit = false) {
+  // The seed's variant: the embedding is a unit of its own without a policy,
+  // so it stays fp32 while the blocks compute in bf16.
+  if (embedding_unit) fsdp::fully_shard(*model->tok_embeddings, mesh, {});
+  for (auto& block : model->blocks()) fsdp::fully_shard(*block, mesh, opts);
+  fsdp::fully_shard(*model, mesh, opts);
+}
+
+torch::optim::AdamW make_adamw(const std::vector<at::Tensor>& params) {
+  return torch::optim::AdamW(params, torch::optim::AdamWOptions(1e-3).weight_decay(0.1));
+}
+
+// Largest |Δ| between each shard (grad or value) and the rows it covers in
+// the reference parameter of the same name.
+struct Diffs {
+  double grad = 0, param = 0;
+};
+Diffs compare_shards(Transformer& sharded, Transformer& reference) {
+  Diffs d;
+  auto ref = reference->named_parameters(true);
+  for (auto& [name, dt] : fsdp::sharded_parameters(*sharded)) {
+    const at::Tensor& full = ref[name];
+    auto off = dt.local_offset();
+    at::Tensor rows = full.narrow(0, off[0], dt.local().size(0));
+    EXPECT_EQ(dt.local().sizes(), rows.sizes()) << name;
+    d.param = std::max(d.param, max_abs_diff(dt.local().detach(), rows.detach()));
+    if (dt.local().grad().defined() && full.grad().defined())
+      d.grad = std::max(d.grad, max_abs_diff(dt.local().grad(), full.grad().narrow(0, off[0], dt.local().size(0))));
+  }
+  return d;
+}
+
+struct RunSpec {
+  fsdp::FullyShardOptions opts;
+  std::vector<int64_t> mesh_shape;  // {n} or {replicate, shard}
+  int64_t steps = 3;
+  int64_t microbatches = 1;
+  bool embedding_unit = false;
+  double loss_tol = 1e-5, grad_tol = 1e-5, param_tol = 1e-5;
+};
+
+// Trains both sides `steps` steps and checks them after each; returns the
+// sharded model (for further checks) and prints what it saw.
+Transformer run_and_compare(const RunSpec& spec, Transformer* reference_out = nullptr) {
+  std::vector<std::string> names = spec.mesh_shape.size() == 1 ? std::vector<std::string>{"dp_shard"}
+                                                               : std::vector<std::string>{"dp_replicate", "dp_shard"};
+  DeviceMesh mesh(world(), spec.mesh_shape, names);
+  Transformer reference = build_model(7);
+  Transformer model = build_model(7);
+  shard_model(model, mesh, spec.opts, spec.embedding_unit);
+  auto ref_opt = make_adamw(reference->parameters());
+  auto opt = make_adamw(model->parameters());
+  const int64_t dp = world().size();
+  const int64_t dp_rank = world().rank();  // ranks fill the mesh row-major
+  for (int64_t step = 0; step < spec.steps; ++step) {
+    auto [tokens, labels] = global_batch(step);
+    // Reference: the whole global batch at once.
+    ref_opt.zero_grad();
+    at::Tensor ref_loss = titan::train::cross_entropy(reference->forward(tokens), labels);
+    ref_loss.backward();
+    // Sharded: this rank's slice, in `microbatches` pieces.
+    opt.zero_grad();
+    at::Tensor my_tokens = local_rows(tokens, dp_rank, dp), my_labels = local_rows(labels, dp_rank, dp);
+    double my_loss = 0;
+    for (int64_t mb = 0; mb < spec.microbatches; ++mb) {
+      at::Tensor t = local_rows(my_tokens, mb, spec.microbatches), l = local_rows(my_labels, mb, spec.microbatches);
+      at::Tensor loss = titan::train::cross_entropy(model->forward(t), l) / double(spec.microbatches);
+      loss.backward();
+      my_loss += loss.item<double>();
+    }
+    at::Tensor global_loss = at::full({1}, my_loss, at::TensorOptions().dtype(at::kDouble).device(world().device()));
+    world().group()->all_reduce(global_loss, titan::dist::ReduceOp::Avg);
+    const double dloss = std::abs(global_loss.item<double>() - ref_loss.item<double>());
+    Diffs before = compare_shards(model, reference);
+    ref_opt.step();
+    opt.step();
+    Diffs after = compare_shards(model, reference);
+    if (world().rank() == 0)
+      std::printf("  step %lld: loss ref %.6f fsdp %.6f |dloss| %.3g |dgrad| %.3g |dparam| %.3g\n",
+                  static_cast<long long>(step), ref_loss.item<double>(), global_loss.item<double>(), dloss,
+                  before.grad, after.param);
+    EXPECT_LE(dloss, spec.loss_tol) << "step " << step;
+    EXPECT_LE(before.grad, spec.grad_tol) << "step " << step << " rank " << world().rank();
+    EXPECT_LE(after.param, spec.param_tol) << "step " << step << " rank " << world().rank();
+  }
+  if (reference_out) *reference_out = reference;
+  return model;
+}
+
+TEST(Fsdp, Fp32MatchesSingleProcess) {
+  RunSpec spec;
+  spec.mesh_shape = {world().size()};
+  run_and_compare(spec);
+}
+
+TEST(Fsdp, NoReshardAfterForwardMatches) {
+  RunSpec spec;
+  spec.mesh_shape = {world().size()};
+  spec.opts.reshard_after_forward = false;
+  run_and_compare(spec);
+}
+
+TEST(Fsdp, GradientAccumulationMatches) {
+  RunSpec spec;
+  spec.mesh_shape = {world().size()};
+  spec.microbatches = 2;
+  run_and_compare(spec);
+}
+
+TEST(Fsdp, Bf16MixedPrecisionWithinTolerance) {
+  RunSpec spec;
+  spec.mesh_shape = {world().size()};
+  spec.opts.mp_policy = {at::kBFloat16, at::kFloat};
+  spec.loss_tol = 1e-2;
+  spec.grad_tol = 5e-3;
+  spec.param_tol = 5e-3;
+  Transformer model = run_and_compare(spec);
+  // The shards (what the optimizer steps) stay fp32; only compute is bf16.
+  for (const auto& p : model->parameters()) EXPECT_EQ(p.scalar_type(), at::kFloat);
+}
+
+TEST(Fsdp, EmbeddingUnitWithoutPolicyStaysFp32) {
+  RunSpec spec;
+  spec.mesh_shape = {world().size()};
+  spec.opts.mp_policy = {at::kBFloat16, at::kFloat};
+  spec.embedding_unit = true;
+  spec.loss_tol = 1e-2;
+  spec.grad_tol = 5e-3;
+  spec.param_tol = 5e-3;
+  Transformer model = run_and_compare(spec);
+  EXPECT_EQ(fsdp::unit_of(*model->tok_embeddings)->param_dtype(), at::kFloat);
+  EXPECT_EQ(fsdp::unit_of(*model->blocks()[0])->param_dtype(), at::kBFloat16);
+  // The root no longer owns the embedding: its unit holds norm and output only.
+  EXPECT_EQ(fsdp::unit_of(*model)->params().size(), 2u);
+}
+
+TEST(Fsdp, CpuOffloadMatches) {
+  RunSpec spec;
+  spec.mesh_shape = {world().size()};
+  spec.opts.offload_policy = fsdp::CPUOffloadPolicy{true};
+  Transformer model = run_and_compare(spec);
+  for (const auto& p : model->parameters()) {
+    EXPECT_TRUE(p.device().is_cpu());
+    if (p.grad().defined()) EXPECT_TRUE(p.grad().device().is_cpu());
+  }
+}
+
+TEST(Fsdp, Hsdp2x2Matches) {
+  if (world().size() != 4) GTEST_SKIP() << "HSDP 2x2 needs 4 ranks";
+  RunSpec spec;
+  spec.mesh_shape = {2, 2};
+  Transformer model = run_and_compare(spec);
+  // Replicas hold the same shard: rank r and r+2 share a dp_shard coordinate.
+  auto dts = fsdp::sharded_parameters(*model);
+  const auto& dt = dts.at("tok_embeddings.weight");
+  EXPECT_EQ(dt.placements().size(), 2u);
+  EXPECT_EQ(dt.local().size(0), (61 + 1) / 2 - (world().rank() % 2));  // 31 or 30 rows
+}
+
+TEST(Fsdp, UnevenShardsAreShapedLikeTorchChunk) {
+  DeviceMesh mesh(world(), {world().size()}, {"dp_shard"});
+  Transformer model = build_model(3);
+  shard_model(model, mesh, {});
+  const int64_t n = world().size(), r = world().rank();
+  auto params = model->named_parameters(true);
+  // vocab 61: ceil(61/n) rows on every rank but the last.
+  const int64_t chunk = (61 + n - 1) / n;
+  EXPECT_EQ(params["tok_embeddings.weight"].size(0), r < n - 1 ? chunk : 61 - chunk * (n - 1));
+  // wk has 6 rows: on 4 ranks 2, 2, 2, 0.
+  const int64_t wk_chunk = (6 + n - 1) / n;
+  const int64_t wk_rows = std::max<int64_t>(0, std::min<int64_t>(wk_chunk, 6 - r * wk_chunk));
+  EXPECT_EQ(params["layers.0.attention.wk.weight"].size(0), wk_rows);
+  std::printf("  rank %lld: tok_embeddings rows %lld, wk rows %lld\n", static_cast<long long>(r),
+              static_cast<long long>(params["tok_embeddings.weight"].size(0)),
+              static_cast<long long>(params["layers.0.attention.wk.weight"].size(0)));
+}
+
+TEST(Fsdp, FullStateDictEqualsReferenceAfterTraining) {
+  RunSpec spec;
+  spec.mesh_shape = {world().size()};
+  spec.steps = 2;
+  Transformer reference(nullptr);
+  Transformer model = run_and_compare(spec, &reference);
+  auto full = fsdp::full_state_dict(*model);
+  auto ref = reference->named_parameters(true);
+  ASSERT_EQ(full.size(), ref.size());
+  double worst = 0;
+  for (const auto& item : ref) {
+    auto it = full.find(item.key());
+    ASSERT_NE(it, full.end()) << "missing " << item.key();
+    ASSERT_EQ(it->second.sizes(), item.value().sizes()) << item.key();
+    worst = std::max(worst, max_abs_diff(it->second, item.value().detach()));
+  }
+  if (world().rank() == 0) std::printf("  full state dict: %zu tensors, max |diff| %.3g\n", full.size(), worst);
+  EXPECT_LE(worst, 1e-5);
+}
+
+TEST(Fsdp, ReshardAfterForwardFreesAndBackwardRegathers) {
+  DeviceMesh mesh(world(), {world().size()}, {"dp_shard"});
+  Transformer model = build_model(5);
+  shard_model(model, mesh, {});
+  auto [tokens, labels] = global_batch(0);
+  at::Tensor loss = titan::train::cross_entropy(model->forward(tokens), labels);
+  // Between forward and backward: blocks freed, root kept (FSDP2's rule).
+  for (auto& block : model->blocks()) {
+    auto unit = fsdp::unit_of(*block);
+    ASSERT_TRUE(unit);
+    EXPECT_TRUE(unit->full_storage_freed()) << unit->name();
+    for (const auto& t : unit->full()) EXPECT_EQ(t.storage().nbytes(), 0u) << unit->name();
+  }
+  EXPECT_FALSE(fsdp::unit_of(*model)->full_storage_freed());
+  // Outside forward the module exposes the shards only.
+  auto dts = fsdp::sharded_parameters(*model);
+  for (const auto& item : model->named_parameters(true)) {
+    ASSERT_TRUE(dts.count(item.key())) << item.key();
+    EXPECT_TRUE(item.value().is_same(dts.at(item.key()).local())) << item.key();
+  }
+  loss.backward();
+  for (auto& block : model->blocks()) EXPECT_TRUE(fsdp::unit_of(*block)->full().empty());
+  for (const auto& p : model->parameters()) EXPECT_TRUE(p.grad().defined());
+}
+
+TEST(Fsdp, PrefetchedAllGatherOverlapsPreviousUnitsCompute) {
+  DeviceMesh mesh(world(), {world().size()}, {"dp_shard"});
+  Transformer model = build_model(5);
+  shard_model(model, mesh, {});
+  auto [tokens, labels] = global_batch(0);
+  fsdp::clear_fsdp_events();
+  titan::train::cross_entropy(model->forward(tokens), labels).backward();
+  auto events = fsdp::fsdp_events();
+  auto find = [&](const std::string& unit, const std::string& what, bool prefetch, int nth = 0) {
+    for (const auto& e : events)
+      if (e.unit == unit && e.what == what && e.prefetch == prefetch && nth-- == 0) return e;
+    ADD_FAILURE() << "no " << what << " event of " << unit;
+    return fsdp::FsdpEvent{};
+  };
+  // Forward: layers.1's all-gather was issued before layers.0's compute ended.
+  auto ag1 = find("layers.1", "all_gather", true);
+  auto fw0 = find("layers.0", "forward", false);
+  if (world().rank() == 0)
+    std::printf("  forward: all_gather(layers.1) issued at %.0f us, layers.0 compute %.0f..%.0f us\n",
+                ag1.start_us, fw0.start_us, fw0.end_us);
+  EXPECT_LT(ag1.start_us, fw0.end_us);
+  EXPECT_GE(ag1.start_us, fw0.start_us - 1e6);  // same step, not a stale event
+  // Backward: layers.0's re-gather was issued while layers.1's backward ran
+  // (before layers.1's reduce-scatter, which ends that unit's backward).
+  auto ag0b = find("layers.0", "all_gather", true, 1);  // 0 was forward's
+  auto rs1 = find("layers.1", "reduce_scatter", false);
+  auto pb1 = find("layers.1", "pre_backward", false);
+  if (world().rank() == 0)
+    std::printf("  backward: all_gather(layers.0) issued at %.0f us, layers.1 backward %.0f..%.0f us\n",
+                ag0b.start_us, pb1.start_us, rs1.start_us);
+  EXPECT_LT(ag0b.start_us, rs1.start_us);
+  EXPECT_GT(ag0b.start_us, pb1.start_us);
+}
+
+TEST(Fsdp, BadInputIsAOneLineError) {
+  DeviceMesh mesh(world(), {world().size()}, {"dp_shard"});
+  torch::nn::Linear plain(4, 4);  // LibTorch's own: no way to run code around its forward
+  EXPECT_THROW(fsdp::fully_shard(*plain, mesh), titan::Error);
+  Transformer model = build_model(1);
+  fsdp::fully_shard(*model->blocks()[0], mesh);
+  try {
+    fsdp::fully_shard(*model->blocks()[0], mesh);
+    ADD_FAILURE() << "second fully_shard accepted";
+  } catch (const titan::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("already sharded"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
