@@ -368,6 +368,13 @@ TEST(Fsdp, BadInputIsAOneLineError) {
   torch::nn::Linear plain(4, 4);  // LibTorch's own: no way to run code around its forward
   EXPECT_THROW(fsdp::fully_shard(*plain, mesh), titan::Error);
   Transformer model = build_model(1);
+  DeviceMesh cube(world(), {world().size(), 1, 1}, {"a", "b", "c"});
+  try {
+    fsdp::fully_shard(*model->blocks()[0], cube);
+    ADD_FAILURE() << "3-D mesh accepted";
+  } catch (const titan::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("1-D (FSDP) or 2-D"), std::string::npos) << e.what();
+  }
   fsdp::fully_shard(*model->blocks()[0], mesh);
   try {
     fsdp::fully_shard(*model->blocks()[0], mesh);

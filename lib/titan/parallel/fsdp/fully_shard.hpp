@@ -76,12 +76,12 @@ struct FullyShardOptions {
 /// such submodules exist, `module` becomes their root: it links their
 /// prefetch order (forward: module order; backward: the reverse).
 ///
-/// `mesh` is 1-D (FSDP: shard over it) or 2-D (HSDP: dim 0 replicates,
-/// dim 1 shards). Parameters may live on the meta device (the shards are
+/// `mesh` is 1-D (FSDP: shard over it; a sub-mesh such as mesh["dp_shard"]
+/// of a larger mesh is fine) or 2-D (HSDP: dim 0 replicates, dim 1 shards). Parameters may live on the meta device (the shards are
 /// then allocated uninitialised; load them with load_full_state_dict); real
 /// parameters are sliced and the full tensors released. Collective over the
 /// mesh. Throws titan::Error for a module that cannot be sharded, a mesh of
-/// the wrong rank, or a second call on the same module.
+/// another dimensionality, or a second call on the same module.
 void fully_shard(torch::nn::Module& module, const dist::DeviceMesh& mesh,
                  const FullyShardOptions& options = {});
 
