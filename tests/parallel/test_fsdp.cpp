@@ -302,6 +302,38 @@ TEST(Fsdp, ReshardAfterForwardFreesAndBackwardRegathers) {
   for (const auto& p : model->parameters()) EXPECT_TRUE(p.grad().defined());
 }
 
+// What reshard_after_forward buys: the gathered weights alive at the peak of
+// a step. Sizes are counted from the reference's full shapes (fp32 bytes).
+TEST(Fsdp, PeakGatheredWeightsDependOnReshardAfterForward) {
+  Transformer reference = build_model(5);
+  int64_t root = 0, block = 0;
+  for (const auto& item : reference->named_parameters(true)) {
+    if (item.key().rfind("layers.0.", 0) == 0) block += item.value().numel() * 4;
+    if (item.key().rfind("layers.", 0) != 0) root += item.value().numel() * 4;
+  }
+  const int64_t n_blocks = tiny_args().n_layers;
+  for (bool reshard : {true, false}) {
+    DeviceMesh mesh(world(), {world().size()}, {"dp_shard"});
+    Transformer model = build_model(5);
+    fsdp::FullyShardOptions opts;
+    opts.reshard_after_forward = reshard;
+    shard_model(model, mesh, opts);
+    auto [tokens, labels] = global_batch(0);
+    const int64_t before = fsdp::unsharded_bytes_now();
+    fsdp::reset_unsharded_peak();
+    titan::train::cross_entropy(model->forward(tokens), labels).backward();
+    const int64_t peak = fsdp::unsharded_bytes_peak() - before;
+    if (world().rank() == 0)
+      std::printf("  reshard_after_forward %s: peak gathered %lld B = root + %.2f blocks\n", reshard ? "on" : "off",
+                  static_cast<long long>(peak), double(peak - root) / double(block));
+    if (reshard)
+      EXPECT_LE(peak, root + 2 * block);  // the root and the block at work (+ at most one more)
+    else
+      EXPECT_EQ(peak, root + n_blocks * block);  // every block stays gathered until its backward
+    EXPECT_EQ(fsdp::unsharded_bytes_now(), before) << "gathered weights left after backward";
+  }
+}
+
 TEST(Fsdp, PrefetchedAllGatherOverlapsPreviousUnitsCompute) {
   DeviceMesh mesh(world(), {world().size()}, {"dp_shard"});
   Transformer model = build_model(5);

@@ -119,4 +119,12 @@ std::vector<FsdpEvent> fsdp_events();
 /// @brief Forgets the recorded events.
 void clear_fsdp_events();
 
+/// @brief Bytes of full (unsharded) parameters alive on this rank now, over
+/// every unit (all-gather buffers in flight not included).
+int64_t unsharded_bytes_now();
+/// @brief The largest unsharded_bytes_now() since reset_unsharded_peak().
+int64_t unsharded_bytes_peak();
+/// @brief Starts a new peak window at the current value.
+void reset_unsharded_peak();
+
 }  // namespace titan::fsdp
