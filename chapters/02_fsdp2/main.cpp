@@ -219,6 +219,7 @@ int main(int argc, char** argv) {
     const int64_t dp_rank = world.rank(), b = kGlobalBatch / n;
     for (int64_t step = 1; step <= o.steps; ++step) {
       dist::CommLog::instance().begin_step(step);
+      fsdp::reset_unsharded_peak();  // step's peak of gathered (full) weights
       auto [tokens, labels] = global_batch(step);
 
       // 5a. Reference: one process, the whole batch.
@@ -289,6 +290,26 @@ int main(int argc, char** argv) {
         std::printf("fsdp rank %-21lld %-15s %-15s %-15s 1/%.2f\n", (long long)r, mib(p).c_str(), mib(g).c_str(),
                     mib(s).c_str(), double(ref_mem.params + ref_mem.grads + ref_mem.optim) / double(p + g + s));
       }
+    }
+
+    // 6b. The price of computing with full weights: how many units' worth
+    //     of gathered parameters were alive at once during the last step.
+    //     With reshard_after_forward each block is freed after its forward
+    //     and re-gathered in backward, so only the root and about one block
+    //     are alive at a time; without it every block stays gathered from
+    //     its forward to its backward.
+    {
+      const int64_t pb = o.dtype == "bf16" ? 2 : 4;
+      int64_t root_elems = 0, block_elems = 0;
+      for (const auto& item : reference->named_parameters(true)) {
+        if (item.key().rfind("layers.0.", 0) == 0) block_elems += item.value().numel();
+        if (item.key().rfind("layers.", 0) != 0) root_elems += item.value().numel();
+      }
+      const int64_t peak = fsdp::unsharded_bytes_peak();
+      const double blocks = double(peak - root_elems * pb) / double(block_elems * pb);
+      if (rank0)
+        std::printf("\npeak gathered (full) parameters in step %lld: %s = root + %.1f blocks (model: root + %lld blocks)\n",
+                    (long long)o.steps, mib(peak).c_str(), blocks, (long long)tiny_args().n_layers);
     }
 
     // 7. Communication of the last step, measured by the CommLog, next to the

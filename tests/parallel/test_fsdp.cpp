@@ -302,6 +302,38 @@ TEST(Fsdp, ReshardAfterForwardFreesAndBackwardRegathers) {
   for (const auto& p : model->parameters()) EXPECT_TRUE(p.grad().defined());
 }
 
+// What reshard_after_forward buys: the gathered weights alive at the peak of
+// a step. Sizes are counted from the reference's full shapes (fp32 bytes).
+TEST(Fsdp, PeakGatheredWeightsDependOnReshardAfterForward) {
+  Transformer reference = build_model(5);
+  int64_t root = 0, block = 0;
+  for (const auto& item : reference->named_parameters(true)) {
+    if (item.key().rfind("layers.0.", 0) == 0) block += item.value().numel() * 4;
+    if (item.key().rfind("layers.", 0) != 0) root += item.value().numel() * 4;
+  }
+  const int64_t n_blocks = tiny_args().n_layers;
+  for (bool reshard : {true, false}) {
+    DeviceMesh mesh(world(), {world().size()}, {"dp_shard"});
+    Transformer model = build_model(5);
+    fsdp::FullyShardOptions opts;
+    opts.reshard_after_forward = reshard;
+    shard_model(model, mesh, opts);
+    auto [tokens, labels] = global_batch(0);
+    const int64_t before = fsdp::unsharded_bytes_now();
+    fsdp::reset_unsharded_peak();
+    titan::train::cross_entropy(model->forward(tokens), labels).backward();
+    const int64_t peak = fsdp::unsharded_bytes_peak() - before;
+    if (world().rank() == 0)
+      std::printf("  reshard_after_forward %s: peak gathered %lld B = root + %.2f blocks\n", reshard ? "on" : "off",
+                  static_cast<long long>(peak), double(peak - root) / double(block));
+    if (reshard)
+      EXPECT_LE(peak, root + 2 * block);  // the root and the block at work (+ at most one more)
+    else
+      EXPECT_EQ(peak, root + n_blocks * block);  // every block stays gathered until its backward
+    EXPECT_EQ(fsdp::unsharded_bytes_now(), before) << "gathered weights left after backward";
+  }
+}
+
 TEST(Fsdp, PrefetchedAllGatherOverlapsPreviousUnitsCompute) {
   DeviceMesh mesh(world(), {world().size()}, {"dp_shard"});
   Transformer model = build_model(5);
@@ -336,11 +368,45 @@ TEST(Fsdp, PrefetchedAllGatherOverlapsPreviousUnitsCompute) {
   EXPECT_GT(ag0b.start_us, pb1.start_us);
 }
 
+// The path for models too big for one rank: build on the meta device (no
+// memory), fully_shard (allocates only the shards), then load the full
+// weights from a state dict (here: the reference's) slice by slice.
+TEST(Fsdp, MetaModelShardedThenLoadedMatches) {
+  DeviceMesh mesh(world(), {world().size()}, {"dp_shard"});
+  Transformer reference = build_model(9);
+  Transformer model(tiny_args(), at::TensorOptions().device(at::kMeta));
+  shard_model(model, mesh, {});
+  for (const auto& p : model->parameters()) EXPECT_FALSE(p.is_meta());
+  std::map<std::string, at::Tensor> state;
+  for (const auto& item : reference->named_parameters(true)) state[item.key()] = item.value().detach();
+  fsdp::load_full_state_dict(*model, state);
+  auto [tokens, labels] = global_batch(0);
+  at::Tensor ref_loss = titan::train::cross_entropy(reference->forward(tokens), labels);
+  ref_loss.backward();
+  at::Tensor loss = titan::train::cross_entropy(
+      model->forward(local_rows(tokens, world().rank(), world().size())),
+      local_rows(labels, world().rank(), world().size()));
+  loss.backward();
+  Diffs d = compare_shards(model, reference);
+  if (world().rank() == 0) std::printf("  meta-built: |dgrad| %.3g |dparam| %.3g\n", d.grad, d.param);
+  EXPECT_LE(d.grad, 1e-5);
+  EXPECT_EQ(d.param, 0.0);
+  state.erase("norm.weight");
+  EXPECT_THROW(fsdp::load_full_state_dict(*model, state), titan::Error);
+}
+
 TEST(Fsdp, BadInputIsAOneLineError) {
   DeviceMesh mesh(world(), {world().size()}, {"dp_shard"});
   torch::nn::Linear plain(4, 4);  // LibTorch's own: no way to run code around its forward
   EXPECT_THROW(fsdp::fully_shard(*plain, mesh), titan::Error);
   Transformer model = build_model(1);
+  DeviceMesh cube(world(), {world().size(), 1, 1}, {"a", "b", "c"});
+  try {
+    fsdp::fully_shard(*model->blocks()[0], cube);
+    ADD_FAILURE() << "3-D mesh accepted";
+  } catch (const titan::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("1-D (FSDP) or 2-D"), std::string::npos) << e.what();
+  }
   fsdp::fully_shard(*model->blocks()[0], mesh);
   try {
     fsdp::fully_shard(*model->blocks()[0], mesh);

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/StorageImpl.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "titan/dist/comm_log.hpp"
@@ -26,11 +27,24 @@ std::vector<FsdpEvent>& events() {
 
 double now_us() { return dist::CommLog::instance().now_us(); }
 
+// Bytes of full parameters alive on this rank (all units), and the peak:
+// what reshard_after_forward saves shows up here.
+std::atomic<int64_t> g_unsharded_now{0};
+std::atomic<int64_t> g_unsharded_peak{0};
+
+void count_alloc(int64_t bytes) {
+  const int64_t now = g_unsharded_now += bytes;
+  int64_t peak = g_unsharded_peak.load();
+  while (now > peak && !g_unsharded_peak.compare_exchange_weak(peak, now)) {
+  }
+}
+
 // Memory of a full parameter whose data the autograd graph still needs
 // later: drop the bytes, keep the StorageImpl (and so every tensor that
 // aliases it).
 void free_storage(const at::Tensor& t) {
   c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  g_unsharded_now -= static_cast<int64_t>(s->nbytes());
   s->set_nbytes(0);
   s->set_data_ptr_noswap(s->allocator()->allocate(0));
 }
@@ -41,6 +55,7 @@ void alloc_storage(const at::Tensor& t) {
   c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
   const size_t nbytes = static_cast<size_t>(t.numel()) * t.element_size();
   if (s->nbytes() == nbytes) return;
+  count_alloc(static_cast<int64_t>(nbytes) - static_cast<int64_t>(s->nbytes()));
   s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
   s->set_nbytes(nbytes);
 }
@@ -61,6 +76,10 @@ void clear_fsdp_events() {
   std::lock_guard<std::mutex> lock(events_mutex());
   events().clear();
 }
+
+int64_t unsharded_bytes_now() { return g_unsharded_now.load(); }
+int64_t unsharded_bytes_peak() { return g_unsharded_peak.load(); }
+void reset_unsharded_peak() { g_unsharded_peak = g_unsharded_now.load(); }
 
 FsdpUnit::FsdpUnit(std::string name, std::vector<FsdpParam> params, const dist::DeviceMesh& mesh,
                    const FullyShardOptions& options, at::Device compute_device)
@@ -174,6 +193,7 @@ void FsdpUnit::copy_out(const at::Tensor& gathered) {
       // Own storage per parameter, so that each can be freed and refilled alone.
       full_[j] = at::empty(p.shape, src.options());
       full_[j].copy_(src);
+      count_alloc(static_cast<int64_t>(full_[j].storage().nbytes()));
     }
   }
 }

@@ -57,9 +57,10 @@ void fully_shard(torch::nn::Module& module, const dist::DeviceMesh& mesh, const 
   TITAN_CHECK(!is_fully_sharded(module), "fully_shard: module ", module.name(), " is already sharded");
   TITAN_CHECK(mesh.ndim() == 1 || mesh.ndim() == 2, "fully_shard: the mesh must be 1-D (FSDP) or 2-D "
               "(HSDP: replicate x shard), got ", mesh.describe());
+  // A sub-mesh (e.g. mesh["dp_shard"] of a dp × tp mesh) is fine: FSDP then
+  // shards over that dimension only. The DeviceMesh itself already checked
+  // that its grid matches the job.
   const dist::World& world = dist::world();
-  TITAN_CHECK(mesh.numel() == world.size(), "fully_shard: mesh ", mesh.describe(), " has ", mesh.numel(),
-              " ranks but the job has ", world.size());
   const int shard_dim = mesh.ndim() - 1;
   const int64_t n = mesh.size(shard_dim);
   const int64_t my = mesh.coordinate()[shard_dim];

@@ -76,12 +76,12 @@ struct FullyShardOptions {
 /// such submodules exist, `module` becomes their root: it links their
 /// prefetch order (forward: module order; backward: the reverse).
 ///
-/// `mesh` is 1-D (FSDP: shard over it) or 2-D (HSDP: dim 0 replicates,
-/// dim 1 shards). Parameters may live on the meta device (the shards are
+/// `mesh` is 1-D (FSDP: shard over it; a sub-mesh such as mesh["dp_shard"]
+/// of a larger mesh is fine) or 2-D (HSDP: dim 0 replicates, dim 1 shards). Parameters may live on the meta device (the shards are
 /// then allocated uninitialised; load them with load_full_state_dict); real
 /// parameters are sliced and the full tensors released. Collective over the
 /// mesh. Throws titan::Error for a module that cannot be sharded, a mesh of
-/// the wrong rank, or a second call on the same module.
+/// another dimensionality, or a second call on the same module.
 void fully_shard(torch::nn::Module& module, const dist::DeviceMesh& mesh,
                  const FullyShardOptions& options = {});
 
@@ -118,5 +118,13 @@ struct FsdpEvent {
 std::vector<FsdpEvent> fsdp_events();
 /// @brief Forgets the recorded events.
 void clear_fsdp_events();
+
+/// @brief Bytes of full (unsharded) parameters alive on this rank now, over
+/// every unit (all-gather buffers in flight not included).
+int64_t unsharded_bytes_now();
+/// @brief The largest unsharded_bytes_now() since reset_unsharded_peak().
+int64_t unsharded_bytes_peak();
+/// @brief Starts a new peak window at the current value.
+void reset_unsharded_peak();
 
 }  // namespace titan::fsdp
