@@ -350,8 +350,7 @@ TEST(ConfigSupported, LaterFeaturesAreRefusedWithTheirChapter) {
     std::string expect;
   };
   const std::vector<Case> cases = {
-      {{"--training.data_parallel_replicate_degree", "2"}, "chapter 01"},
-      {{"--training.data_parallel_shard_degree", "2"}, "chapter 02"},
+      {{"--training.data_parallel_replicate_degree", "2"}, "(DDP) is not wired into the trainer"},
       {{"--parallelism.tensor_parallel_degree", "2"}, "chapter 03"},
       {{"--training.enable_loss_parallel"}, "chapter 04"},
       {{"--experimental.pipeline_parallel_degree", "2"}, "chapter 05"},
@@ -376,12 +375,16 @@ TEST(ConfigSupported, LaterFeaturesAreRefusedWithTheirChapter) {
   }
 }
 
-TEST(ConfigSupported, AutoShardDegreeDependsOnWorldSize) {
-  JobConfig c;  // data_parallel_shard_degree = -1
+TEST(ConfigSupported, FsdpAndHsdpRunPlainDdpDoesNotYet) {
+  JobConfig c;  // data_parallel_shard_degree = -1: FSDP over every rank
   EXPECT_NO_THROW(check_supported(c, 1));
+  EXPECT_NO_THROW(check_supported(c, 4));
+  c.training.data_parallel_replicate_degree = 2;  // HSDP 2 x 2
+  EXPECT_NO_THROW(check_supported(c, 4));
+  c.training.data_parallel_replicate_degree = 4;  // -1 leaves 1 rank to shard over: DDP
   const std::string e = error_of([&] { check_supported(c, 4); });
-  EXPECT_HAS(e, "[training] data_parallel_shard_degree = -1 (4 ranks)");
-  EXPECT_HAS(e, "FSDP arrives with chapter 02");
+  EXPECT_HAS(e, "[training] data_parallel_replicate_degree = 4");
+  EXPECT_HAS(e, "(DDP) is not wired into the trainer");
 }
 
 // ---------------------------------------------------------------- bad input
@@ -591,7 +594,7 @@ TEST(ConfigCli, BadInputIsOneLineAndExitsNonZero) {
       {" config --training.seq_len 0", "error: [training] seq_len = 0 is out of range"},
       {" config --training.seq_lne 5", "did you mean --training.seq_len?"},
       {" config --check-supported --job.config_file " + source_path("train_configs/llama3_70b_32gpu.toml"),
-       "error: not supported yet: [training] data_parallel_replicate_degree = 2"},
+       "error: not supported yet: [training] tensor_parallel_degree = 4"},
   };
   for (const auto& [args, expect] : cases) {
     SCOPED_TRACE(args);

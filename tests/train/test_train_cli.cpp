@@ -94,3 +94,25 @@ TEST(TrainCli, BadInputIsOneLineAndExitsNonZero) {
 }
 
 }  // namespace
+
+namespace {
+
+// Under the launcher: FSDP over 2 emulated ranks logs once (rank 0) with
+// the parallel layout in the banner; degrees that do not fit the world give
+// every rank the same one-line error and the launcher exits non-zero
+// without a hang (the timeout of run_command would show one).
+TEST(TrainCli, TwoRanksShardAndBadDegreesFailCleanly) {
+  ScratchDir dir("train_cli_dp");
+  auto ok = run_command(debug_run(dir) + " --nproc 2");
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_HAS(ok.output, "parallel  dp_shard=2: FSDP per block + root");
+  EXPECT_HAS(ok.output, "on 2 data-parallel rank(s)");
+  EXPECT_HAS(ok.output, "training done: 3/3 steps");
+  EXPECT_EQ(ok.output.find("[rank 1] step:"), std::string::npos) << "only rank 0 logs\n" << ok.output;
+
+  auto bad = run_command(debug_run(dir) + " --nproc 3 --training.data_parallel_shard_degree 2");
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+  EXPECT_HAS(bad.output, "needs 2 ranks, but 3 were launched");
+}
+
+}  // namespace

@@ -8,6 +8,7 @@ namespace titan::config {
 
 const std::vector<Alias>& aliases() {
   static const std::vector<Alias> table = {
+      {"parallelism", "fsdp_reshard_after_forward", "training.fsdp_reshard_after_forward", false, "torchtitan v0.2"},
       {"parallelism", "data_parallel_replicate_degree", "training.data_parallel_replicate_degree", false, "torchtitan v0.2"},
       {"parallelism", "data_parallel_shard_degree", "training.data_parallel_shard_degree", false, "torchtitan v0.2"},
       {"parallelism", "tensor_parallel_degree", "training.tensor_parallel_degree", false, "torchtitan v0.2"},

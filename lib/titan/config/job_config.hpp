@@ -78,6 +78,11 @@ struct TrainingSection {
   std::string device = "auto";          ///< "auto", "cpu" or "cuda"
   std::string mixed_precision_param = "bfloat16";  ///< FSDP parameter dtype
   std::string mixed_precision_reduce = "float32";  ///< FSDP gradient-reduction dtype
+  bool enable_cpu_offload = false;                ///< FSDP shards, grads, optimizer state in CPU memory
+  /// FSDP: free gathered weights after forward ("always"), keep them for
+  /// backward ("never"), or torchtitan's "default" (always, except the last
+  /// block, whose backward comes first; and never under pipelining).
+  std::string fsdp_reshard_after_forward = "default";
   int64_t data_parallel_replicate_degree = 1;  ///< DDP replicas
   int64_t data_parallel_shard_degree = -1;     ///< FSDP shards; -1 = the remaining ranks
   int64_t tensor_parallel_degree = 1;          ///< TP ranks

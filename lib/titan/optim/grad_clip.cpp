@@ -43,8 +43,16 @@ at::Tensor grad_norm_partial(const std::vector<at::Tensor>& params, double norm_
   const auto f64 = at::TensorOptions().dtype(at::kDouble).device(partial_device(params));
   if (grads.empty()) return at::zeros({}, f64);
   // One fused kernel per (device, dtype) bucket for all the per-tensor
-  // norms; fp32 accumulation so bf16 gradients do not lose the sum.
-  std::vector<at::Tensor> norms = at::_foreach_norm(grads, norm_type, at::kFloat);
+  // norms; at least fp32 accumulation so bf16 gradients do not lose the sum.
+  // On the CPU, ATen's fp32 norm kernel accumulates sequentially in fp32 and
+  // is off by ~2e-5 relative already at 65k elements (measured on a
+  // 1024x64 gradient), and differently for a shard than for the whole
+  // tensor — enough to make a sharded run's norm disagree with the
+  // single-process one. Accumulating in double there costs a transient
+  // double copy per gradient, affordable on the host; GPU reductions are
+  // tree-shaped and accurate in fp32.
+  const bool on_cpu = grads.front().device().is_cpu();
+  std::vector<at::Tensor> norms = at::_foreach_norm(grads, norm_type, on_cpu ? at::kDouble : at::kFloat);
   for (auto& n : norms) n = n.to(f64);
   at::Tensor stacked = at::stack(norms);
   if (norm_type == kInfNorm) return stacked.max();

@@ -154,6 +154,16 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
     metrics::CpuPeak p = metrics::cpu_peak_flops();
     peak_flops_ = p.flops;
     peak_source_ = strprintf("measured CPU GEMM peak, %d threads%s", p.threads, p.from_cache ? ", cached" : "");
+    // Emulated ranks share the machine's cores: with more threads on the
+    // node than cores, a rank gets only its share of the measured peak, or
+    // MFU would be overstated by the oversubscription.
+    const long cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+    const double wanted = static_cast<double>(env.local_world_size) * p.threads;
+    if (wanted > static_cast<double>(cores)) {
+      peak_flops_ *= static_cast<double>(cores) / wanted;
+      peak_source_ += strprintf("; x%.2f: %d ranks x %d threads share %ld cores", static_cast<double>(cores) / wanted,
+                                env.local_world_size, p.threads, cores);
+    }
   }
 
   // Outputs go under [job] dump_folder; a new run starts a new metrics file.

@@ -1,16 +1,50 @@
-// Which data parallelism wraps the model, from the job's degrees.
+// Which data parallelism wraps the model, from the job's degrees — the
+// C++ counterpart of torchtitan's parallelize_llama (data-parallel part).
 #include "titan/models/llama3/parallelize.hpp"
 
 #include "titan/config/job_config.hpp"
 #include "titan/dist/device_mesh.hpp"
+#include "titan/parallel/fsdp/fully_shard.hpp"
 #include "titan/parallel/parallel_dims.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::models::llama3 {
+namespace {
+
+at::ScalarType dtype_named(const std::string& name) {
+  if (name == "float32") return at::kFloat;
+  if (name == "bfloat16") return at::kBFloat16;
+  throw Error("[training] mixed precision dtype '" + name + "' is not float32 or bfloat16");
+}
+
+// FSDP per transformer block, then the root, as torchtitan's apply_fsdp:
+// each block is one all-gather / reduce-scatter unit, the root unit takes
+// the embeddings, final norm and output projection.
+void apply_fsdp(Transformer& model, const dist::DeviceMesh& mesh, const config::JobConfig& cfg, ParallelizedModel& r) {
+  fsdp::FullyShardOptions opts;
+  opts.mp_policy.param_dtype = dtype_named(cfg.training.mixed_precision_param);
+  opts.mp_policy.reduce_dtype = dtype_named(cfg.training.mixed_precision_reduce);
+  if (cfg.training.enable_cpu_offload) opts.offload_policy = fsdp::CPUOffloadPolicy{};
+  const std::string& reshard = cfg.training.fsdp_reshard_after_forward;
+  const auto blocks = model->blocks();
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    // "default": the last block's backward runs first, right after forward,
+    // so freeing its weights only to gather them again at once is waste.
+    opts.reshard_after_forward = reshard == "always" || (reshard == "default" && i + 1 < blocks.size());
+    fsdp::fully_shard(*blocks[i], mesh, opts);
+  }
+  opts.reshard_after_forward = reshard == "always" || reshard == "default";
+  fsdp::fully_shard(*model, mesh, opts);
+  r.full_state_dict = [model]() mutable { return fsdp::full_state_dict(*model); };
+  r.description = std::string("FSDP per block + root, ") + cfg.training.mixed_precision_param + " params, " +
+                  cfg.training.mixed_precision_reduce + " reduce" +
+                  (cfg.training.enable_cpu_offload ? ", CPU offload" : "");
+}
+
+}  // namespace
 
 ParallelizedModel parallelize_llama(Transformer& model, const parallel::ParallelDims& dims, dist::DeviceMesh* mesh,
                                     const config::JobConfig& cfg) {
-  (void)cfg;
   ParallelizedModel r;
   // The plain model's weights are already whole: a detached copy of each.
   r.full_state_dict = [model]() mutable {
@@ -18,12 +52,24 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
     for (const auto& p : model->named_parameters()) out[p.key()] = p.value().detach().clone();
     return out;
   };
-  if (dims.world_size == 1) {
-    r.params = model->parameters();
-    return r;
+  TITAN_CHECK(!dims.tp_enabled() && !dims.pp_enabled() && !dims.cp_enabled(),
+              "parallelize_llama: ", dims.describe(), " asks for tensor, pipeline or context parallelism, not built yet");
+  if (dims.fsdp_enabled()) {
+    TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
+    // HSDP: replicate over dp_replicate, shard within dp_shard (a 2-D mesh,
+    // replicate first); FSDP: the 1-D dp_shard mesh.
+    const dist::DeviceMesh dp_mesh = dims.dp_replicate_enabled()
+                                         ? (*mesh)[std::vector<std::string>{"dp_replicate", "dp_shard"}]
+                                         : (*mesh)["dp_shard"];
+    apply_fsdp(model, dp_mesh, cfg, r);
+    // Gradients are shards over dp_shard (and equal across replicas), so
+    // the global norm sums squares over the dp_shard group only.
+    r.grad_shard_groups = {mesh->group("dp_shard").get()};
+  } else if (dims.ddp_enabled()) {
+    throw Error("parallelize_llama: DDP (" + dims.describe() + ") is not built yet");
   }
-  TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
-  throw Error("parallelize_llama: " + dims.describe() + " is not built yet");
+  r.params = model->parameters();
+  return r;
 }
 
 }  // namespace titan::models::llama3
