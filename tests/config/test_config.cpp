@@ -350,7 +350,6 @@ TEST(ConfigSupported, LaterFeaturesAreRefusedWithTheirChapter) {
     std::string expect;
   };
   const std::vector<Case> cases = {
-      {{"--training.data_parallel_replicate_degree", "2"}, "(DDP) is not wired into the trainer"},
       {{"--parallelism.tensor_parallel_degree", "2"}, "chapter 03"},
       {{"--training.enable_loss_parallel"}, "chapter 04"},
       {{"--experimental.pipeline_parallel_degree", "2"}, "chapter 05"},
@@ -375,16 +374,14 @@ TEST(ConfigSupported, LaterFeaturesAreRefusedWithTheirChapter) {
   }
 }
 
-TEST(ConfigSupported, FsdpAndHsdpRunPlainDdpDoesNotYet) {
+TEST(ConfigSupported, DataParallelDegreesAreSupported) {
   JobConfig c;  // data_parallel_shard_degree = -1: FSDP over every rank
   EXPECT_NO_THROW(check_supported(c, 1));
   EXPECT_NO_THROW(check_supported(c, 4));
   c.training.data_parallel_replicate_degree = 2;  // HSDP 2 x 2
   EXPECT_NO_THROW(check_supported(c, 4));
-  c.training.data_parallel_replicate_degree = 4;  // -1 leaves 1 rank to shard over: DDP
-  const std::string e = error_of([&] { check_supported(c, 4); });
-  EXPECT_HAS(e, "[training] data_parallel_replicate_degree = 4");
-  EXPECT_HAS(e, "(DDP) is not wired into the trainer");
+  c.training.data_parallel_replicate_degree = 4;  // DDP
+  EXPECT_NO_THROW(check_supported(c, 4));
 }
 
 // ---------------------------------------------------------------- bad input

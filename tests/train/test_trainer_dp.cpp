@@ -1,4 +1,4 @@
-// The trainer on N ranks (FSDP, HSDP, with and without gradient
+// The trainer on N ranks (FSDP, DDP, HSDP, with and without gradient
 // accumulation) against its single-process reference: one process that
 // reads the batches of all N data-parallel ranks (emulate_dp_ranks = N) and
 // accumulates them into each step. Losses and gradient norms must agree
@@ -112,11 +112,22 @@ TEST(TrainerDataParallel, FsdpMatchesReference) {
   expect_matches_reference(base_config(dir), "FSDP");
 }
 
+TEST(TrainerDataParallel, DdpMatchesReference) {
+  titan::testing::ScratchDir dir("trainer_ddp");
+  JobConfig c = base_config(dir);
+  c.training.data_parallel_replicate_degree = titan::testing::world().size();
+  c.training.data_parallel_shard_degree = 1;
+  expect_matches_reference(c, "DDP");
+}
+
 TEST(TrainerDataParallel, GradientAccumulationMatchesReference) {
   titan::testing::ScratchDir dir("trainer_accum");
   JobConfig c = base_config(dir);
   c.training.global_batch_size = c.training.batch_size * titan::testing::world().size() * 2;
   expect_matches_reference(c, "FSDP, 2 micro-batches");
+  c.training.data_parallel_replicate_degree = titan::testing::world().size();
+  c.training.data_parallel_shard_degree = 1;
+  expect_matches_reference(c, "DDP, 2 micro-batches");
 }
 
 TEST(TrainerDataParallel, HsdpMatchesReference) {

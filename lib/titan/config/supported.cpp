@@ -17,19 +17,6 @@ std::string value_if(const JobConfig& cfg, const char* name, bool on) {
 
 const std::vector<FeatureGate>& feature_gates() {
   static const std::vector<FeatureGate> gates = {
-      {"training.data_parallel_replicate_degree",
-       [](const JobConfig& c, int world) {
-         // Replicas of a sharded model (HSDP) are FSDP's; plain DDP is not wired in yet.
-         const auto& t = c.training;
-         const int64_t others = t.data_parallel_replicate_degree * t.tensor_parallel_degree *
-                                t.context_parallel_degree * c.experimental.pipeline_parallel_degree;
-         const int64_t shard = t.data_parallel_shard_degree == -1 && others > 0 ? world / others
-                                                                                 : t.data_parallel_shard_degree;
-         return value_if(c, "training.data_parallel_replicate_degree",
-                          t.data_parallel_replicate_degree > 1 && shard <= 1);
-       },
-       "data parallelism without sharding (DDP) is not wired into the trainer yet",
-       "--training.data_parallel_shard_degree -1 (FSDP)"},
       {"training.tensor_parallel_degree",
        [](const JobConfig& c, int) {
          return value_if(c, "training.tensor_parallel_degree", c.training.tensor_parallel_degree > 1);

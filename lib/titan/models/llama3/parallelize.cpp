@@ -4,7 +4,10 @@
 
 #include "titan/config/job_config.hpp"
 #include "titan/dist/device_mesh.hpp"
+#include "titan/parallel/data_parallel.hpp"
 #include "titan/parallel/fsdp/fully_shard.hpp"
+
+#include <optional>
 #include "titan/parallel/parallel_dims.hpp"
 #include "titan/util/error.hpp"
 
@@ -41,6 +44,25 @@ void apply_fsdp(Transformer& model, const dist::DeviceMesh& mesh, const config::
                   (cfg.training.enable_cpu_offload ? ", CPU offload" : "");
 }
 
+// DDP over dp_replicate: one all-reduce per 25 MiB bucket, launched from
+// backward. Gradient accumulation holds a no_sync guard for every
+// micro-batch but the last, so only the accumulated sum travels.
+void apply_ddp(Transformer& model, const dist::DeviceMesh& mesh, ParallelizedModel& r) {
+  struct State {
+    std::shared_ptr<parallel::DataParallel> ddp;
+    std::optional<parallel::NoSyncGuard> no_sync;
+  };
+  auto state = std::make_shared<State>();
+  state->ddp = parallel::replicate(*model, mesh.group("dp_replicate"));
+  r.set_gradient_sync = [state](bool sync) {
+    if (sync) state->no_sync.reset();
+    else if (!state->no_sync) state->no_sync.emplace(*state->ddp);
+  };
+  r.finish_gradient_sync = [state] { state->ddp->finish_gradient_sync(); };
+  r.description = "DDP, " + std::to_string(state->ddp->buckets().size()) + " gradient bucket(s) of <= 25 MiB";
+  r.state = state;
+}
+
 }  // namespace
 
 ParallelizedModel parallelize_llama(Transformer& model, const parallel::ParallelDims& dims, dist::DeviceMesh* mesh,
@@ -66,7 +88,8 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
     // the global norm sums squares over the dp_shard group only.
     r.grad_shard_groups = {mesh->group("dp_shard").get()};
   } else if (dims.ddp_enabled()) {
-    throw Error("parallelize_llama: DDP (" + dims.describe() + ") is not built yet");
+    TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
+    apply_ddp(model, *mesh, r);
   }
   r.params = model->parameters();
   return r;

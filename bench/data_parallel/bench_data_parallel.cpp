@@ -1,0 +1,165 @@
+// Memory and time per training step of the real trainer (debugmodel by
+// default) under DDP, FSDP or HSDP on N emulated ranks, with the
+// communication each rank sent per step next to what the analytic formulas
+// predict from the parameter bytes. One line per run (rank 0); run.sh runs
+// N = 1, 2, 4 for each technique side by side and prints the ratios.
+//
+//   bench_data_parallel --nproc 4 --mode fsdp [--steps 8] [--warmup 2] [--flavor debugmodel]
+#include <ATen/ATen.h>
+#include <torch/optim/optimizer.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "titan/config/job_config.hpp"
+#include "titan/dist/comm_log.hpp"
+#include "titan/dist/launch_env.hpp"
+#include "titan/launch/program.hpp"
+#include "titan/metrics/memory.hpp"
+#include "titan/train/trainer.hpp"
+#include "titan/util/error.hpp"
+
+namespace {
+
+struct Args {
+  std::string mode = "fsdp";
+  std::string flavor = "debugmodel";
+  int64_t steps = 8, warmup = 2, batch = 4, seq_len = 128;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw titan::Error("bench_data_parallel: " + k + " needs a value");
+      return argv[++i];
+    };
+    if (k == "--mode") a.mode = value();
+    else if (k == "--flavor") a.flavor = value();
+    else if (k == "--steps") a.steps = std::stoll(value());
+    else if (k == "--warmup") a.warmup = std::stoll(value());
+    else if (k == "--batch") a.batch = std::stoll(value());
+    else if (k == "--seq-len") a.seq_len = std::stoll(value());
+    else throw titan::Error("bench_data_parallel: unknown option '" + k + "' (--mode ddp|fsdp|hsdp, --steps, --warmup, --flavor, --batch, --seq-len)");
+  }
+  TITAN_CHECK(a.mode == "ddp" || a.mode == "fsdp" || a.mode == "hsdp", "--mode must be ddp, fsdp or hsdp, got '", a.mode, "'");
+  TITAN_CHECK(a.steps > a.warmup && a.warmup >= 0, "--steps must exceed --warmup");
+  return a;
+}
+
+int64_t bytes_of(const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return titan::run_main(argc, argv, [](int argc, char** argv) {
+    const Args a = parse(argc, argv);
+    const titan::dist::LaunchEnv env = titan::dist::read_launch_env();
+    const int n = env.world_size;
+
+    titan::config::JobConfig cfg;
+    cfg.job.dump_folder = "/tmp/titan_bench_data_parallel_rank" + std::to_string(env.rank);
+    cfg.model.flavor = a.flavor;
+    cfg.model.tokenizer_path = "";
+    cfg.training.device = "auto";
+    cfg.training.batch_size = a.batch;
+    cfg.training.seq_len = a.seq_len;
+    cfg.training.steps = a.steps;
+    cfg.training.mixed_precision_param = "float32";
+    cfg.lr_scheduler.warmup_steps = 1;
+    cfg.metrics.log_freq = 1000;
+    if (a.mode == "ddp") {
+      cfg.training.data_parallel_replicate_degree = n;
+      cfg.training.data_parallel_shard_degree = 1;
+    } else if (a.mode == "hsdp") {
+      TITAN_CHECK(n % 2 == 0, "--mode hsdp needs an even number of ranks (2 replicas), got ", n);
+      cfg.training.data_parallel_replicate_degree = 2;
+    }
+
+    titan::train::TrainerOptions opts;
+    opts.console = false;
+    opts.handle_signals = false;
+    opts.peak_flops = 0;
+    std::vector<double> step_seconds;
+    opts.on_step = [&](const titan::train::StepResult& r) { step_seconds.push_back(r.step_seconds); };
+    titan::train::Trainer trainer(cfg, opts);
+
+    // What the optimizer holds on this rank: parameters (shards under FSDP),
+    // their gradients (still there after the last step) and Adam state.
+    int64_t param_bytes = 0;
+    for (const at::Tensor& p : trainer.trained_parameters()) param_bytes += bytes_of(p);
+    // Every rank's full-model bytes, for the analytic volumes: S.
+    int64_t model_bytes = 0;
+    for (const auto& [name, t] : trainer.full_state_dict()) model_bytes += bytes_of(t);
+
+    auto& log = titan::dist::CommLog::instance();
+    log.clear();  // construction's broadcast / gathers are not a step's
+    trainer.train();
+    int64_t grad_bytes = 0;
+    for (const at::Tensor& p : trainer.trained_parameters()) grad_bytes += bytes_of(p.grad());
+    int64_t optimizer_bytes = 0;
+    for (const auto& [key, state] : trainer.optimizer().state())
+      for (const at::Tensor& t : {static_cast<torch::optim::AdamWParamState&>(*state).exp_avg(),
+                                  static_cast<torch::optim::AdamWParamState&>(*state).exp_avg_sq()})
+        optimizer_bytes += bytes_of(t);
+
+    // Measured: what this rank's collectives sent per step, summed over the
+    // log (the steps are alike) and divided by the step count.
+    double ag = 0, rs = 0, ar = 0;
+    for (const titan::dist::CommRecord& r : log.records()) {
+      if (r.op == titan::dist::CommOp::AllGather) ag += r.wire_bytes;
+      if (r.op == titan::dist::CommOp::ReduceScatter) rs += r.wire_bytes;
+      if (r.op == titan::dist::CommOp::AllReduce && r.payload_bytes > 64) ar += r.wire_bytes;  // not the loss/norm scalars
+    }
+    const double steps = static_cast<double>(a.steps);
+    ag /= steps, rs /= steps, ar /= steps;
+
+    // Analytic, from the model's bytes S alone:
+    //   DDP  all-reduce of every gradient once: 2(n-1)/n * S
+    //   FSDP all-gather S for forward and again for backward, except the
+    //        units kept gathered (the root and, by torchtitan's default, the
+    //        last block): (n-1)/n * (2S - kept); reduce-scatter (n-1)/n * S
+    //   HSDP the same within a replica group of n/2, plus an all-reduce of
+    //        the gradient shards across the 2 replicas: 2(2-1)/2 * S/(n/2)
+    const auto& dims = trainer.parallel_dims();
+    const double S = static_cast<double>(model_bytes);
+    double kept = 0;
+    {
+      const auto blocks = trainer.model()->blocks();
+      // named by the full state dict: everything outside layers.* is the root's
+      const std::string last = "layers." + std::to_string(blocks.size() - 1) + ".";
+      for (const auto& [name, t] : trainer.full_state_dict())
+        if (name.rfind("layers.", 0) != 0 || name.rfind(last, 0) == 0) kept += static_cast<double>(bytes_of(t));
+    }
+    double ag_model = 0, rs_model = 0, ar_model = 0;
+    const double s = static_cast<double>(dims.dp_shard), r = static_cast<double>(dims.dp_replicate);
+    if (dims.fsdp_enabled()) {
+      ag_model = (s - 1) / s * (2 * S - kept);
+      rs_model = (s - 1) / s * S;
+      if (r > 1) ar_model = 2 * (r - 1) / r * (S / s);
+    } else if (dims.ddp_enabled()) {
+      ar_model = 2 * (r - 1) / r * S;
+    }
+
+    std::sort(step_seconds.begin() + a.warmup, step_seconds.end());
+    const double median = step_seconds[a.warmup + (step_seconds.size() - a.warmup) / 2];
+    const titan::metrics::MemoryStats mem = titan::metrics::memory_stats(trainer.device());
+    std::string layout = dims.describe();
+    for (size_t at = layout.find(" x "); at != std::string::npos; at = layout.find(" x ")) layout.replace(at, 3, "x");
+    for (char& c : layout)
+      if (c == ' ') c = '_';
+    if (env.rank == 0) {
+      const double MiB = 1024.0 * 1024.0;
+      std::printf(
+          "RESULT mode=%s ranks=%d layout=%s step_ms=%.1f params_MiB=%.3f grads_MiB=%.3f optim_MiB=%.3f peak_rss_MiB=%.0f "
+          "ag_MiB=%.3f ag_model_MiB=%.3f rs_MiB=%.3f rs_model_MiB=%.3f ar_MiB=%.3f ar_model_MiB=%.3f\n",
+          a.mode.c_str(), n, layout.c_str(), median * 1e3, param_bytes / MiB, grad_bytes / MiB,
+          optimizer_bytes / MiB, mem.peak_bytes / MiB, ag / MiB, ag_model / MiB, rs / MiB, rs_model / MiB, ar / MiB,
+          ar_model / MiB);
+    }
+    return 0;
+  });
+}
