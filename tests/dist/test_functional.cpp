@@ -14,14 +14,11 @@
 namespace F = titan::dist::functional;
 using titan::dist::ReduceOp;
 using titan::testing::opts;
+using titan::testing::seeded;
 using titan::testing::world;
 
 namespace {
 
-at::Tensor seeded(uint64_t seed, std::vector<int64_t> shape) {
-  auto gen = at::detail::createCPUGenerator(seed);
-  return at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble)).to(opts(at::kFloat));
-}
 
 // y_q for every q, computed on one process from all the inputs.
 using Direct = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>& xs)>;

@@ -15,14 +15,11 @@ using titan::Placements;
 using titan::dist::DeviceMesh;
 using titan::dist::ReduceOp;
 using titan::testing::opts;
+using titan::testing::seeded;
 using titan::testing::world;
 
 namespace {
 
-at::Tensor seeded(uint64_t seed, std::vector<int64_t> shape) {
-  auto gen = at::detail::createCPUGenerator(seed);
-  return at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble)).to(opts(at::kFloat));
-}
 
 // The piece of `full` a rank holds under `placements`, cut by hand with
 // torch.chunk's rule (shards nest in mesh-dimension order).

@@ -4,7 +4,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "titan/dist/world.hpp"
 
@@ -16,6 +18,14 @@ inline const dist::World& world() { return dist::world(); }
 /// Tensor options on the test device (TITAN_TEST_DEVICE=cuda for the GPU twins).
 inline at::TensorOptions opts(at::ScalarType dtype = at::kFloat) {
   return at::TensorOptions().dtype(dtype).device(dist::world().device());
+}
+
+/// The same N(0, 1) tensor on every rank (drawn in fp64 on the CPU from its
+/// own generator, so the draw does not depend on the device or on other
+/// random calls), as fp32 on the test device.
+inline at::Tensor seeded(uint64_t seed, std::vector<int64_t> shape) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  return at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble)).to(opts(at::kFloat));
 }
 
 /// Largest |a - b| as a double (0 for empty tensors).
