@@ -116,3 +116,26 @@ TEST(TrainCli, TwoRanksShardAndBadDegreesFailCleanly) {
 }
 
 }  // namespace
+
+// The seed's 70B layout (DDP 2 x FSDP 4 x TP 4 on 32 GPUs) passes the
+// config gate and runs, scaled by overrides to 2 x 2 x 2 = 8 emulated ranks
+// with the debug model, for one step.
+TEST(TrainCli, SeedSeventyBLayoutRunsScaledToEightRanks) {
+  ScratchDir dir("train_cli_70b");
+  auto r = run_command(bin_path("titan") + " train --nproc 8 --job.config_file " +
+                       source_path("train_configs/llama3_70b_32gpu.toml") +
+                       " --model.flavor debugmodel --training.data_parallel_shard_degree 2"
+                       " --training.tensor_parallel_degree 2 --training.seq_len 64 --training.batch_size 1"
+                       " --training.steps 1 --training.device cpu --job.dump_folder " + dir.path() + "/out");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "parallel  dp_replicate=2 x dp_shard=2 x tp=2: TP over 2 ranks (sequence parallel); FSDP");
+  EXPECT_HAS(r.output, "training done: 1/1 steps");
+}
+
+TEST(TrainCli, TensorParallelDegreeThatDoesNotDivideTheHeadsIsOneLine) {
+  ScratchDir dir("train_cli_tp_bad");
+  // debugmodel has 16 heads: 3 ranks cannot hold whole heads.
+  auto r = run_command(debug_run(dir) + " --nproc 3 --training.tensor_parallel_degree 3");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_HAS(r.output, "tensor parallel degree 3 does not divide the model's n_heads (16)");
+}

@@ -1,8 +1,9 @@
-// The trainer on N ranks (FSDP, DDP, HSDP, with and without gradient
-// accumulation) against its single-process reference: one process that
-// reads the batches of all N data-parallel ranks (emulate_dp_ranks = N) and
-// accumulates them into each step. Losses and gradient norms must agree
-// step by step and the final weights after the run.
+// The trainer on N ranks (FSDP, DDP, HSDP, TP, FSDP x TP, DDP x TP,
+// HSDP x TP, with and without gradient accumulation) against its
+// single-process reference: one process that reads the batches of all the
+// data-parallel ranks (emulate_dp_ranks = N / tp) and accumulates them into
+// each step. Losses and gradient norms must agree step by step and the
+// final (gathered) weights after the run.
 //
 // Tolerances (fp32): the parallel run sums gradients in another order (a
 // reduce-scatter or all-reduce of per-rank partial sums instead of one
@@ -40,13 +41,16 @@ struct Run {
   std::map<std::string, at::Tensor> weights;  // full, unsharded
 };
 
-Run train(JobConfig cfg, int64_t emulate) {
+// emulate 0: the parallel run itself; >= 1: the single-process reference
+// of that many data-parallel ranks.
+Run train(JobConfig cfg, int64_t emulate, const titan::models::llama3::ModelArgs& args) {
   TrainerOptions o;
-  o.model_args = titan::testing::tiny_model();
+  o.model_args = args;
   o.console = false;
   o.handle_signals = false;
   o.peak_flops = 0;
-  o.emulate_dp_ranks = emulate;
+  o.emulate_dp_ranks = std::max<int64_t>(emulate, 1);
+  o.single_process = emulate >= 1;
   Run run;
   o.on_step = [&](const StepResult& r) {
     run.losses.push_back(r.loss);
@@ -60,17 +64,29 @@ Run train(JobConfig cfg, int64_t emulate) {
 
 double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
 
-void expect_matches_reference(JobConfig cfg, const std::string& what) {
+// Under TP the tiny model needs heads for 4 ranks: 8 query, 4 kv heads.
+titan::models::llama3::ModelArgs tp_model() {
+  auto a = titan::testing::tiny_model();
+  a.n_heads = 8, a.n_kv_heads = 4;
+  return a;
+}
+
+void expect_matches_reference(JobConfig cfg, const std::string& what,
+                              const titan::models::llama3::ModelArgs& args = titan::testing::tiny_model()) {
   const int n = titan::testing::world().size();
   const std::string dump = cfg.job.dump_folder;
   cfg.job.dump_folder = dump + "/rank" + std::to_string(titan::testing::world().rank());
-  Run parallel = train(cfg, 1);
+  Run parallel = train(cfg, 0, args);
 
+  // The reference reads what the data-parallel ranks read: TP ranks share
+  // their group's batch, so there are n / tp of them.
   JobConfig ref_cfg = cfg;
   ref_cfg.job.dump_folder += "_ref";
   ref_cfg.training.data_parallel_replicate_degree = 1;
   ref_cfg.training.data_parallel_shard_degree = -1;
-  Run ref = train(ref_cfg, n);
+  ref_cfg.training.tensor_parallel_degree = 1;
+  ref_cfg.training.enable_loss_parallel = false;
+  Run ref = train(ref_cfg, n / cfg.training.tensor_parallel_degree, args);
 
   ASSERT_EQ(parallel.losses.size(), ref.losses.size());
   double worst_loss = 0, worst_norm = 0, worst_weight = 0;
@@ -136,4 +152,49 @@ TEST(TrainerDataParallel, HsdpMatchesReference) {
   JobConfig c = base_config(dir);
   c.training.data_parallel_replicate_degree = 2;
   expect_matches_reference(c, "HSDP 2x2");
+}
+
+// ---------------------------------------------------------------- TP
+
+TEST(TrainerTensorParallel, TpAloneMatchesReference) {
+  const int n = titan::testing::world().size();
+  titan::testing::ScratchDir dir("trainer_tp");
+  JobConfig c = base_config(dir);
+  c.training.tensor_parallel_degree = n;
+  expect_matches_reference(c, "TP (sequence parallel)", tp_model());
+  c.training.enable_sequence_parallel = false;
+  c.training.enable_loss_parallel = true;
+  expect_matches_reference(c, "TP (no SP, loss parallel)", tp_model());
+}
+
+TEST(TrainerTensorParallel, FsdpTimesTpMatchesReference) {
+  if (titan::testing::world().size() != 4) GTEST_SKIP() << "FSDP 2 x TP 2 needs 4 ranks";
+  titan::testing::ScratchDir dir("trainer_fsdp_tp");
+  JobConfig c = base_config(dir);
+  c.training.tensor_parallel_degree = 2;
+  c.training.enable_loss_parallel = true;
+  expect_matches_reference(c, "FSDP 2 x TP 2 (SP, loss parallel)", tp_model());
+  c.training.global_batch_size = c.training.batch_size * 2 * 2;
+  expect_matches_reference(c, "FSDP 2 x TP 2, 2 micro-batches", tp_model());
+}
+
+TEST(TrainerTensorParallel, DdpTimesTpMatchesReference) {
+  if (titan::testing::world().size() != 4) GTEST_SKIP() << "DDP 2 x TP 2 needs 4 ranks";
+  titan::testing::ScratchDir dir("trainer_ddp_tp");
+  JobConfig c = base_config(dir);
+  c.training.tensor_parallel_degree = 2;
+  c.training.data_parallel_replicate_degree = 2;
+  c.training.data_parallel_shard_degree = 1;
+  expect_matches_reference(c, "DDP 2 x TP 2", tp_model());
+}
+
+TEST(TrainerTensorParallel, HsdpTimesTpMatchesReference) {
+  if (titan::testing::world().size() != 8) GTEST_SKIP() << "HSDP 2x2 x TP 2 needs 8 ranks";
+  titan::testing::ScratchDir dir("trainer_hsdp_tp");
+  JobConfig c = base_config(dir);
+  c.training.steps = 3;
+  c.training.tensor_parallel_degree = 2;
+  c.training.data_parallel_replicate_degree = 2;
+  c.training.enable_loss_parallel = true;
+  expect_matches_reference(c, "HSDP 2x2 x TP 2 (the 70B layout)", tp_model());
 }

@@ -16,6 +16,8 @@ const std::vector<Alias>& aliases() {
       {"parallelism", "pipeline_parallel_degree", "experimental.pipeline_parallel_degree", false, "torchtitan v0.2"},
       {"parallelism", "pipeline_parallel_schedule", "experimental.pipeline_parallel_schedule", false, "torchtitan v0.2"},
       {"parallelism", "enable_async_tensor_parallel", "training.enable_async_tensor_parallel", false, "torchtitan v0.2"},
+      {"parallelism", "enable_sequence_parallel", "training.enable_sequence_parallel", false,
+       "current torchtitan (v0.2 always applies sequence parallelism with TP)"},
       {"parallelism", "disable_loss_parallel", "training.enable_loss_parallel", true,
        "torchtitan v0.2; inverted: true means enable_loss_parallel = false"},
       {"experimental", "context_parallel_degree", "training.context_parallel_degree", false, "torchtitan before v0.2"},

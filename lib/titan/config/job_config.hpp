@@ -88,6 +88,9 @@ struct TrainingSection {
   int64_t tensor_parallel_degree = 1;          ///< TP ranks
   int64_t context_parallel_degree = 1;         ///< CP ranks
   bool enable_loss_parallel = false;           ///< keep logits sharded through the loss (TP)
+  /// TP: shard the residual stream on the sequence between blocks (SP);
+  /// false gives plain Megatron TP (replicated activations, all-reduces).
+  bool enable_sequence_parallel = true;
   bool enable_async_tensor_parallel = false;   ///< overlap TP collectives with compute
 };
 

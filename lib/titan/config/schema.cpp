@@ -87,6 +87,8 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(training, tensor_parallel_degree, "tensor-parallel ranks (>= 1)"),
       TITAN_FIELD(training, context_parallel_degree, "context-parallel ranks (>= 1)"),
       TITAN_FIELD(training, enable_loss_parallel, "compute the loss on vocabulary-sharded logits (TP)"),
+      TITAN_FIELD(training, enable_sequence_parallel,
+                  "TP: keep activations sharded on the sequence between blocks (all-gather/reduce-scatter)"),
       TITAN_FIELD(training, enable_async_tensor_parallel, "overlap TP collectives with compute"),
 
       TITAN_FIELD(experimental, pipeline_parallel_degree, "pipeline stages (>= 1)"),

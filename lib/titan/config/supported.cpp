@@ -17,14 +17,6 @@ std::string value_if(const JobConfig& cfg, const char* name, bool on) {
 
 const std::vector<FeatureGate>& feature_gates() {
   static const std::vector<FeatureGate> gates = {
-      {"training.tensor_parallel_degree",
-       [](const JobConfig& c, int) {
-         return value_if(c, "training.tensor_parallel_degree", c.training.tensor_parallel_degree > 1);
-       },
-       "tensor parallelism arrives with chapter 03", "--training.tensor_parallel_degree 1"},
-      {"training.enable_loss_parallel",
-       [](const JobConfig& c, int) { return value_if(c, "training.enable_loss_parallel", c.training.enable_loss_parallel); },
-       "loss parallelism arrives with chapter 04", "--training.enable_loss_parallel=false"},
       {"experimental.pipeline_parallel_degree",
        [](const JobConfig& c, int) {
          return value_if(c, "experimental.pipeline_parallel_degree", c.experimental.pipeline_parallel_degree > 1);

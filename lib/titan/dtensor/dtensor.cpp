@@ -25,6 +25,7 @@ struct RedistributeSpec {
   std::shared_ptr<const dist::DeviceMesh> mesh;
   std::vector<int64_t> global_shape;
   Placements from, to;
+  Placements grad_to;  // where the result's gradient lies; empty = to, Partial read as Replicate
 };
 
 struct RedistributeBackward : torch::autograd::Node {
@@ -32,8 +33,9 @@ struct RedistributeBackward : torch::autograd::Node {
   std::string name() const override { return "titan::RedistributeBackward"; }
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     if (!grads[0].defined()) return {at::Tensor()};
-    return {redistribute_local(grads[0].contiguous(), *spec->mesh, spec->global_shape,
-                               grad_placements(spec->to), grad_placements(spec->from))};
+    const Placements& grad_from = spec->grad_to.empty() ? grad_placements(spec->to) : spec->grad_to;
+    return {redistribute_local(grads[0].contiguous(), *spec->mesh, spec->global_shape, grad_from,
+                               grad_placements(spec->from))};
   }
 };
 
@@ -104,7 +106,14 @@ std::vector<int64_t> DTensor::local_offset() const {
 }
 
 DTensor DTensor::redistribute(const Placements& placements) const {
-  auto spec = std::make_shared<RedistributeSpec>(RedistributeSpec{mesh_, global_shape_, placements_, placements});
+  return redistribute(placements, {});
+}
+
+DTensor DTensor::redistribute(const Placements& placements, const Placements& grad_to) const {
+  TITAN_CHECK(grad_to.empty() || static_cast<int>(grad_to.size()) == mesh_->ndim(), "DTensor: ", grad_to.size(),
+              " gradient placements for a ", mesh_->ndim(), "-D mesh");
+  auto spec = std::make_shared<RedistributeSpec>(
+      RedistributeSpec{mesh_, global_shape_, placements_, placements, grad_to});
   at::Tensor out = redistribute_with_grad(local_, std::move(spec));
   return DTensor(out, mesh_, placements, global_shape_);
 }

@@ -44,6 +44,14 @@ class DTensor {
 
   /// The same logical tensor in `placements` (autograd-aware).
   DTensor redistribute(const Placements& placements) const;
+  /// Like redistribute(placements), but states where the *gradient* of the
+  /// result lies (torch's `to_local(grad_placements=...)`): backward reads
+  /// the incoming local gradient as `grad_placements` and moves it to this
+  /// tensor's placements. Tensor parallelism needs it because a Replicate
+  /// activation consumed by sharded matmuls gets a Partial gradient (each
+  /// rank holds its share of the sum), which plain DTensor bookkeeping on
+  /// local tensors cannot see.
+  DTensor redistribute(const Placements& placements, const Placements& grad_placements) const;
   /// The whole tensor on every rank (autograd-aware).
   at::Tensor full_tensor() const;
 

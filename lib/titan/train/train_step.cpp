@@ -19,7 +19,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 AccumulationResult accumulate_gradients(models::llama3::Transformer& model, const BatchSource& next_batch,
                                         int64_t accumulation_steps, const c10::Device& device,
-                                        const std::function<void(bool)>& set_gradient_sync) {
+                                        const std::function<void(bool)>& set_gradient_sync,
+                                        const LossFn& loss_fn) {
   TITAN_CHECK(accumulation_steps >= 1, "gradient accumulation needs at least 1 micro-batch, got ",
               accumulation_steps);
   AccumulationResult r;
@@ -33,7 +34,8 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model, cons
     at::Tensor labels = batch.labels.to(device, /*non_blocking=*/true);
     r.data_seconds += seconds_since(t0);
 
-    at::Tensor loss = cross_entropy(model->forward(inputs), labels);
+    at::Tensor logits = model->forward(inputs);
+    at::Tensor loss = loss_fn ? loss_fn(logits, labels) : cross_entropy(logits, labels);
     // Each micro-batch's loss is a mean over its tokens; dividing by the
     // number of micro-batches makes the summed gradients those of the mean
     // over the whole step's batch (all micro-batches hold equally many tokens).
@@ -49,10 +51,12 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model, cons
 }
 
 double clip_gradients(const std::vector<at::Tensor>& params, double max_norm,
-                      const std::vector<const dist::ProcessGroup*>& shard_groups) {
-  if (max_norm > 0) return optim::clip_grad_norm(params, max_norm, 2.0, shard_groups);
-  // No clipping, but the log still reports the norm.
-  return optim::total_grad_norm(params, 2.0, shard_groups);
+                      const std::vector<const dist::ProcessGroup*>& shard_groups,
+                      const std::vector<at::Tensor>& norm_params) {
+  const double norm = optim::total_grad_norm(norm_params.empty() ? params : norm_params, 2.0, shard_groups);
+  // max_norm <= 0: no clipping, but the log still reports the norm.
+  if (max_norm > 0) optim::scale_grads(params, max_norm, norm);
+  return norm;
 }
 
 }  // namespace titan::train

@@ -27,6 +27,10 @@ namespace titan::train {
 /// fixed list in tests.
 using BatchSource = std::function<data::Batch()>;
 
+/// @brief The loss of a micro-batch: logits (or this rank's slice of them)
+/// and labels to a scalar mean.
+using LossFn = std::function<at::Tensor(const at::Tensor& logits, const at::Tensor& labels)>;
+
 /// @brief What accumulate_gradients measured.
 struct AccumulationResult {
   /// Mean loss over the whole step's batch (all micro-batches), a detached
@@ -50,16 +54,24 @@ struct AccumulationResult {
 /// true for the last micro-batch only: data parallelism uses it to skip
 /// the gradient all-reduce on the others (DDP's no_sync), since only the
 /// accumulated sum needs averaging.
+///
+/// `loss_fn`, when given, replaces cross_entropy (loss parallel computes it
+/// on vocabulary-sharded logits).
 AccumulationResult accumulate_gradients(models::llama3::Transformer& model, const BatchSource& next_batch,
                                         int64_t accumulation_steps, const c10::Device& device,
-                                        const std::function<void(bool)>& set_gradient_sync = {});
+                                        const std::function<void(bool)>& set_gradient_sync = {},
+                                        const LossFn& loss_fn = {});
 
 /// @brief Clips the gradients of `params` to global norm `max_norm` (no
 /// clipping when max_norm <= 0; the norm is still computed for the log) and
 /// returns the norm before clipping (NaN/inf as is, gradients untouched).
 /// With `shard_groups`, each rank holds shards of the gradients over those
-/// groups (FSDP) and the norm is that of the whole gradient.
+/// groups (FSDP, TP) and the norm is that of the whole gradient; then
+/// `norm_params` (when not empty) are the ones this rank counts in it, so
+/// that a parameter replicated over a group counts once, while all of
+/// `params` are scaled.
 double clip_gradients(const std::vector<at::Tensor>& params, double max_norm,
-                      const std::vector<const dist::ProcessGroup*>& shard_groups = {});
+                      const std::vector<const dist::ProcessGroup*>& shard_groups = {},
+                      const std::vector<at::Tensor>& norm_params = {});
 
 }  // namespace titan::train

@@ -24,6 +24,7 @@
 #include "titan/metrics/mfu.hpp"
 #include "titan/metrics/peak_flops.hpp"
 #include "titan/models/llama3/flops.hpp"
+#include "titan/models/llama3/tp_plan.hpp"
 #include "titan/optim/optimizer.hpp"
 #include "titan/train/determinism.hpp"
 #include "titan/train/device.hpp"
@@ -75,7 +76,8 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   TITAN_CHECK(options_.emulate_dp_ranks >= 1, "emulate_dp_ranks must be >= 1, got ", options_.emulate_dp_ranks);
   // The emulating reference is one process whatever launched it (tests run
   // it on every rank of a parallel job to compare against).
-  const dist::LaunchEnv env = options_.emulate_dp_ranks > 1 ? dist::LaunchEnv{} : dist::read_launch_env();
+  const bool single = options_.emulate_dp_ranks > 1 || options_.single_process;
+  const dist::LaunchEnv env = single ? dist::LaunchEnv{} : dist::read_launch_env();
   rank_ = env.rank;
   config::check_supported(cfg_, env.world_size);
   dims_ = parallel::ParallelDims::from_config(cfg_, env.world_size);
@@ -86,6 +88,8 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   args_ = options_.model_args ? *options_.model_args : models::llama3::flavor_args(cfg_.model.flavor);
   args_.max_seq_len = cfg_.training.seq_len;
   args_.validate();
+  if (dims_.tp_enabled())
+    models::llama3::check_tp_job(args_, dims_.tp, cfg_.training.seq_len, cfg_.training.enable_sequence_parallel);
 
   tokenizer_ = data::load_tokenizer(cfg_.model.tokenizer_path);
   data::check_vocab_fits(*tokenizer_, args_.vocab_size);
@@ -237,7 +241,7 @@ StepResult Trainer::train_step() {
   int64_t next_reader = 0;
   auto next_batch = [&] { return loaders_[static_cast<size_t>(next_reader++ % readers)]->next(); };
   AccumulationResult acc = accumulate_gradients(model_, next_batch, plan_.accumulation_steps * readers, device_,
-                                                parallelized_.set_gradient_sync);
+                                                parallelized_.set_gradient_sync, parallelized_.loss_fn);
   if (parallelized_.finish_gradient_sync) parallelized_.finish_gradient_sync();
   // Job-wide numbers: every data-parallel rank saw its own batch, so the
   // loss is their mean and the tokens their sum. All ranks get the same
@@ -254,7 +258,8 @@ StepResult Trainer::train_step() {
   // (and, later, checkpointed) up to the previous step stays usable.
   TITAN_CHECK(std::isfinite(r.loss), "step ", r.step, ": loss is ", nonfinite_name(r.loss),
               "; stopping (lower [optimizer] lr or [training] max_norm, or check the data)");
-  r.grad_norm = clip_gradients(params_, cfg_.training.max_norm, parallelized_.grad_shard_groups);
+  r.grad_norm = clip_gradients(params_, cfg_.training.max_norm, parallelized_.grad_shard_groups,
+                               parallelized_.grad_norm_params);
   TITAN_CHECK(std::isfinite(r.grad_norm), "step ", r.step, ": gradient norm is ", nonfinite_name(r.grad_norm),
               " (loss ", r.loss, "); stopping (lower [optimizer] lr or [training] max_norm)");
   optimizer_->step();

@@ -83,6 +83,10 @@ struct TrainerOptions {
   /// when a launcher started it, and the config's parallel degrees must
   /// resolve on one rank (leave them at their defaults).
   int64_t emulate_dp_ranks = 1;
+  /// Run as one process even under a launcher (what emulate_dp_ranks > 1
+  /// implies): the reference of a job whose only parallelism is TP reads
+  /// one rank's data, so it emulates one rank but must not join the job.
+  bool single_process = false;
 };
 
 /// @brief A training run on one rank.

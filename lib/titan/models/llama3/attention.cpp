@@ -19,8 +19,17 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
   return x.unsqueeze(3).expand({b, s, kv, n_rep, d}).reshape({b, s, kv * n_rep, d});
 }
 
-at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+at::Tensor AttentionImpl::forward(const at::Tensor& x_in, const at::Tensor& cos_in, const at::Tensor& sin_in) {
+  return call_with_hooks(x_in, [&](const at::Tensor& x) { return attend(x, cos_in, sin_in); });
+}
+
+at::Tensor AttentionImpl::attend(const at::Tensor& x, const at::Tensor& cos_in, const at::Tensor& sin_in) {
   const int64_t b = x.size(0), s = x.size(1);
+  // Under sequence parallelism the block's input holds seq/tp positions but
+  // attention sees the whole (all-gathered) sequence, so the caller passes
+  // the table for the longest and each user takes the rows it needs.
+  const at::Tensor cos = cos_in.size(0) == s ? cos_in : cos_in.narrow(0, 0, s);
+  const at::Tensor sin = sin_in.size(0) == s ? sin_in : sin_in.narrow(0, 0, s);
   // -1 rather than n_heads: under tensor parallelism each rank holds a slice
   // of the heads, and the local projection's width says how many.
   at::Tensor q = wq(x).view({b, s, -1, head_dim});

@@ -7,6 +7,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "titan/models/llama3/model_args.hpp"
+#include "titan/ops/forward_hooks.hpp"
 #include "titan/ops/linear.hpp"
 
 namespace titan::models::llama3 {
@@ -18,11 +19,18 @@ namespace titan::models::llama3 {
 /// Submodules wq [H·Q, dim], wk/wv [KV·Q, dim], wo [dim, H·Q] — torchtitan's
 /// names. Attention itself is at::scaled_dot_product_attention with
 /// is_causal=true, which picks flash / memory-efficient / math kernels.
-class AttentionImpl : public torch::nn::Module {
+///
+/// It is a HookableModule so that tensor parallelism can prepare its input
+/// (PrepareModuleInput: the sequence-sharded activations all-gathered once
+/// for wq, wk and wv). Under TP each rank holds n_heads/tp query heads and
+/// n_kv_heads/tp kv heads; forward reads the local head count from the
+/// projections' widths.
+class AttentionImpl : public ops::HookableModule {
  public:
   /// Registers wq, wk, wv, wo (uninitialised) with `options`.
   AttentionImpl(const ModelArgs& args, at::TensorOptions options = {});
-  /// x [batch, seq, dim]; cos/sin [seq, head_dim/2] for the positions of x.
+  /// x [batch, seq, dim]; cos/sin [>= seq, head_dim/2]: the rows of x's
+  /// positions (a longer table is cut to its first seq rows).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
   /// torchtitan's init: wq, wk, wv ~ trunc_normal(0, 0.02, [-2, 2]);
   /// wo ~ trunc_normal(0, init_std, [-2, 2]) (init_std is depth-scaled by the block).
@@ -32,6 +40,9 @@ class AttentionImpl : public torch::nn::Module {
   int64_t n_kv_heads;  ///< key/value heads
   int64_t head_dim;    ///< per-head width
   ops::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+
+ private:
+  at::Tensor attend(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 };
 TORCH_MODULE(Attention);
 

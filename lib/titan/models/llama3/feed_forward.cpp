@@ -11,7 +11,7 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden_dim, at::TensorOpti
 }
 
 at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
-  return w2(at::silu(w1(x)) * w3(x));
+  return call_with_hooks(x, [this](const at::Tensor& in) { return w2(at::silu(w1(in)) * w3(in)); });
 }
 
 void FeedForwardImpl::init_weights(double init_std) {

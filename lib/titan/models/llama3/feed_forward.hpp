@@ -7,6 +7,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "titan/models/llama3/model_args.hpp"
+#include "titan/ops/forward_hooks.hpp"
 #include "titan/ops/linear.hpp"
 
 namespace titan::models::llama3 {
@@ -14,7 +15,10 @@ namespace titan::models::llama3 {
 /// @brief w2(silu(w1 x) ⊙ w3 x) (Shazeer 2020, "GLU variants"): w1 and w3
 /// [hidden, dim] project up, w2 [dim, hidden] projects down; hidden is
 /// ModelArgs::ffn_hidden_dim().
-class FeedForwardImpl : public torch::nn::Module {
+///
+/// A HookableModule so that tensor parallelism can prepare its input once
+/// for w1 and w3 (PrepareModuleInput).
+class FeedForwardImpl : public ops::HookableModule {
  public:
   /// Registers w1, w2, w3 (uninitialised) with `options`.
   FeedForwardImpl(int64_t dim, int64_t hidden_dim, at::TensorOptions options = {});

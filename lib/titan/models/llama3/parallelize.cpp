@@ -8,7 +8,11 @@
 #include "titan/parallel/fsdp/fully_shard.hpp"
 
 #include <optional>
+
+#include "titan/dist/world.hpp"
+#include "titan/models/llama3/tp_plan.hpp"
 #include "titan/parallel/parallel_dims.hpp"
+#include "titan/parallel/tensor_parallel/loss_parallel.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::models::llama3 {
@@ -63,6 +67,28 @@ void apply_ddp(Transformer& model, const dist::DeviceMesh& mesh, ParallelizedMod
   r.state = state;
 }
 
+// TP first, as torchtitan: FSDP then shards the TP-local weights over
+// dp_shard (2-D FSDP x TP), and the tp group is the mesh's innermost dim
+// (neighbouring ranks: one node on GPUs).
+std::string apply_tensor_parallel(Transformer& model, const dist::DeviceMesh& mesh, const config::JobConfig& cfg,
+                                  ParallelizedModel& r) {
+  TpOptions opts;
+  opts.sequence_parallel = cfg.training.enable_sequence_parallel;
+  opts.loss_parallel = cfg.training.enable_loss_parallel;
+  const int64_t tp = mesh.size("tp");
+  check_tp_job(model->args(), tp, cfg.training.seq_len, opts.sequence_parallel);
+  const dist::DeviceMesh tp_mesh = mesh["tp"];
+  std::string description = apply_tp(model, tp_mesh, opts);
+  if (opts.loss_parallel) {
+    auto group = mesh.group("tp");
+    const int64_t offset = shard_size_and_offset(model->args().vocab_size, tp, tp_mesh.coordinate()[0]).second;
+    r.loss_fn = [group, offset](const at::Tensor& logits, const at::Tensor& labels) {
+      return tp::vocab_parallel_cross_entropy(logits, labels, *group, offset);
+    };
+  }
+  return description;
+}
+
 }  // namespace
 
 ParallelizedModel parallelize_llama(Transformer& model, const parallel::ParallelDims& dims, dist::DeviceMesh* mesh,
@@ -74,8 +100,13 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
     for (const auto& p : model->named_parameters()) out[p.key()] = p.value().detach().clone();
     return out;
   };
-  TITAN_CHECK(!dims.tp_enabled() && !dims.pp_enabled() && !dims.cp_enabled(),
-              "parallelize_llama: ", dims.describe(), " asks for tensor, pipeline or context parallelism, not built yet");
+  TITAN_CHECK(!dims.pp_enabled() && !dims.cp_enabled(),
+              "parallelize_llama: ", dims.describe(), " asks for pipeline or context parallelism, not built yet");
+  std::string tp_description;
+  if (dims.tp_enabled()) {
+    TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
+    tp_description = apply_tensor_parallel(model, *mesh, cfg, r);
+  }
   if (dims.fsdp_enabled()) {
     TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
     // HSDP: replicate over dp_replicate, shard within dp_shard (a 2-D mesh,
@@ -92,6 +123,24 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
     apply_ddp(model, *mesh, r);
   }
   r.params = model->parameters();
+  if (dims.tp_enabled()) {
+    // Norm membership is decided by name, since FSDP may since have swapped
+    // the TP-local tensors for its own shards.
+    const auto placed = tp::tp_parameters(*model);
+    const bool tp_rank0 = mesh->local_rank("tp") == 0;
+    for (const auto& item : model->named_parameters()) {
+      auto it = placed.find(item.key());
+      const bool sharded = it != placed.end() && it->second.placement.is_shard();
+      if (sharded || tp_rank0) r.grad_norm_params.push_back(item.value());
+    }
+    r.grad_shard_groups.push_back(mesh->group("tp").get());
+    r.description = r.description.empty() ? tp_description : tp_description + "; " + r.description;
+    // Full weights: whatever data parallelism gathers, then the TP shards.
+    auto gather_dp = r.full_state_dict;
+    r.full_state_dict = [model, gather_dp, placed]() mutable {
+      return tp::gather_tp_tensors(gather_dp(), placed, dist::world().device());
+    };
+  }
   return r;
 }
 

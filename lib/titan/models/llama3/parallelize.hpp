@@ -33,8 +33,16 @@ struct ParallelizedModel {
   /// shards of them under FSDP.
   std::vector<at::Tensor> params;
   /// Groups over which the gradients of `params` are sharded (FSDP's
-  /// dp_shard), for the global gradient norm; empty when they are whole.
+  /// dp_shard, TP's tp), for the global gradient norm; empty when they are whole.
   std::vector<const dist::ProcessGroup*> grad_shard_groups;
+  /// The entries of `params` this rank counts in the global gradient norm:
+  /// under TP a replicated parameter (a norm weight) counts on TP rank 0
+  /// only, or the all-reduce over tp would count it tp times. Empty = all.
+  std::vector<at::Tensor> grad_norm_params;
+  /// The loss on the model's output; empty = train::cross_entropy. Loss
+  /// parallel sets the vocabulary-parallel cross-entropy (the logits are
+  /// then this rank's vocabulary slice).
+  std::function<at::Tensor(const at::Tensor& logits, const at::Tensor& labels)> loss_fn;
   /// Called before each micro-batch's backward with true for the last one
   /// of a step: DDP skips the all-reduce (no_sync) on the others. Empty when
   /// nothing depends on it.
@@ -51,11 +59,15 @@ struct ParallelizedModel {
   std::shared_ptr<void> state;
 };
 
-/// @brief Applies data parallelism as torchtitan does: FSDP (fully_shard per
-/// transformer block, then the root) when dp_shard > 1, over the 2-D
-/// (dp_replicate, dp_shard) mesh as HSDP when dp_replicate > 1 too; DDP
-/// (replicate) when only dp_replicate > 1; nothing on one rank. `mesh` is
-/// the job's mesh from ParallelDims::build_mesh (null on one rank).
+/// @brief Applies the parallelisms as torchtitan's parallelize_llama does,
+/// in its order: tensor parallelism first when tp > 1 (the Llama plan of
+/// tp_plan.hpp over mesh["tp"]; [training] enable_loss_parallel,
+/// enable_sequence_parallel), then data parallelism on the TP-local
+/// weights: FSDP (fully_shard per transformer block, then the root) when
+/// dp_shard > 1, over the 2-D (dp_replicate, dp_shard) mesh as HSDP when
+/// dp_replicate > 1 too; DDP (replicate) when only dp_replicate > 1; nothing
+/// on one rank. `mesh` is the job's mesh from ParallelDims::build_mesh
+/// (null on one rank).
 /// [training] mixed_precision_param / mixed_precision_reduce choose FSDP's
 /// MixedPrecisionPolicy. Collective: every rank calls it with the same model.
 ParallelizedModel parallelize_llama(Transformer& model, const parallel::ParallelDims& dims, dist::DeviceMesh* mesh,

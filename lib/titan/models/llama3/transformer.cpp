@@ -50,7 +50,10 @@ at::Tensor TransformerImpl::forward_body(const at::Tensor& input) {
                 "[batch, seq, dim], got ", input.sizes());
     h = input;
   }
-  const int64_t seq = h.size(1);
+  // The sequence length is the input's: under sequence parallelism the
+  // embeddings' output holds only this rank's slice of it, while attention
+  // (which cuts the table to what it sees) works on the whole.
+  const int64_t seq = input.size(1);
   TITAN_CHECK(seq <= args_.max_seq_len, "llama3: sequence length ", seq,
               " exceeds the model's max_seq_len ", args_.max_seq_len);
   const ops::RopeTable& rope = rope_table(h.device());
