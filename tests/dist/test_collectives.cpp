@@ -54,7 +54,11 @@ TEST_P(Collectives, AllGatherAlongEachDim) {
     at::Tensor mine = input_of(g.rank(), {3, 5}, GetParam());
     std::vector<at::Tensor> all;
     for (int r = 0; r < g.size(); ++r) all.push_back(input_of(r, {3, 5}, GetParam()));
-    TITAN_EXPECT_CLOSE(g.all_gather(mine, dim), at::cat(all, dim), 0.0);
+    at::Tensor gathered = g.all_gather(mine, dim);
+    TITAN_EXPECT_CLOSE(gathered, at::cat(all, dim), 0.0);
+    // Contiguous along any dim: a strided view would make every consumer
+    // (each Linear of a sequence-parallel region) copy it on its own.
+    EXPECT_TRUE(gathered.is_contiguous()) << "dim " << dim;
   }
 }
 

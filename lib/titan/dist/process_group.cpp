@@ -220,8 +220,13 @@ at::Tensor ProcessGroup::all_gather(const at::Tensor& tensor, int64_t dim) const
     return backend_->_allgather_base(output, input, opts);
   });
   // Rank-major along the leading axis is exactly concatenation along `dim`
-  // once that axis moves back.
-  return output.movedim(0, dim);
+  // once that axis moves back. For dim != 0 that is a strided view, and
+  // made contiguous here, once: every consumer that needs a contiguous
+  // tensor would otherwise copy it on its own — a Linear reshapes its input
+  // to 2-D, so wq, wk and wv would each copy (and save for backward) the
+  // sequence-parallel all-gather of the attention's input.
+  if (dim == 0) return output;
+  return output.movedim(0, dim).contiguous();
 }
 
 at::Tensor ProcessGroup::all_gather_uneven(const at::Tensor& tensor, int64_t dim) const {

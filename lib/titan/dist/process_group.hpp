@@ -99,7 +99,9 @@ class ProcessGroup {
   /// with backward). Avg divides when wait() is called.
   std::shared_ptr<PendingWork> all_reduce_async(at::Tensor tensor, ReduceOp op = ReduceOp::Sum) const;
 
-  /// Concatenation along `dim` of every member's `tensor` (same shapes).
+  /// Concatenation along `dim` of every member's `tensor` (same shapes), as
+  /// a contiguous tensor whatever `dim` (one copy when dim != 0, instead of
+  /// one per consumer).
   at::Tensor all_gather(const at::Tensor& tensor, int64_t dim = 0) const;
   /// Like all_gather, but members may differ in size along `dim`: sizes are
   /// exchanged first, shards padded to the largest, the padding dropped.
