@@ -27,12 +27,13 @@
 #include "titan/launch/program.hpp"
 #include "titan/metrics/format.hpp"
 #include "titan/parallel/data_parallel.hpp"
-#include "titan/parallel/data_parallel_technique.hpp"
-#include "titan/parallel/reference_run.hpp"
 #include "titan/util/error.hpp"
+#include "titan/verify/data_parallel_technique.hpp"
+#include "titan/verify/reference_run.hpp"
 
 using namespace titan;
 using namespace titan::parallel;
+using namespace titan::verify;
 
 namespace {
 
