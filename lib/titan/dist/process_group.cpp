@@ -119,6 +119,20 @@ void PendingWork::wait() {
                  (CommLog::instance().now_us() - record_.start_us) / 1e6);
   }
   done_ = true;
+  // Gloo's worker thread marks the work complete and only then drops its
+  // reference to it — and with it to the buffers the work holds (e.g. an
+  // all-gather's contiguous input). Left alone, those are freed a moment
+  // after wait() returns, on the worker's time, and memory readings
+  // (metrics/tensor_memory) differ from run to run by a collective's
+  // buffers. Waiting (briefly, bounded) until this is the last reference
+  // makes a collective's temporaries die when the call returns. (Gloo's
+  // reduce-scatter is an inner all-reduce of a copy of the input, a work we
+  // never see: that copy can still die late. NCCL keeps its works in the
+  // watchdog's list for longer and is left as it is.)
+  if (group_->backend()->getBackendName() == "gloo") {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);
+    while (work_.use_count() > 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  }
   if (on_done_) on_done_();
   record_.end_us = CommLog::instance().now_us();
   CommLog::instance().record(record_);
