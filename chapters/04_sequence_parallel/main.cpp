@@ -31,8 +31,8 @@
 // batches, a single-process reference, and prints: equivalence per variant,
 // the collectives each issues per step (count and bytes per rank, measured
 // against the analytic formulas), and activation memory per rank (the
-// shapes of the residual stream and the logits, the bytes the autograd
-// graph holds after forward, and the peak of the step).
+// shapes of the residual stream and the logits, and the bytes the autograd
+// graph holds after forward).
 //
 //   ./build/bin/ch04_sequence_parallel --nproc 4
 //   ./build/bin/ch04_sequence_parallel --nproc 2 --seq-len 64 --steps 2
@@ -122,9 +122,9 @@ using StepComm = std::map<dist::CommOp, OpCount>;
 struct RunResult {
   Trajectory trajectory;
   std::vector<StepComm> comm;  // per step
-  // Memory of the last step, relative to just before its forward.
-  int64_t held_after_forward = 0;  // what the graph keeps for backward (+ logits, loss)
-  int64_t peak = 0;                // the most at once during forward + backward
+  // Tensor bytes after the last step's forward, above the level just
+  // before it: what the graph keeps for backward (+ the logits and the loss).
+  int64_t held_after_forward = 0;
   // Local shapes in the last forward (rank-local pieces).
   std::shared_ptr<ShapeProbe> block_in = std::make_shared<ShapeProbe>();
   std::shared_ptr<ShapeProbe> attention_norm = std::make_shared<ShapeProbe>();
@@ -166,7 +166,6 @@ RunResult train_variant(const RunSpec& spec, const Variant& v, const dist::Devic
     MicroBatch batch = local_micro_batches(spec, step, /*rank=*/0, /*world=*/1).front();
     log.begin_step(step);
     optimizer->zero_grad();
-    metrics::reset_tensor_memory_peak(device);
     const int64_t before = metrics::tensor_memory(device).current_bytes;
 
     at::Tensor logits = model->forward(batch.inputs);
@@ -177,7 +176,6 @@ RunResult train_variant(const RunSpec& spec, const Variant& v, const dist::Devic
     r.held_after_forward = metrics::tensor_memory(device).current_bytes - before;
     logits = at::Tensor();  // the graph keeps what backward needs; drop our handle
     loss.backward();
-    r.peak = metrics::tensor_memory(device).peak_bytes - before;
 
     StepResult s;
     s.loss = loss.detach().to(at::kDouble).item<double>();  // the whole batch's, on every rank
@@ -416,11 +414,12 @@ int main(int argc, char** argv) {
 
     // ---------------------------------------------- 3. activation memory
     // Local shapes from the probes, and the tensor bytes the process holds
-    // in the last step: after forward (what the graph keeps for backward,
-    // plus the logits and the loss) and at the step's peak (forward +
-    // backward, gradients included), both above the level just before
-    // forward. CPU: every tensor allocation counted (metrics/tensor_memory);
-    // CUDA: the caching allocator's allocated bytes.
+    // after the last step's forward above the level just before it: what the
+    // graph keeps for backward, plus the logits and the loss. CPU: every
+    // tensor allocation counted (metrics/tensor_memory); CUDA: the caching
+    // allocator's allocated bytes. (No peak: on Gloo a reduce-scatter's
+    // input copy is freed on the backend's thread a moment after the call,
+    // so a peak inside backward moves by that copy from run to run.)
     if (chatty) {
       std::printf("3. activation memory of rank %d, last step (local shapes; bytes above the level before forward)\n",
                   rank);
@@ -438,7 +437,6 @@ int main(int argc, char** argv) {
       shape_row("attention input (prepared)", [](const RunResult& r) { return shape_str(r.attention->in); });
       shape_row("logits (model output)", [](const RunResult& r) { return shape_str(r.output->out); });
       shape_row("held after forward", [](const RunResult& r) { return kib(double(r.held_after_forward)); });
-      shape_row("peak of the step", [](const RunResult& r) { return kib(double(r.peak)); });
       const double tp_held = double(runs[0].held_after_forward);
       shape_row("held after forward / TP's", [&](const RunResult& r) {
         return metrics::strprintf("%.2f", double(r.held_after_forward) / tp_held);
