@@ -445,15 +445,21 @@ int main(int argc, char** argv) {
       // output for backward, two [B, S, D] tensors per norm, 2L + 1 norms;
       // under SP they hold S/n tokens. The attention's and the FFN's inputs,
       // all-gathered again, are what their matmuls save: whole in both.
-      const int64_t L = spec.model.n_layers, elt = static_cast<int64_t>(c10::elementSize(spec.dtype));
-      const double A = double(spec.global_batch * spec.seq_len * spec.model.dim * elt);
+      // (In bf16 the norm computes, and saves, in fp32 as well: the count of
+      // bf16 tensors does not predict it, so only the measurement is shown.)
+      const int64_t L = spec.model.n_layers;
+      const double A = double(spec.global_batch * spec.seq_len * spec.model.dim * 4);
       const double predicted = (1.0 - 1.0 / n) * 2.0 * double(2 * L + 1) * A;
-      std::printf("   TP - SP+TP held: %s measured; the norms' saved input and output, 2 x %lld norms x [%lld,%lld,%lld]\n"
-                  "   x (1 - 1/%d) = %s. The all-gathered inputs of attention and the FFN, which their matmuls\n"
-                  "   save for backward, stay whole; loss parallel saves the logits' softmax at V/%d columns\n\n",
-                  kib(double(runs[0].held_after_forward - runs[2].held_after_forward)).c_str(), (long long)(2 * L + 1),
-                  (long long)spec.global_batch, (long long)spec.seq_len, (long long)spec.model.dim, n,
-                  kib(predicted).c_str(), n);
+      const std::string saved = kib(double(runs[0].held_after_forward - runs[2].held_after_forward));
+      if (bf16)
+        std::printf("   TP - SP+TP held: %s measured (the norms' saved tensors at S/%d tokens)\n", saved.c_str(), n);
+      else
+        std::printf("   TP - SP+TP held: %s measured; the norms' saved input and output, 2 x %lld norms x [%lld,%lld,%lld]\n"
+                    "   x (1 - 1/%d) = %s\n",
+                    saved.c_str(), (long long)(2 * L + 1), (long long)spec.global_batch, (long long)spec.seq_len,
+                    (long long)spec.model.dim, n, kib(predicted).c_str());
+      std::printf("   The all-gathered inputs of attention and the FFN, which their matmuls save for backward, stay\n"
+                  "   whole; loss parallel saves the logits' softmax at V/%d columns\n\n", n);
     }
     // Checks on the layout itself: SP's stream really is 1/n of the tokens,
     // the prepared input whole again, and with n > 1 SP holds less.
