@@ -483,7 +483,7 @@ TEST_P(LlamaAsyncTp, TrainsLikeOneProcessAndOverlaps) {
   // The ring ran: one matmul per chunk and step, forward and backward.
   auto ev = tp::async_tp_events();
   int matmuls = 0, waits = 0;
-  for (const auto& e : ev) (e.kind == "matmul" ? matmuls : waits)++;
+  for (const auto& e : ev) matmuls += e.kind == "matmul", waits += e.kind == "wait";
   const int n = world().size(), L = static_cast<int>(tp_args().n_layers);
   // Per block and step: 4 fused sites forward (2 ag+mm, 2 mm+rs) and 4 backward, n chunks each.
   EXPECT_EQ(matmuls, kSteps * L * 8 * n);

@@ -43,6 +43,7 @@ int64_t handle_of(const dist::ProcessGroup& g) { return static_cast<int64_t>(rei
 struct RingStep {
   std::shared_ptr<dist::PendingWork> send, recv;
   at::Tensor incoming;
+  double issued_us = now_us();
   RingStep(const dist::ProcessGroup& g, const at::Tensor& cur, int tag) {
     const int n = g.size(), r = g.rank();
     incoming = at::empty_like(cur, at::MemoryFormat::Contiguous);
@@ -54,6 +55,10 @@ struct RingStep {
     recv->wait();
     send->wait();
     record(label, "wait", chunk, t0);
+    // In flight from issue until the wait returned (an upper bound: the
+    // transfer may have finished earlier, which only the wait could tell).
+    std::lock_guard<std::mutex> lock(events_mutex());
+    events().push_back({label, "transfer", chunk, issued_us, now_us()});
     return incoming;
   }
 };

@@ -60,7 +60,9 @@ int enable_async_tp(torch::nn::Module& module);
 /// timeline: a chunk's matmul, or the wait for a chunk's transfer.
 struct AsyncTpEvent {
   std::string label;  ///< e.g. "layers.0.attention ag+mm", "layers.0.attention.wo mm+rs"
-  std::string kind;   ///< "matmul" or "wait"
+  /// "matmul"; "wait" (blocked on the ring transfer); "transfer" (in
+  /// flight, from issue to the end of its wait)
+  std::string kind;
   int chunk = 0;      ///< the ring step
   double start_us = 0, end_us = 0;  ///< CommLog clock
 };
