@@ -16,6 +16,7 @@
 #include "titan/config/job_config.hpp"
 #include "titan/dist/comm_log.hpp"
 #include "titan/dist/launch_env.hpp"
+#include "titan/launch/options.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/metrics/memory.hpp"
 #include "titan/train/trainer.hpp"
@@ -31,21 +32,15 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw titan::Error("bench_data_parallel: " + k + " needs a value");
-      return argv[++i];
-    };
-    if (k == "--mode") a.mode = value();
-    else if (k == "--flavor") a.flavor = value();
-    else if (k == "--steps") a.steps = std::stoll(value());
-    else if (k == "--warmup") a.warmup = std::stoll(value());
-    else if (k == "--batch") a.batch = std::stoll(value());
-    else if (k == "--seq-len") a.seq_len = std::stoll(value());
-    else throw titan::Error("bench_data_parallel: unknown option '" + k + "' (--mode ddp|fsdp|hsdp, --steps, --warmup, --flavor, --batch, --seq-len)");
-  }
-  TITAN_CHECK(a.mode == "ddp" || a.mode == "fsdp" || a.mode == "hsdp", "--mode must be ddp, fsdp or hsdp, got '", a.mode, "'");
+  titan::OptionParser p("bench_data_parallel",
+                        "memory, time and communication per step of the trainer under DDP, FSDP or HSDP");
+  p.add("--mode", &a.mode, "technique", {"ddp", "fsdp", "hsdp"});
+  p.add("--flavor", &a.flavor, "llama3 model flavor");
+  p.add("--steps", &a.steps, "training steps, warm-up included");
+  p.add("--warmup", &a.warmup, "steps left out of the median");
+  p.add("--batch", &a.batch, "sequences per rank and step");
+  p.add("--seq-len", &a.seq_len, "tokens per sequence");
+  p.parse(argc, argv);
   TITAN_CHECK(a.steps > a.warmup && a.warmup >= 0, "--steps must exceed --warmup");
   return a;
 }

@@ -19,20 +19,21 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "titan/dist/comm_log.hpp"
 #include "titan/dist/world.hpp"
+#include "titan/launch/options.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/metrics/format.hpp"
 #include "titan/parallel/data_parallel.hpp"
-#include "titan/parallel/data_parallel_technique.hpp"
-#include "titan/parallel/reference_run.hpp"
 #include "titan/util/error.hpp"
+#include "titan/verify/data_parallel_technique.hpp"
+#include "titan/verify/reference_run.hpp"
 
 using namespace titan;
 using namespace titan::parallel;
+using namespace titan::verify;
 
 namespace {
 
@@ -50,31 +51,14 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      TITAN_CHECK(i + 1 < argc, a, " needs a value");
-      return argv[++i];
-    };
-    auto number = [&](const std::string& v) {
-      char* end = nullptr;
-      double d = std::strtod(v.c_str(), &end);
-      TITAN_CHECK(end && *end == '\0' && !v.empty(), a, ": '", v, "' is not a number");
-      return d;
-    };
-    if (a == "--dtype") o.dtype = value();
-    else if (a == "--device") o.device = value();
-    else if (a == "--bucket-mb") o.bucket_mb = number(value());
-    else if (a == "--steps") o.steps = static_cast<int64_t>(number(value()));
-    else if (a == "--grad-accum") o.grad_accum = static_cast<int64_t>(number(value()));
-    else if (a == "--batch") o.global_batch = static_cast<int64_t>(number(value()));
-    else if (a == "--help" || a == "-h") {
-      std::printf("usage: ch01_data_parallel [--nproc N] [--dtype fp32|bf16] [--bucket-mb MB] [--steps N]\n"
-                  "                          [--grad-accum N] [--batch GLOBAL_BATCH] [--device cpu|cuda]\n");
-      std::exit(0);
-    } else
-      throw Error("unknown option '" + a + "' (try --help)");
-  }
+  OptionParser p("ch01_data_parallel", "DDP against a single-process reference on a tiny Llama 3");
+  p.add("--dtype", &o.dtype, "parameter dtype: fp32|bf16");
+  p.add("--device", &o.device, "cpu|cuda");
+  p.add("--bucket-mb", &o.bucket_mb, "gradient bucket cap in MiB");
+  p.add("--steps", &o.steps, "optimizer steps");
+  p.add("--grad-accum", &o.grad_accum, "micro-batches per rank and step");
+  p.add("--batch", &o.global_batch, "global batch (sequences per step, over all ranks)");
+  p.parse(argc, argv);
   TITAN_CHECK(o.bucket_mb > 0, "--bucket-mb must be positive, got ", o.bucket_mb);
   return o;
 }

@@ -1,6 +1,6 @@
 // Lab 01 checker: trains the tiny Llama 3 with your BucketedDDP (ddp.cpp)
 // and compares it with the single-process reference on the same seed and
-// global batch (titan/parallel/reference_run.hpp, the harness the chapter
+// global batch (titan/verify/reference_run.hpp, the harness the chapter
 // and the tests use). Prints every check as PASS or FAIL with the numbers it
 // saw; exits 1 when any fails.
 //
@@ -16,12 +16,12 @@
 #include "titan/dist/comm_log.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/launch/program.hpp"
-#include "titan/parallel/reference_run.hpp"
 #include "titan/train/loss.hpp"
 #include "titan/util/error.hpp"
+#include "titan/verify/reference_run.hpp"
 
 using namespace titan;
-using namespace titan::parallel;
+using namespace titan::verify;
 
 namespace {
 

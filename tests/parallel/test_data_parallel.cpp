@@ -11,11 +11,12 @@
 #include "support/dist_test.hpp"
 #include "titan/dist/comm_log.hpp"
 #include "titan/parallel/data_parallel.hpp"
-#include "titan/parallel/data_parallel_technique.hpp"
-#include "titan/parallel/reference_run.hpp"
 #include "titan/train/loss.hpp"
+#include "titan/verify/data_parallel_technique.hpp"
+#include "titan/verify/reference_run.hpp"
 
 using namespace titan::parallel;
+using namespace titan::verify;
 using titan::testing::world;
 
 namespace {

@@ -19,6 +19,13 @@ std::string join(const std::vector<std::string>& items, const char* sep) {
   return out;
 }
 
+// "a", "a or b", "a, b or c": the choices as a sentence says them.
+std::string either(const std::vector<std::string>& items) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i == 0 ? "" : i + 1 == items.size() ? " or " : ", ") + items[i];
+  return out;
+}
+
 std::string format_double(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%g", v);
@@ -57,7 +64,7 @@ void OptionParser::add(const std::string& name, std::string* target, const std::
   o.set = [name, target, choices](const std::string& v) {
     bool allowed = choices.empty();
     for (const std::string& c : choices) allowed = allowed || v == c;
-    TITAN_CHECK(allowed, name, " takes ", join(choices, " or "), ", got '", v, "'");
+    TITAN_CHECK(allowed, name, " takes ", either(choices), ", got '", v, "'");
     *target = v;
   };
   add_option(std::move(o));

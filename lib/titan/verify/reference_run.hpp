@@ -5,6 +5,10 @@
 /// that a technique plugs into, the single-process reference run, and the
 /// comparison of two runs (loss, every gradient, every parameter).
 ///
+/// It sits above models/, train/ and parallel/ (it uses them; nothing in
+/// them uses it), so a technique's adapter lives here too, next to the
+/// harness, and never in parallel/.
+///
 /// The reference is the same loop on one process over the whole global
 /// batch, with no technique plugged in; a parallel run slices the same
 /// global batch by rank. So the only difference between the two is the
@@ -28,7 +32,7 @@ namespace torch::optim {
 class Optimizer;
 }
 
-namespace titan::parallel {
+namespace titan::verify {
 
 /// @brief Tensors by parameter name, in registration order.
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
@@ -192,4 +196,4 @@ int64_t tensor_bytes(const NamedTensors& tensors);
 /// step counters), summed.
 int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
 
-}  // namespace titan::parallel
+}  // namespace titan::verify

@@ -1,4 +1,4 @@
-#include "titan/parallel/reference_run.hpp"
+#include "titan/verify/reference_run.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -14,7 +14,7 @@
 #include "titan/train/loss.hpp"
 #include "titan/util/error.hpp"
 
-namespace titan::parallel {
+namespace titan::verify {
 
 models::llama3::ModelArgs tiny_llama_args() {
   models::llama3::ModelArgs a;
@@ -241,4 +241,4 @@ int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
   return total;
 }
 
-}  // namespace titan::parallel
+}  // namespace titan::verify

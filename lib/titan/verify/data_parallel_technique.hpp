@@ -7,18 +7,18 @@
 #include <functional>
 
 #include "titan/parallel/data_parallel.hpp"
-#include "titan/parallel/reference_run.hpp"
+#include "titan/verify/reference_run.hpp"
 
-namespace titan::parallel {
+namespace titan::verify {
 
 /// @brief The Technique that trains with `ddp` (which must outlive the run).
-inline Technique data_parallel_technique(DataParallel& ddp) {
+inline Technique data_parallel_technique(parallel::DataParallel& ddp) {
   Technique t;
   t.backward = [&ddp](int64_t micro, int64_t count, const std::function<void()>& backward) {
     // Every micro-batch but the last only accumulates locally; the last
     // backward all-reduces the sum of them all, once.
     if (micro + 1 < count) {
-      NoSyncGuard guard = ddp.no_sync();
+      parallel::NoSyncGuard guard = ddp.no_sync();
       backward();
     } else {
       backward();
@@ -31,4 +31,4 @@ inline Technique data_parallel_technique(DataParallel& ddp) {
   return t;
 }
 
-}  // namespace titan::parallel
+}  // namespace titan::verify
