@@ -288,7 +288,7 @@ int main(int argc, char** argv) {
     spec.global_batch = opt.batch;
     spec.validate(1);
     // SP gives every rank seq_len/n tokens: a one-line error when it cannot.
-    models::llama3::check_tp_job(spec.model, n, spec.seq_len, /*sequence_parallel=*/true);
+    models::llama3::check_tp_job(spec.model, n, spec.seq_len, {.sequence_parallel = true});
     const bool bf16 = spec.dtype == at::kBFloat16;
     dist::DeviceMesh mesh(world, {n}, {"tp"});
     const dist::ProcessGroup& tp_group = *mesh.group(0);

@@ -334,7 +334,8 @@ TEST(ConfigSupported, LaterFeaturesAreRefusedWithTheirChapter) {
   EXPECT_HAS(e, "--experimental.pipeline_parallel_degree 1");
   EXPECT_ONE_LINE(e);
   // Tensor and loss parallelism have landed: the gate lets them through.
-  EXPECT_NO_THROW(check_supported(parse({"--training.tensor_parallel_degree", "4", "--training.enable_loss_parallel"})));
+  EXPECT_NO_THROW(check_supported(parse({"--training.tensor_parallel_degree", "4", "--training.enable_loss_parallel",
+                                         "--training.enable_async_tensor_parallel"})));
 
   // The seed 8B config parses, but asks for several features at once.
   JobConfig b = load_job_config(source_path("train_configs/llama3_8b.toml"));
@@ -353,7 +354,6 @@ TEST(ConfigSupported, LaterFeaturesAreRefusedWithTheirChapter) {
   };
   const std::vector<Case> cases = {
       {{"--experimental.pipeline_parallel_degree", "2"}, "chapter 05"},
-      {{"--training.enable_async_tensor_parallel"}, "chapter 07"},
       {{"--checkpoint.enable_checkpoint"}, "chapter 08"},
       {{"--profiling.enable_profiling"}, "chapter 09"},
       {{"--profiling.enable_memory_snapshot"}, "chapter 09"},

@@ -132,7 +132,7 @@ TEST(OptionParser, UsageListsEveryOptionWithItsDefault) {
 // --help exits the process, so it is checked on the programs themselves,
 // the way a user meets it: through run_main, then the program's parser.
 TEST(OptionParser, ProgramsPrintUsageForHelpAndOneLineErrors) {
-  for (const std::string prog : {"ch01_data_parallel"}) {
+  for (const std::string prog : {"ch01_data_parallel", "ch02_fsdp2"}) {
     for (const char* help : {" --help", " --steps 3 -h --not-an-option"}) {
       auto r = run_command(bin_path(prog) + help);
       EXPECT_EQ(r.exit_code, 0) << prog << help << ": " << r.output;

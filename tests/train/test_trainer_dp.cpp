@@ -165,6 +165,9 @@ TEST(TrainerTensorParallel, TpAloneMatchesReference) {
   c.training.enable_sequence_parallel = false;
   c.training.enable_loss_parallel = true;
   expect_matches_reference(c, "TP (no SP, loss parallel)", tp_model());
+  c.training.enable_sequence_parallel = true;
+  c.training.enable_async_tensor_parallel = true;
+  expect_matches_reference(c, "async TP (SP, loss parallel)", tp_model());
 }
 
 TEST(TrainerTensorParallel, FsdpTimesTpMatchesReference) {
@@ -176,6 +179,8 @@ TEST(TrainerTensorParallel, FsdpTimesTpMatchesReference) {
   expect_matches_reference(c, "FSDP 2 x TP 2 (SP, loss parallel)", tp_model());
   c.training.global_batch_size = c.training.batch_size * 2 * 2;
   expect_matches_reference(c, "FSDP 2 x TP 2, 2 micro-batches", tp_model());
+  c.training.enable_async_tensor_parallel = true;
+  expect_matches_reference(c, "FSDP 2 x async TP 2, 2 micro-batches", tp_model());
 }
 
 TEST(TrainerTensorParallel, DdpTimesTpMatchesReference) {

@@ -22,11 +22,6 @@ const std::vector<FeatureGate>& feature_gates() {
          return value_if(c, "experimental.pipeline_parallel_degree", c.experimental.pipeline_parallel_degree > 1);
        },
        "pipeline parallelism arrives with chapter 05", "--experimental.pipeline_parallel_degree 1"},
-      {"training.enable_async_tensor_parallel",
-       [](const JobConfig& c, int) {
-         return value_if(c, "training.enable_async_tensor_parallel", c.training.enable_async_tensor_parallel);
-       },
-       "async tensor parallelism arrives with chapter 07", "--training.enable_async_tensor_parallel=false"},
       {"checkpoint.enable_checkpoint",
        [](const JobConfig& c, int) { return value_if(c, "checkpoint.enable_checkpoint", c.checkpoint.enable_checkpoint); },
        "checkpointing arrives with chapter 08", "--checkpoint.enable_checkpoint=false"},

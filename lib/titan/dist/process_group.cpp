@@ -335,6 +335,33 @@ void ProcessGroup::recv(at::Tensor& tensor, int src, int tag) const {
   run(start_record(CommOp::Recv, nbytes(tensor)), [&] { return backend_->recv(tensors, src, tag); });
 }
 
+std::shared_ptr<PendingWork> ProcessGroup::send_async(const at::Tensor& tensor, int dst, int tag) const {
+  TITAN_CHECK(tensor.is_contiguous(), "send on ", describe(), " needs a contiguous tensor");
+  CommRecord record = start_record(CommOp::Send, nbytes(tensor));
+  std::vector<at::Tensor> tensors{tensor};
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = backend_->send(tensors, dst, tag);
+  } catch (const std::exception& e) {
+    fail("send", e.what(), 0.0);
+  }
+  // The lambda keeps the buffer alive while the transfer runs.
+  return std::make_shared<PendingWork>(this, std::move(record), std::move(work), [tensor] {});
+}
+
+std::shared_ptr<PendingWork> ProcessGroup::recv_async(at::Tensor& tensor, int src, int tag) const {
+  TITAN_CHECK(tensor.is_contiguous(), "recv on ", describe(), " needs a contiguous tensor");
+  CommRecord record = start_record(CommOp::Recv, nbytes(tensor));
+  std::vector<at::Tensor> tensors{tensor};
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = backend_->recv(tensors, src, tag);
+  } catch (const std::exception& e) {
+    fail("recv", e.what(), 0.0);
+  }
+  return std::make_shared<PendingWork>(this, std::move(record), std::move(work), [tensor] {});
+}
+
 void ProcessGroup::barrier() const {
   run(start_record(CommOp::Barrier, 0), [&] {
     c10d::BarrierOptions opts;

@@ -121,6 +121,11 @@ class ProcessGroup {
   /// Point-to-point (not collective): only the two peers call.
   void send(const at::Tensor& tensor, int dst, int tag = 0) const;
   void recv(at::Tensor& tensor, int src, int tag = 0) const;
+  /// Starts a send and returns at once (async TP passes chunks around a
+  /// ring under the matmuls); `tensor` must stay alive until wait().
+  std::shared_ptr<PendingWork> send_async(const at::Tensor& tensor, int dst, int tag = 0) const;
+  /// Starts a receive into the contiguous `tensor`; valid after wait().
+  std::shared_ptr<PendingWork> recv_async(at::Tensor& tensor, int src, int tag = 0) const;
   void barrier() const;
 
   /// Throws the titan::Error this group reports for a failed `op` (shared by

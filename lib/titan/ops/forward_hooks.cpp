@@ -12,7 +12,10 @@ at::Tensor HookableModule::call_with_hooks(const at::Tensor& input,
   if (hooks_.empty()) return body(input);
   at::Tensor x = input;
   for (const auto& h : hooks_) x = h->pre_forward(x);
-  at::Tensor y = body(x);
+  at::Tensor y;
+  for (const auto& h : hooks_)
+    if ((y = h->forward_override(x)).defined()) break;
+  if (!y.defined()) y = body(x);
   for (const auto& h : hooks_) y = h->post_forward(y);
   return y;
 }

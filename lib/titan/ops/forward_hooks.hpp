@@ -29,6 +29,14 @@ class ForwardHook {
   virtual at::Tensor pre_forward(const at::Tensor& input) { return input; }
   /// Runs after the module's forward with its output; returns the output to hand back.
   virtual at::Tensor post_forward(const at::Tensor& output) { return output; }
+  /// Runs between pre_forward and the body: a defined result *replaces*
+  /// the module's own computation (async TP swaps a matmul and its
+  /// collective for one overlapped kernel sequence, what torch's compiler
+  /// pass does to the graph). Undefined (the default) runs the body.
+  virtual at::Tensor forward_override(const at::Tensor& input) {
+    (void)input;
+    return {};
+  }
 };
 
 /// @brief A Module whose forward runs registered ForwardHooks around it.

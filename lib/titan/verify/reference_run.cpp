@@ -24,6 +24,14 @@ models::llama3::ModelArgs tiny_llama_args() {
   return a;
 }
 
+models::llama3::ModelArgs uneven_llama_args() {
+  models::llama3::ModelArgs a = tiny_llama_args();
+  a.dim = 18, a.n_heads = 3, a.n_kv_heads = 1;
+  a.vocab_size = 61;
+  a.multiple_of = 8;
+  return a;
+}
+
 optim::OptimizerOptions RunSpec::default_optimizer() {
   optim::OptimizerOptions o;
   o.lr = 1e-3;
@@ -118,6 +126,7 @@ Trajectory run_steps(const RunSpec& spec, models::llama3::Transformer& model, to
   for (int64_t step = 1; step <= spec.steps; ++step) {
     log.begin_step(step);
     const auto t0 = clock::now();
+    if (technique.begin_step) technique.begin_step(step);
     std::vector<MicroBatch> micro = local_micro_batches(spec, step, rank, world);
     optimizer.zero_grad();
     double loss_sum = 0;

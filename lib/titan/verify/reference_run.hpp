@@ -43,6 +43,12 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 /// divides (FSDP pads it; DDP must not care).
 models::llama3::ModelArgs tiny_llama_args();
 
+/// @brief A smaller Llama 3 whose first dimensions split unevenly on 2 and
+/// 4 ranks, for sharding (FSDP tests, lab 02): dim 18 (not a multiple of
+/// 4), 2 layers, 3 query / 1 key-value heads (wk and wv have 6 rows: 2, 2,
+/// 2, 0 on 4 ranks) and a vocabulary of 61 (divides by neither).
+models::llama3::ModelArgs uneven_llama_args();
+
 /// @brief Everything that fixes a small, deterministic training run.
 struct RunSpec {
   models::llama3::ModelArgs model = tiny_llama_args();  ///< model shape
@@ -104,6 +110,9 @@ struct Trajectory {
 /// @brief The parts of a training step a parallel technique changes. Every
 /// member is optional; the defaults are the single-process behaviour.
 struct Technique {
+  /// At the start of step `step` (1-based), before its first forward; runs
+  /// under the step's CommLog number (e.g. FSDP opens a peak-memory window).
+  std::function<void(int64_t step)> begin_step;
   /// Runs `backward` for micro-batch `micro` of `count` (DDP wraps all but
   /// the last in no_sync).
   std::function<void(int64_t micro, int64_t count, const std::function<void()>& backward)> backward;

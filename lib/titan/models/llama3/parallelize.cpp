@@ -75,8 +75,9 @@ std::string apply_tensor_parallel(Transformer& model, const dist::DeviceMesh& me
   TpOptions opts;
   opts.sequence_parallel = cfg.training.enable_sequence_parallel;
   opts.loss_parallel = cfg.training.enable_loss_parallel;
+  opts.async_tp = cfg.training.enable_async_tensor_parallel;
   const int64_t tp = mesh.size("tp");
-  check_tp_job(model->args(), tp, cfg.training.seq_len, opts.sequence_parallel);
+  check_tp_job(model->args(), tp, cfg.training.seq_len, opts);
   const dist::DeviceMesh tp_mesh = mesh["tp"];
   std::string description = apply_tp(model, tp_mesh, opts);
   if (opts.loss_parallel) {

@@ -1,5 +1,6 @@
 #include "titan/models/llama3/tp_plan.hpp"
 
+#include "titan/parallel/tensor_parallel/async_tp.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::models::llama3 {
@@ -70,9 +71,12 @@ void check_tp_divisibility(const ModelArgs& args, int64_t tp) {
                 "): each rank must hold whole heads and equal slices");
 }
 
-void check_tp_job(const ModelArgs& args, int64_t tp, int64_t seq_len, bool sequence_parallel) {
+void check_tp_job(const ModelArgs& args, int64_t tp, int64_t seq_len, const TpOptions& options) {
   check_tp_divisibility(args, tp);
-  TITAN_CHECK(!sequence_parallel || seq_len % tp == 0, "[training] seq_len ", seq_len,
+  TITAN_CHECK(!options.async_tp || options.sequence_parallel,
+              "async tensor parallel overlaps the sequence-parallel all-gathers and reduce-scatters with their "
+              "matmuls: it needs enable_sequence_parallel = true");
+  TITAN_CHECK(!options.sequence_parallel || seq_len % tp == 0, "[training] seq_len ", seq_len,
               " does not divide by tensor_parallel_degree ", tp,
               " (sequence parallelism gives every rank seq_len/tp tokens; or set enable_sequence_parallel = false)");
 }
@@ -91,9 +95,10 @@ std::string apply_tp(Transformer& model, const dist::DeviceMesh& tp_mesh, const 
     present.push_back(std::move(entry));
   }
   tp::parallelize_module(*model, tp_mesh, present);
+  if (options.async_tp) tp::enable_async_tp(*model);
   return "TP over " + std::to_string(tp_mesh.size(0)) + " ranks (" +
          (options.sequence_parallel ? "sequence parallel" : "no sequence parallel") +
-         (options.loss_parallel ? ", loss parallel" : "") + ")";
+         (options.loss_parallel ? ", loss parallel" : "") + (options.async_tp ? ", async" : "") + ")";
 }
 
 }  // namespace titan::models::llama3

@@ -22,6 +22,9 @@ struct TpOptions {
   /// The LM head's logits stay sharded on the vocabulary into the loss
   /// (tp::vocab_parallel_cross_entropy) instead of being all-gathered.
   bool loss_parallel = false;
+  /// Overlap the SP all-gathers and reduce-scatters with their matmuls
+  /// (tp::enable_async_tp); needs sequence_parallel.
+  bool async_tp = false;
 };
 
 /// @brief The plan, as torchtitan's apply_tp lays it out:
@@ -43,10 +46,11 @@ tp::ParallelizePlan llama3_tp_plan(const TpOptions& options);
 void check_tp_divisibility(const ModelArgs& args, int64_t tp);
 
 /// @brief check_tp_divisibility plus, with sequence parallelism, that
-/// `seq_len` divides by `tp` (each rank holds seq_len/tp tokens). The
+/// `seq_len` divides by `tp` (each rank holds seq_len/tp tokens), and that
+/// async TP comes with sequence parallelism. The
 /// trainer calls it before joining the job, so a bad layout fails on every
 /// rank alike and before any collective.
-void check_tp_job(const ModelArgs& args, int64_t tp, int64_t seq_len, bool sequence_parallel);
+void check_tp_job(const ModelArgs& args, int64_t tp, int64_t seq_len, const TpOptions& options);
 
 /// @brief Applies the plan to `model` over the 1-D TP mesh (after
 /// check_tp_divisibility) and returns a one-line description.

@@ -51,6 +51,7 @@ struct TpParam {
 class TpHook : public ops::ForwardHook {
  public:
   std::string style;                            ///< "ColwiseParallel", ...
+  std::string fqn;                              ///< the module's path in the plan
   std::shared_ptr<const dist::DeviceMesh> mesh; ///< the 1-D TP mesh
   std::vector<TpParam> params;                  ///< parameters the style placed
 };

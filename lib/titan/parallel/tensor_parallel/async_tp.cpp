@@ -1,0 +1,273 @@
+#include "titan/parallel/tensor_parallel/async_tp.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/nn/module.h>
+
+#include <mutex>
+
+#include "titan/dist/comm_log.hpp"
+#include "titan/dist/process_group.hpp"
+#include "titan/ops/linear.hpp"
+#include "titan/parallel/tensor_parallel/style_hooks.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::tp {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+std::mutex& events_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::vector<AsyncTpEvent>& events() {
+  static std::vector<AsyncTpEvent> ev;
+  return ev;
+}
+double now_us() { return dist::CommLog::instance().now_us(); }
+
+void record(const std::string& label, const char* kind, int chunk, double t0) {
+  std::lock_guard<std::mutex> lock(events_mutex());
+  events().push_back({label, kind, chunk, t0, now_us()});
+}
+
+const dist::ProcessGroup& group_of(int64_t h) {
+  return *reinterpret_cast<const dist::ProcessGroup*>(static_cast<intptr_t>(h));
+}
+int64_t handle_of(const dist::ProcessGroup& g) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(&g)); }
+
+// One ring step's transfer: send `cur` right, receive the same shape from
+// the left into a fresh buffer.
+struct RingStep {
+  std::shared_ptr<dist::PendingWork> send, recv;
+  at::Tensor incoming;
+  double issued_us = now_us();
+  RingStep(const dist::ProcessGroup& g, const at::Tensor& cur, int tag) {
+    const int n = g.size(), r = g.rank();
+    incoming = at::empty_like(cur, at::MemoryFormat::Contiguous);
+    send = g.send_async(cur, (r + 1) % n, tag);
+    recv = g.recv_async(incoming, (r + n - 1) % n, tag);
+  }
+  at::Tensor wait(const std::string& label, int chunk) {
+    const double t0 = now_us();
+    recv->wait();
+    send->wait();
+    record(label, "wait", chunk, t0);
+    // In flight from issue until the wait returned (an upper bound: the
+    // transfer may have finished earlier, which only the wait could tell).
+    std::lock_guard<std::mutex> lock(events_mutex());
+    events().push_back({label, "transfer", chunk, issued_us, now_us()});
+    return incoming;
+  }
+};
+
+// gathered [b, n·c, d] and x_full · Bᵢ (Bᵢ [d, oᵢ]) from this rank's chunk.
+std::vector<at::Tensor> ring_all_gather_matmul(const at::Tensor& x, const std::vector<at::Tensor>& bs,
+                                               const dist::ProcessGroup& g, const std::string& label) {
+  const int n = g.size(), r = g.rank();
+  const int64_t c = x.size(1);
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape[1] = n * c;
+  std::vector<at::Tensor> out{at::empty(shape, x.options())};
+  for (const at::Tensor& b : bs) {
+    std::vector<int64_t> ys = shape;
+    ys.back() = b.size(1);
+    out.push_back(at::empty(ys, x.options()));
+  }
+  at::Tensor cur = x.contiguous();
+  for (int k = 0; k < n; ++k) {
+    const int64_t j = (r - k + n) % n;  // whose chunk `cur` is
+    std::optional<RingStep> step;
+    if (k + 1 < n) step.emplace(g, cur, k + 1);
+    const double t0 = now_us();
+    out[0].narrow(1, j * c, c).copy_(cur);
+    for (size_t i = 0; i < bs.size(); ++i) out[i + 1].narrow(1, j * c, c).copy_(at::matmul(cur, bs[i]));
+    record(label, "matmul", k, t0);
+    if (step) cur = step->wait(label, k);
+  }
+  return out;
+}
+
+// Σᵢ aᵢ · Bᵢ (aᵢ [b, n·c, kᵢ], Bᵢ [kᵢ, o]), summed over ranks, this rank's
+// sequence chunk [b, c, o].
+at::Tensor ring_matmul_reduce_scatter(const std::vector<at::Tensor>& as, const std::vector<at::Tensor>& bs,
+                                      const dist::ProcessGroup& g, const std::string& label) {
+  const int n = g.size(), r = g.rank();
+  const int64_t s = as.front().size(1);
+  TITAN_CHECK(s % n == 0, "async TP: sequence length ", s, " does not divide by ", n, " ranks");
+  const int64_t c = s / n;
+  auto partial = [&](int64_t j) {
+    at::Tensor p;
+    for (size_t i = 0; i < as.size(); ++i) {
+      if (!as[i].defined()) continue;
+      at::Tensor t = at::matmul(as[i].narrow(1, j * c, c), bs[i]);
+      p = p.defined() ? p.add_(t) : t;
+    }
+    return p.contiguous();
+  };
+  double t0 = now_us();
+  at::Tensor acc = partial((r + n - 1) % n);
+  record(label, "matmul", 0, t0);
+  for (int k = 1; k < n; ++k) {
+    RingStep step(g, acc, k);
+    t0 = now_us();
+    at::Tensor p = partial(((r - 1 - k) % n + n) % n);
+    record(label, "matmul", k, t0);
+    acc = step.wait(label, k).add_(p);
+  }
+  return acc;
+}
+
+at::Tensor or_zeros(const at::Tensor& g, const at::Tensor& like) { return g.defined() ? g : at::zeros_like(like); }
+
+struct AllGatherMatmulFn : torch::autograd::Function<AllGatherMatmulFn> {
+  static tensor_list forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weights, int64_t group,
+                             std::string label) {
+    std::vector<at::Tensor> bs;
+    for (const at::Tensor& w : weights) bs.push_back(w.t());
+    tensor_list out = ring_all_gather_matmul(x, bs, group_of(group), label);
+    tensor_list saved{out[0]};
+    for (const at::Tensor& w : weights) saved.push_back(w);
+    ctx->save_for_backward(saved);
+    ctx->saved_data["g"] = group;
+    ctx->saved_data["label"] = label;
+    ctx->mark_non_differentiable({out[0]});
+    return out;
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor& gathered = saved[0];
+    const auto& g = group_of(ctx->saved_data["g"].toInt());
+    const std::string label = ctx->saved_data["label"].toStringRef() + " (backward)";
+    std::vector<at::Tensor> gy, ws;
+    for (size_t i = 1; i < saved.size(); ++i) {
+      ws.push_back(saved[i]);
+      std::vector<int64_t> ys = gathered.sizes().vec();
+      ys.back() = saved[i].size(0);
+      gy.push_back(grads[i].defined() ? grads[i] : at::zeros(ys, gathered.options()));
+    }
+    // dx: Σᵢ dYᵢ · Wᵢ, reduce-scattered on the sequence (overlapped too).
+    at::Tensor dx = ring_matmul_reduce_scatter(gy, ws, g, label);
+    tensor_list out{dx};
+    const at::Tensor x2 = gathered.flatten(0, -2);
+    for (const at::Tensor& d : gy) out.push_back(d.flatten(0, -2).t().matmul(x2));
+    out.push_back(at::Tensor());
+    out.push_back(at::Tensor());
+    return out;
+  }
+};
+
+struct MatmulReduceScatterFn : torch::autograd::Function<MatmulReduceScatterFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& w, int64_t group,
+                            std::string label) {
+    ctx->save_for_backward({a, w});
+    ctx->saved_data["g"] = group;
+    ctx->saved_data["label"] = label;
+    return ring_matmul_reduce_scatter({a}, {w.t()}, group_of(group), label);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor& a = saved[0];
+    const at::Tensor& w = saved[1];
+    const auto& g = group_of(ctx->saved_data["g"].toInt());
+    const std::string label = ctx->saved_data["label"].toStringRef() + " (backward)";
+    std::vector<int64_t> ys = a.sizes().vec();
+    ys[1] /= g.size();
+    ys.back() = w.size(0);
+    const at::Tensor gy = grads[0].defined() ? grads[0].contiguous() : at::zeros(ys, a.options());
+    // da = all_gather(dY) · W; dW = all_gather(dY)ᵀ · a.
+    auto out = ring_all_gather_matmul(gy, {w}, g, label);
+    at::Tensor dw = out[0].flatten(0, -2).t().matmul(a.flatten(0, -2));
+    return {out[1], dw, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+std::vector<at::Tensor> all_gather_matmul(const at::Tensor& x_shard, const std::vector<at::Tensor>& weights,
+                                          const dist::ProcessGroup& group, const std::string& label) {
+  TITAN_CHECK(x_shard.dim() == 3 && !weights.empty(), "all_gather_matmul: expected x [b, s/n, d] and weights, got ",
+              x_shard.sizes());
+  return AllGatherMatmulFn::apply(x_shard, at::TensorList(weights), handle_of(group), label);
+}
+
+at::Tensor matmul_reduce_scatter(const at::Tensor& a, const at::Tensor& weight, const dist::ProcessGroup& group,
+                                 const std::string& label) {
+  TITAN_CHECK(a.dim() == 3, "matmul_reduce_scatter: expected a [b, s, k], got ", a.sizes());
+  return MatmulReduceScatterFn::apply(a, weight, handle_of(group), label);
+}
+
+int enable_async_tp(torch::nn::Module& module) {
+  using namespace detail;
+  int sites = 0;
+  for (const auto& item : module.named_modules("", /*include_self=*/true)) {
+    auto* h = dynamic_cast<ops::HookableModule*>(item.value().get());
+    if (!h) continue;
+    for (const auto& hook : h->forward_hooks()) {
+      if (auto* prep = dynamic_cast<PrepareInputHook*>(hook.get())) {
+        if (!(prep->cfg.input_layouts.is_shard(1) && prep->cfg.desired_input_layouts.is_replicate() &&
+              !prep->cfg.use_local_output))
+          continue;
+        // The children that take the prepared input: Colwise Linears.
+        std::vector<ColwiseHook*> consumers;
+        std::string names;
+        for (const auto& child : item.value()->named_children()) {
+          auto* ch = dynamic_cast<ops::HookableModule*>(child.value().get());
+          if (!ch) continue;
+          for (const auto& ch_hook : ch->forward_hooks()) {
+            auto* col = dynamic_cast<ColwiseHook*>(ch_hook.get());
+            if (col && col->linear && col->cfg.input_layouts.is_replicate()) {
+              consumers.push_back(col);
+              names += (names.empty() ? "" : ",") + child.key();
+            }
+          }
+        }
+        if (consumers.empty()) continue;
+        const dist::ProcessGroup* g = prep->mesh->group(0).get();
+        const std::string label = item.key() + " ag+mm(" + names + ")";
+        prep->fused = [consumers, g, label](const at::Tensor& x) {
+          std::vector<at::Tensor> ws;
+          for (ColwiseHook* c : consumers) ws.push_back(c->linear->weight);
+          auto out = all_gather_matmul(x.contiguous(), ws, *g, label);
+          for (size_t i = 0; i < consumers.size(); ++i) consumers[i]->precomputed = out[i + 1];
+          return out[0];
+        };
+        ++sites;
+      } else if (auto* row = dynamic_cast<RowwiseHook*>(hook.get())) {
+        if (!row->linear || !row->cfg.output_layouts.is_shard(1)) continue;
+        const dist::ProcessGroup* g = row->mesh->group(0).get();
+        ops::LinearImpl* lin = row->linear;
+        const std::string label = item.key() + " mm+rs";
+        row->fused = [lin, g, label](const at::Tensor& x) {
+          return matmul_reduce_scatter(x.contiguous(), lin->weight, *g, label);
+        };
+        ++sites;
+      }
+    }
+  }
+  TITAN_CHECK(sites > 0, "async tensor parallel: nothing to overlap (it fuses the sequence-parallel all-gathers and "
+              "reduce-scatters with their matmuls; enable sequence parallelism)");
+  return sites;
+}
+
+std::vector<AsyncTpEvent> async_tp_events() {
+  std::lock_guard<std::mutex> lock(events_mutex());
+  return events();
+}
+
+void clear_async_tp_events() {
+  std::lock_guard<std::mutex> lock(events_mutex());
+  events().clear();
+}
+
+double async_tp_exposed_us() {
+  std::lock_guard<std::mutex> lock(events_mutex());
+  double t = 0;
+  for (const auto& e : events())
+    if (e.kind == "wait") t += e.end_us - e.start_us;
+  return t;
+}
+
+}  // namespace titan::tp

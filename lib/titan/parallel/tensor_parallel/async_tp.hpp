@@ -1,0 +1,78 @@
+#pragma once
+/// @file
+/// @brief Async tensor parallelism in eager mode: the all-gather before a
+/// column-parallel matmul and the reduce-scatter after a row-parallel one
+/// are cut into one chunk per rank and passed around a ring, so that chunk
+/// k's transfer runs while chunk k−1's matmul computes.
+///
+/// torch does this with a compiler pass (torch.compile + symmetric memory:
+/// "micro-pipeline TP"); titan does it with hooks, and the same ring on
+/// Gloo (async send/recv on CPU) and NCCL.
+///
+///     all-gather → matmul (wq, wk, wv together; w1, w3 together), rank r:
+///       step k: send my current chunk right, receive the next from the left,
+///               and meanwhile Y[chunk (r−k) mod n] = chunk · Wᵀ (every W)
+///     matmul → reduce-scatter (wo, w2), rank r:
+///       step k: receive the running sum of chunk (r−1−k) mod n from the left
+///               while computing my partial of it; add; send it right
+///
+/// Backward swaps the two: the input gradient of all-gather → matmul is a
+/// matmul → reduce-scatter, and that of matmul → reduce-scatter an
+/// all-gather → matmul. Weight gradients use the gathered tensors.
+/// Results equal synchronous TP up to summation order.
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+namespace torch::nn {
+class Module;
+}
+namespace titan::dist {
+class ProcessGroup;
+}
+
+namespace titan::tp {
+
+/// @brief x_shard [b, s/n, d] is this rank's sequence chunk. Returns the
+/// gathered input [b, s, d] (no gradient) followed by x_full · Wᵢᵀ for every
+/// weight Wᵢ [oᵢ, d]. Differentiable in x_shard and every Wᵢ.
+std::vector<at::Tensor> all_gather_matmul(const at::Tensor& x_shard, const std::vector<at::Tensor>& weights,
+                                          const dist::ProcessGroup& group, const std::string& label = "");
+
+/// @brief a [b, s, k] (whole sequence, this rank's input features) times
+/// Wᵀ (W [o, k], this rank's columns), summed over ranks and scattered on
+/// the sequence: this rank's [b, s/n, o]. Differentiable in a and W.
+at::Tensor matmul_reduce_scatter(const at::Tensor& a, const at::Tensor& weight, const dist::ProcessGroup& group,
+                                 const std::string& label = "");
+
+/// @brief Switches a module parallelised with sequence parallelism to the
+/// overlapped algorithms: every PrepareModuleInput(Shard(1) → Replicate)
+/// whose children are Colwise Linears becomes one all_gather_matmul for all
+/// of them, and every Rowwise Linear with output Shard(1) a
+/// matmul_reduce_scatter. Returns the number of sites switched; throws
+/// titan::Error when there are none (without sequence parallelism there is
+/// no all-gather or reduce-scatter next to a matmul to overlap).
+int enable_async_tp(torch::nn::Module& module);
+
+/// @brief One interval of the overlapped algorithms on this rank, for the
+/// timeline: a chunk's matmul, or the wait for a chunk's transfer.
+struct AsyncTpEvent {
+  std::string label;  ///< e.g. "layers.0.attention ag+mm", "layers.0.attention.wo mm+rs"
+  /// "matmul"; "wait" (blocked on the ring transfer); "transfer" (in
+  /// flight, from issue to the end of its wait)
+  std::string kind;
+  int chunk = 0;      ///< the ring step
+  double start_us = 0, end_us = 0;  ///< CommLog clock
+};
+
+/// @brief The events since the last clear, in time order.
+std::vector<AsyncTpEvent> async_tp_events();
+/// @brief Forgets the events.
+void clear_async_tp_events();
+/// @brief Microseconds this rank spent blocked on ring transfers since the
+/// last clear: the exposed (un-overlapped) communication of async TP.
+double async_tp_exposed_us();
+
+}  // namespace titan::tp
