@@ -238,6 +238,45 @@ TEST(TensorParallelStyles, BadPlansAreRefusedBeforeAnyWeightIsCut) {
   EXPECT_THROW(tp::parallelize_module(*norm, mesh, {{"", style(tp::ColwiseParallel{})}}), titan::Error);
 }
 
+// A Replicate activation handed on as a DTensor by a Rowwise layer (not by
+// PrepareModuleInput) still gets its Partial gradient reduced by the
+// Colwise layer that consumes it, tagged or not (found by a reviewer: the
+// tagged case used to skip it, 101% off in dx).
+TEST(TensorParallelStyles, RowwiseDTensorOutputIntoColwiseKeepsTheGradientRight) {
+  DeviceMesh mesh = tp_mesh();
+  const int64_t n = mesh.size(0);
+  const int64_t d = 4 * n, h = 4 * n;
+  for (bool local : {true, false}) {
+    titan::ops::Linear a(h, d), b(d, h), a_ref(h, d), b_ref(d, h);
+    {
+      at::NoGradGuard g;
+      a->weight.copy_(seeded(31, {d, h}));
+      b->weight.copy_(seeded(32, {h, d}));
+      a_ref->weight.copy_(a->weight);
+      b_ref->weight.copy_(b->weight);
+    }
+    auto root = std::make_shared<torch::nn::Module>();
+    root->register_module("a", a);
+    root->register_module("b", b);
+    tp::RowwiseParallel r;
+    r.input_layouts = Placement::replicate();  // a's input arrives whole; Rowwise slices it
+    r.use_local_output = local;
+    tp::parallelize_module(*root, mesh, {{"a", style(r)}, {"b", style(tp::ColwiseParallel{})}});
+    at::Tensor x = seeded(33, {2, 3, h}).requires_grad_(true);
+    at::Tensor x_ref = x.detach().clone().requires_grad_(true);
+    at::Tensor y = b(a(x)), y_ref = b_ref(a_ref(x_ref));
+    at::Tensor w = seeded(34, {2, 3, h});
+    (y * local_piece(w, Placement::shard(-1), mesh)).sum().backward();
+    (y_ref * w).sum().backward();
+    double dx = rel_diff(x.grad(), x_ref.grad());
+    double da = rel_diff(a->weight.grad(), local_piece(a_ref->weight.grad(), Placement::shard(1), mesh));
+    report(local ? "rowwise(local out) -> colwise: dx, dA" : "rowwise(DTensor out) -> colwise: dx, dA",
+           std::max(dx, da));
+    EXPECT_LE(dx, kStyleTol);
+    EXPECT_LE(da, kStyleTol);
+  }
+}
+
 // ------------------------------------------------------------ loss parallel
 
 TEST(LossParallel, EqualsCrossEntropyOnGatheredLogitsInValueAndGradient) {

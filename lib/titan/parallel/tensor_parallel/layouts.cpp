@@ -15,6 +15,7 @@ namespace {
 struct Tag {
   c10::weak_intrusive_ptr<c10::TensorImpl> tensor;
   Placement layout;
+  bool reduces_partial_gradient = false;
 };
 
 // Keyed by the TensorImpl's address; the weak pointer tells whether the
@@ -55,13 +56,21 @@ at::Tensor redistribute_activation(const at::Tensor& local, const std::shared_pt
   return d.redistribute({to}, grad).local();
 }
 
-void tag_layout(const at::Tensor& t, Placement layout) {
+void tag_layout(const at::Tensor& t, Placement layout, bool reduces_partial_gradient) {
   std::lock_guard<std::mutex> lock(tags_mutex());
   auto& m = tags();
   // Drop the tags of tensors that are gone, so the table stays small.
   for (auto it = m.begin(); it != m.end();) it = it->second.tensor.expired() ? m.erase(it) : std::next(it);
   m.insert_or_assign(t.unsafeGetTensorImpl(),
-                    Tag{c10::weak_intrusive_ptr<c10::TensorImpl>(t.getIntrusivePtr()), layout});
+                    Tag{c10::weak_intrusive_ptr<c10::TensorImpl>(t.getIntrusivePtr()), layout,
+                        reduces_partial_gradient});
+}
+
+bool tag_reduces_partial_gradient(const at::Tensor& t) {
+  if (!tagged_layout(t)) return false;  // also drops a stale entry
+  std::lock_guard<std::mutex> lock(tags_mutex());
+  auto it = tags().find(t.unsafeGetTensorImpl());
+  return it != tags().end() && it->second.reduces_partial_gradient;
 }
 
 std::optional<Placement> tagged_layout(const at::Tensor& t) {

@@ -37,8 +37,14 @@ at::Tensor redistribute_activation(const at::Tensor& local, const std::shared_pt
                                    std::vector<int64_t> global_shape = {});
 
 /// @brief Marks `t` as a DTensor activation in `layout` (what torch's
-/// styles return with use_local_output = false).
-void tag_layout(const at::Tensor& t, Placement layout);
+/// styles return with use_local_output = false). `reduces_partial_gradient`
+/// says that the producer already treats the gradient arriving at `t` as
+/// Partial and reduces it (PrepareModuleInput does, for its sharded
+/// children); a consumer must then not reduce it again.
+void tag_layout(const at::Tensor& t, Placement layout, bool reduces_partial_gradient = false);
+
+/// @brief True when `t` is tagged and its producer reduces its Partial gradient.
+bool tag_reduces_partial_gradient(const at::Tensor& t);
 
 /// @brief The layout `t` was tagged with, if it was and is still alive.
 std::optional<Placement> tagged_layout(const at::Tensor& t);

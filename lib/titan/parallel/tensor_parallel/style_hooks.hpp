@@ -52,11 +52,12 @@ class ColwiseHook : public TpHook {
   }
   at::Tensor pre_forward(const at::Tensor& x) override {
     if (embedding) return x;  // token ids are replicated by nature
-    bool tagged = false;
-    const Placement from = normalized(arriving_layout(x, cfg.input_layouts, &tagged), x.dim());
-    // A tagged Replicate input was prepared by PrepareModuleInput, which
-    // already owns the reduction of its Partial gradient.
-    if (tagged && from.is_replicate()) return x;
+    const Placement from = normalized(arriving_layout(x, cfg.input_layouts), x.dim());
+    // A Replicate input prepared by PrepareModuleInput: it already owns the
+    // reduction of the Partial gradient its sharded consumers produce. Any
+    // other Replicate input (a Rowwise output handed on as a DTensor, say)
+    // still needs it here.
+    if (from.is_replicate() && tag_reduces_partial_gradient(x)) return x;
     return redistribute_activation(x, mesh, from, Placement::replicate(), Placement::partial());
   }
   at::Tensor post_forward(const at::Tensor& y) override {
@@ -141,7 +142,7 @@ class PrepareInputHook : public TpHook {
   at::Tensor pre_forward(const at::Tensor& x) override {
     if (fused) {
       at::Tensor gathered = fused(x);
-      tag_layout(gathered, Placement::replicate());
+      tag_layout(gathered, Placement::replicate(), /*reduces_partial_gradient=*/true);
       return gathered;
     }
     const Placement from = normalized(arriving_layout(x, cfg.input_layouts), x.dim());
@@ -152,7 +153,8 @@ class PrepareInputHook : public TpHook {
     // Even a pass-through must be a tensor of its own to carry the tag
     // without tagging the caller's tensor.
     if (!cfg.use_local_output && out.unsafeGetTensorImpl() == x.unsafeGetTensorImpl()) out = x.alias();
-    return hand_on(out, to, cfg.use_local_output);
+    if (!cfg.use_local_output) tag_layout(out, to, /*reduces_partial_gradient=*/grad.has_value());
+    return out;
   }
 };
 
