@@ -28,9 +28,11 @@
 // Exit status 0 means FSDP matched the reference within the stated tolerance.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "titan/dist/comm_log.hpp"
 #include "titan/dist/device_mesh.hpp"
@@ -127,12 +129,17 @@ int main(int argc, char** argv) {
     // 4. Train this rank's rows of each global batch. Forward gathers each
     //    unit's parameters just in time; backward reduce-scatters the
     //    gradients into shard.grad (the mean over ranks, i.e. the whole
-    //    batch's). The optimizer sees the shards: model->parameters() yields
-    //    them. For the comparison the harness gathers full gradients and
-    //    parameters from the shards, outside the step's CommLog records.
+    //    batch's). The reduce-scatters run asynchronously under the backward
+    //    of the units before; backward() returns once they are all in. The
+    //    optimizer sees the shards: model->parameters() yields them. For the
+    //    comparison the harness gathers full gradients and parameters from
+    //    the shards, outside the step's CommLog records.
     auto opt = build_optimizer(spec, model->parameters());
     Technique technique = fsdp_technique(*model, world.group());
-    technique.begin_step = [](int64_t) { fsdp::reset_unsharded_peak(); };  // step's peak of gathered weights
+    technique.begin_step = [&](int64_t step) {
+      fsdp::reset_unsharded_peak();                         // step's peak of gathered weights
+      if (step == spec.steps) fsdp::clear_fsdp_events();    // the last step's timeline, for 5c
+    };
     Trajectory got = run_steps(spec, model, *opt, world.rank(), static_cast<int>(n), technique);
 
     // Tolerances. fp32: both sides add the same numbers in a different order
@@ -169,9 +176,17 @@ int main(int argc, char** argv) {
                     stats[0].item<double>(), stats[1].item<double>(), stats[2].item<double>(),
                     step_ok ? "" : "  <-- over tolerance");
     }
-    if (rank0)
+    if (rank0) {
       std::printf("tolerance: |dloss| <= %.0e, |dgrad| <= %.0e, |dparam| <= %.0e  → %s\n", tol_loss, tol_grad,
                   tol_param, ok ? "equivalent" : "NOT EQUIVALENT");
+      // The harness times each step: zero_grad, forward, backward, optimizer.
+      std::vector<double> ms;
+      for (const StepResult& r : got.steps) ms.push_back(r.seconds * 1e3);
+      std::sort(ms.begin(), ms.end());
+      if (!ms.empty())
+        std::printf("fsdp step time on rank 0 (forward + backward + optimizer): median %.2f ms over %zu steps\n",
+                    ms[ms.size() / 2], ms.size());
+    }
 
     // 5. Memory per rank: FSDP holds ≈ 1/shard of each (a little more on the
     //    ranks that hold the extra rows of uneven parameters).
@@ -215,6 +230,39 @@ int main(int argc, char** argv) {
       if (rank0)
         std::printf("\npeak gathered (full) parameters in step %lld: %s = root + %.1f blocks (model: root + %lld blocks)\n",
                     (long long)spec.steps, mib(peak).c_str(), blocks, (long long)spec.model.n_layers);
+    }
+
+    // 5c. Overlap in backward, from the last step's event timeline: block
+    //     k's reduce-scatter is issued when its backward is done and is
+    //     still in flight while block k−1 computes its backward; it is
+    //     waited only when block k−1 issues its own (one in flight at a
+    //     time), or at the end of backward.
+    {
+      auto events = fsdp::fsdp_events();
+      auto find = [&](const std::string& unit, const std::string& what) {
+        for (const auto& e : events)
+          if (e.unit == unit && e.what == what) return e;
+        return fsdp::FsdpEvent{};
+      };
+      const int64_t L = spec.model.n_layers;
+      int64_t overlapped = 0;
+      std::string example;
+      for (int64_t k = L - 1; k >= 1; --k) {
+        const std::string later = "layers." + std::to_string(k), earlier = "layers." + std::to_string(k - 1);
+        auto rs = find(later, "reduce_scatter"), bw = find(earlier, "backward");
+        if (rs.end_us == 0 || bw.end_us == 0) continue;
+        if (rs.start_us <= bw.start_us && rs.end_us >= bw.end_us) ++overlapped;
+        if (example.empty()) {
+          char buf[200];
+          std::snprintf(buf, sizeof buf, "reduce-scatter(%s) in flight %.0f..%.0f us, %s backward %.0f..%.0f us",
+                        later.c_str(), rs.start_us, rs.end_us, earlier.c_str(), bw.start_us, bw.end_us);
+          example = buf;
+        }
+      }
+      if (rank0)
+        std::printf("\nbackward overlap in step %lld: %lld of %lld block reduce-scatters in flight through the\n"
+                    "previous block's backward (rank 0: %s)\n",
+                    (long long)spec.steps, (long long)overlapped, (long long)(L - 1), example.c_str());
     }
 
     // 6. Communication of the last step, measured by the CommLog, next to the

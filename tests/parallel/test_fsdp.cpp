@@ -24,6 +24,7 @@
 #include <gtest/gtest.h>
 #include <torch/nn/modules/linear.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "support/dist_test.hpp"
@@ -103,7 +104,11 @@ Diffs compare_shards(Transformer& sharded, Transformer& reference) {
     at::Tensor rows = full.narrow(0, off[0], dt.local().size(0));
     EXPECT_EQ(dt.local().sizes(), rows.sizes()) << name;
     d.param = std::max(d.param, max_abs_diff(dt.local().detach(), rows.detach()));
-    if (dt.local().grad().defined() && full.grad().defined())
+    if (!full.grad().defined()) continue;
+    // The reduce-scatters are asynchronous; backward must still leave every
+    // shard's gradient behind.
+    EXPECT_TRUE(dt.local().grad().defined()) << name << ": no gradient after backward";
+    if (dt.local().grad().defined())
       d.grad = std::max(d.grad, max_abs_diff(dt.local().grad(), full.grad().narrow(0, off[0], dt.local().size(0))));
   }
   return d;
@@ -351,6 +356,118 @@ TEST(Fsdp, PrefetchedAllGatherOverlapsPreviousUnitsCompute) {
                 ag0b.start_us, pb1.start_us, rs1.start_us);
   EXPECT_LT(ag0b.start_us, rs1.start_us);
   EXPECT_GT(ag0b.start_us, pb1.start_us);
+}
+
+// Backward's reduce-scatters are asynchronous: unit k's is issued when its
+// backward is done and runs while unit k-1 computes its backward; it is
+// waited when unit k-1 issues its own (at most one in flight). With HSDP the
+// replica all-reduce follows the reduce-scatter the same way.
+TEST(Fsdp, ReduceScatterOverlapsEarlierUnitsBackward) {
+  std::vector<std::vector<int64_t>> meshes = {{world().size()}};
+  if (world().size() == 4) meshes.push_back({2, 2});
+  for (const auto& shape : meshes) {
+    const bool hsdp = shape.size() == 2;
+    DeviceMesh mesh = hsdp ? DeviceMesh(world(), shape, {"dp_replicate", "dp_shard"})
+                           : DeviceMesh(world(), shape, {"dp_shard"});
+    Transformer model = build_model(5);
+    shard_model(model, mesh, {});
+    auto [tokens, labels] = global_batch(0);
+    fsdp::clear_fsdp_events();
+    titan::train::cross_entropy(model->forward(tokens), labels).backward();
+    EXPECT_EQ(fsdp::gradient_reductions_in_flight(), 0) << "backward returned with reductions in flight";
+    auto events = fsdp::fsdp_events();
+    auto find = [&](const std::string& unit, const std::string& what) {
+      for (const auto& e : events)
+        if (e.unit == unit && e.what == what) return e;
+      ADD_FAILURE() << "no " << what << " event of " << unit;
+      return fsdp::FsdpEvent{};
+    };
+    const int64_t L = tiny_args().n_layers;
+    for (int64_t k = L - 1; k >= 1; --k) {
+      const std::string later = "layers." + std::to_string(k), earlier = "layers." + std::to_string(k - 1);
+      auto rs = find(later, "reduce_scatter");
+      auto bw = find(earlier, "backward");
+      if (world().rank() == 0)
+        std::printf("  %s: reduce_scatter(%s) in flight %.0f..%.0f us, %s backward %.0f..%.0f us\n",
+                    hsdp ? "hsdp" : "fsdp", later.c_str(), rs.start_us, rs.end_us, earlier.c_str(), bw.start_us,
+                    bw.end_us);
+      EXPECT_LT(rs.start_us, bw.end_us) << later << " issued after " << earlier << "'s backward ended";
+      EXPECT_LE(rs.start_us, bw.start_us) << later << " issued late";
+      // Waited only once the earlier unit's backward was done, not inside it.
+      EXPECT_GE(rs.end_us, bw.end_us) << later << " was waited during " << earlier << "'s backward";
+      if (hsdp && k >= 2) {
+        // The replica all-reduce starts when the reduce-scatter is waited and
+        // runs under the backward of the unit two before.
+        auto ar = find(later, "all_reduce");
+        auto bw2 = find("layers." + std::to_string(k - 2), "backward");
+        EXPECT_GE(ar.start_us, rs.end_us);
+        EXPECT_LT(ar.start_us, bw2.end_us);
+        EXPECT_GE(ar.end_us, bw2.end_us);
+      }
+    }
+    // At most one in flight: in issue order, each is waited before the next
+    // one is issued (one staged gradient buffer at a time). Same for the
+    // all-reduces.
+    for (const char* what : {"reduce_scatter", "all_reduce"}) {
+      std::vector<fsdp::FsdpEvent> ops;
+      for (const auto& e : events)
+        if (e.what == what) ops.push_back(e);
+      std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.start_us < b.start_us; });
+      EXPECT_EQ(ops.size(), std::string(what) == "all_reduce" && !hsdp ? 0u : size_t(L + 1)) << what;
+      for (size_t i = 0; i + 1 < ops.size(); ++i)
+        EXPECT_LE(ops[i].end_us, ops[i + 1].start_us)
+            << what << " of " << ops[i].unit << " still in flight when " << ops[i + 1].unit << "'s was issued";
+    }
+  }
+}
+
+// Every user calls loss.backward() and then reads .grad or steps the
+// optimizer: the asynchronous reductions must all be in shard.grad by then,
+// in the shard's dtype and on its device, and a second backward must add to
+// them (gradient accumulation), with nothing called in between.
+TEST(Fsdp, ShardGradientsCompleteRightAfterBackward) {
+  struct Case {
+    const char* what;
+    fsdp::FullyShardOptions opts;
+    double tol;
+  };
+  std::vector<Case> cases(2);
+  cases[0] = {"fp32", {}, 1e-5};
+  // bf16 compute and bf16 reduction with CPU offload: the reduced gradients
+  // are cast back to the fp32 shards and copied to the CPU. The bf16 bound
+  // of this file (5e-3), the reduction in bf16 adding its own rounding.
+  cases[1].what = "bf16 reduce + offload";
+  cases[1].opts.mp_policy = {at::kBFloat16, at::kBFloat16};
+  cases[1].opts.offload_policy = fsdp::CPUOffloadPolicy{true};
+  cases[1].tol = 5e-3;
+  for (const Case& c : cases) {
+    DeviceMesh mesh(world(), {world().size()}, {"dp_shard"});
+    Transformer reference = build_model(11);
+    Transformer model = build_model(11);
+    shard_model(model, mesh, c.opts);
+    auto [tokens, labels] = global_batch(3);
+    titan::train::cross_entropy(reference->forward(tokens), labels).backward();
+    at::Tensor my_tokens = local_rows(tokens, world().rank(), world().size());
+    at::Tensor my_labels = local_rows(labels, world().rank(), world().size());
+    auto ref = reference->named_parameters(true);
+    for (int pass = 1; pass <= 2; ++pass) {
+      titan::train::cross_entropy(model->forward(my_tokens), my_labels).backward();
+      EXPECT_EQ(fsdp::gradient_reductions_in_flight(), 0) << c.what;
+      double worst = 0;
+      for (auto& [name, dt] : fsdp::sharded_parameters(*model)) {
+        const at::Tensor& shard = dt.local();
+        ASSERT_TRUE(shard.grad().defined()) << c.what << ": " << name << " has no gradient after backward";
+        EXPECT_EQ(shard.grad().sizes(), shard.sizes()) << name;
+        EXPECT_EQ(shard.grad().scalar_type(), shard.scalar_type()) << name;
+        EXPECT_EQ(shard.grad().device(), shard.device()) << name;
+        at::Tensor want = ref[name].grad().narrow(0, dt.local_offset()[0], shard.size(0)) * double(pass);
+        worst = std::max(worst, max_abs_diff(shard.grad().to(want.device()), want));
+      }
+      if (world().rank() == 0)
+        std::printf("  %s, backward %d: max |shard.grad - %d x reference| %.3g\n", c.what, pass, pass, worst);
+      EXPECT_LE(worst, double(pass) * c.tol) << c.what << " after backward " << pass;
+    }
+  }
 }
 
 // The path for models too big for one rank: build on the meta device (no

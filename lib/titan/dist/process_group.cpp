@@ -269,14 +269,37 @@ at::Tensor ProcessGroup::reduce_scatter(const at::Tensor& tensor, int64_t dim, R
   std::vector<int64_t> out_shape = input.sizes().vec();
   out_shape[0] /= size();
   at::Tensor output = at::empty(out_shape, input.options());
-  run(start_record(CommOp::ReduceScatter, nbytes(input)), [&] {
+  // Rank-major along the leading axis: flat chunk r of the input is exactly
+  // member r's slice, so the flat collective does the work.
+  reduce_scatter_async(input.view({-1}), output.view({-1}), op)->wait();
+  return output.movedim(0, dim);
+}
+
+std::shared_ptr<PendingWork> ProcessGroup::reduce_scatter_async(const at::Tensor& input, at::Tensor output,
+                                                                ReduceOp op) const {
+  TITAN_CHECK(input.is_contiguous() && output.is_contiguous(), "reduce_scatter on ", describe(),
+              " needs contiguous tensors");
+  TITAN_CHECK(input.numel() == output.numel() * size() && input.scalar_type() == output.scalar_type(),
+              "reduce_scatter on ", describe(), ": input of ", input.numel(), " elements (", input.scalar_type(),
+              ") does not split into ", size(), " outputs of ", output.numel(), " (", output.scalar_type(), ")");
+  CommRecord record = start_record(CommOp::ReduceScatter, nbytes(input));
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
     c10d::ReduceScatterOptions opts;
     opts.reduceOp = to_c10d(op);
     opts.timeout = timeout_;
-    return backend_->_reduce_scatter_base(output, input, opts);
-  });
-  finish_avg(output, op, size());
-  return output.movedim(0, dim);
+    at::Tensor in = input;  // the backend takes non-const references
+    work = backend_->_reduce_scatter_base(output, in, opts);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail("reduce_scatter", e.what(), 0.0);
+  }
+  const int n = size();
+  // The lambda holds both buffers until the collective is done (the caller
+  // may drop its own references right after issuing).
+  return std::make_shared<PendingWork>(this, std::move(record), std::move(work),
+                                       [input, output, op, n]() mutable { finish_avg(output, op, n); });
 }
 
 at::Tensor ProcessGroup::all_to_all(const at::Tensor& tensor, int64_t split_dim,

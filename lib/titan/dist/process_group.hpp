@@ -110,6 +110,13 @@ class ProcessGroup {
   /// along `dim` (size along `dim` must divide by size()).
   at::Tensor reduce_scatter(const at::Tensor& tensor, int64_t dim = 0,
                             ReduceOp op = ReduceOp::Sum) const;
+  /// Starts a reduce-scatter of the contiguous, flat `input` into the
+  /// contiguous `output` (input.numel() == size() · output.numel(), same
+  /// dtype) and returns at once: FSDP overlaps these with the backward of
+  /// the units before. `output` is valid after wait() (Avg divides there);
+  /// both tensors are kept alive until then.
+  std::shared_ptr<PendingWork> reduce_scatter_async(const at::Tensor& input, at::Tensor output,
+                                                    ReduceOp op = ReduceOp::Sum) const;
   /// Splits `tensor` into size() chunks along `split_dim`, sends chunk j to
   /// member j, and concatenates what arrives along `concat_dim`.
   at::Tensor all_to_all(const at::Tensor& tensor, int64_t split_dim, int64_t concat_dim) const;

@@ -1,6 +1,7 @@
 // FsdpUnit's collectives and memory handling: the flat all-gather, the
 // copy-out into full parameters, freeing and refilling their storage, and
-// the gradient reduce-scatter.
+// the asynchronous gradient reduce-scatter with its queue of reductions in
+// flight.
 
 #include "titan/parallel/fsdp/fsdp_unit.hpp"
 
@@ -8,6 +9,7 @@
 #include <c10/core/StorageImpl.h>
 
 #include <atomic>
+#include <deque>
 #include <mutex>
 
 #include "titan/dist/comm_log.hpp"
@@ -215,43 +217,142 @@ void FsdpUnit::release_full() {
   freed_ = false;
 }
 
-std::vector<at::Tensor> FsdpUnit::reduce_gradients(const std::vector<at::Tensor>& full_grads) {
+// ------------------------------------------------- gradient reductions in flight
+namespace {
+
+// One unit's gradient reduction, from its issue to shard.grad.
+struct GradReduction {
+  std::shared_ptr<FsdpUnit> unit;  // a graph (and so a reduction) may outlive the model
+  at::Tensor staged;               // [n · flat], reduce_dtype: the big buffer, dropped when the RS is done
+  at::Tensor reduced;              // [flat]: this rank's segment, averaged over the shard group
+  std::shared_ptr<dist::PendingWork> rs;  // reduce-scatter, until waited
+  std::shared_ptr<dist::PendingWork> ar;  // HSDP all-reduce over replicas, until waited
+  double rs_issued_us = 0, ar_issued_us = 0;
+};
+
+// Process-wide, in issue order. Every rank issues the same reductions in the
+// same order (the backward graph is the same), and we finish them oldest
+// first, so the HSDP all-reduces, started as their reduce-scatters are
+// waited, are also issued in the same order on every rank.
+std::mutex g_reductions_mu;
+std::deque<GradReduction> g_reductions;
+
+void finish_reduce_scatter(GradReduction& r) {
+  r.rs->wait();
+  r.rs.reset();
+  record_event({r.unit->name(), "reduce_scatter", r.rs_issued_us, now_us(), false});
+  r.staged = at::Tensor();
+  const auto& replicas = r.unit->replicate_group();
+  if (replicas && replicas->size() > 1) {
+    // HSDP: the shard group's average, averaged again across replicas. It
+    // can only start now (Gloo reads `reduced` when it starts), so it is
+    // chained here and left to run under the next unit's backward.
+    r.ar_issued_us = now_us();
+    r.ar = replicas->all_reduce_async(r.reduced, dist::ReduceOp::Avg);
+  }
+}
+
+void finish_all_reduce(GradReduction& r) {
+  if (!r.ar) return;
+  r.ar->wait();
+  r.ar.reset();
+  record_event({r.unit->name(), "all_reduce", r.ar_issued_us, now_us(), false});
+}
+
+// Waits for the reductions in flight, oldest first. `drain`: all of them
+// (end of backward). Otherwise (a new issue is coming) an all-reduce that
+// this call starts stays in flight, so that it overlaps the next unit's
+// backward too; the one started by the previous call is finished.
+void settle_locked(bool drain) {
+  try {
+    for (auto it = g_reductions.begin(); it != g_reductions.end();) {
+      GradReduction& r = *it;
+      const bool ar_was_in_flight = r.ar != nullptr;
+      if (r.rs) finish_reduce_scatter(r);
+      if (r.ar && !ar_was_in_flight && !drain) {
+        ++it;
+        continue;
+      }
+      finish_all_reduce(r);
+      r.unit->accumulate_gradients(r.reduced);
+      it = g_reductions.erase(it);
+    }
+  } catch (...) {
+    // A failed collective leaves the group unusable and these buffers
+    // meaningless; forget them rather than add half-reduced gradients later.
+    g_reductions.clear();
+    throw;
+  }
+}
+
+}  // namespace
+
+void finish_gradient_reductions() {
+  std::lock_guard<std::mutex> lock(g_reductions_mu);
+  settle_locked(/*drain=*/true);
+}
+
+int64_t gradient_reductions_in_flight() {
+  std::lock_guard<std::mutex> lock(g_reductions_mu);
+  return static_cast<int64_t>(g_reductions.size());
+}
+
+void FsdpUnit::issue_reduce_scatter(const std::vector<at::Tensor>& full_grads) {
   TITAN_CHECK(full_grads.size() == params_.size(), "fsdp: unit ", name_, " got ", full_grads.size(),
               " gradients for ", params_.size(), " parameters");
+  if (params_.empty()) return;
   at::NoGradGuard no_grad;
+  std::lock_guard<std::mutex> lock(g_reductions_mu);
+  // At most one reduce-scatter in flight: wait for the previous unit's
+  // before staging ours. It has had this unit's whole backward to finish,
+  // and waiting first keeps one staged buffer (a unit's full gradients in
+  // reduce_dtype) alive at a time instead of two, as FSDP2 does.
+  settle_locked(/*drain=*/false);
+
   const int64_t n = shard_group_->size();
   const auto ropts = at::TensorOptions().dtype(reduce_dtype()).device(compute_device_);
   // [n, flat]: row r holds, for every parameter, the rows rank r owns.
-  at::Tensor input = at::zeros({n, flat_numel_}, ropts);
+  GradReduction r;
+  r.unit = shared_from_this();
+  r.staged = at::zeros({n, flat_numel_}, ropts);
   for (size_t j = 0; j < params_.size(); ++j) {
     const FsdpParam& p = params_[j];
     if (!full_grads[j].defined()) continue;
     std::vector<int64_t> padded_shape = p.shape;
     padded_shape[0] = n * p.padded_rows;
-    at::Tensor dst = input.narrow(1, p.offset, p.segment_numel());
+    at::Tensor dst = r.staged.narrow(1, p.offset, p.segment_numel());
     at::Tensor staged = at::zeros(padded_shape, ropts);
     staged.narrow(0, 0, p.rows).copy_(full_grads[j]);  // the cast to reduce_dtype happens here
     dst.copy_(staged.view({n, p.segment_numel()}));
   }
-  const double t0 = now_us();
+  r.reduced = at::empty({flat_numel_}, ropts);
+  r.rs_issued_us = now_us();
   // Avg: each rank's loss is the mean over its own batch, the job's loss the
   // mean over ranks, so the job's gradient is the mean of the ranks'.
-  at::Tensor mine = shard_group_->reduce_scatter(input.view({-1}), 0, dist::ReduceOp::Avg);
-  if (replicate_group_ && replicate_group_->size() > 1)
-    replicate_group_->all_reduce(mine, dist::ReduceOp::Avg);  // HSDP: across replicas
-  record_event({name_, "reduce_scatter", t0, now_us(), false});
-  std::vector<at::Tensor> out(params_.size());
-  for (size_t j = 0; j < params_.size(); ++j) {
-    const FsdpParam& p = params_[j];
+  r.rs = shard_group_->reduce_scatter_async(r.staged.view({-1}), r.reduced, dist::ReduceOp::Avg);
+  g_reductions.push_back(std::move(r));
+}
+
+void FsdpUnit::accumulate_gradients(const at::Tensor& reduced) {
+  at::NoGradGuard no_grad;
+  for (FsdpParam& p : params_) {
+    if (!p.requires_grad) continue;
     std::vector<int64_t> padded_shape = p.shape;
     padded_shape[0] = p.padded_rows;
-    out[j] = mine.narrow(0, p.offset, p.segment_numel())
-                 .view(padded_shape)
-                 .narrow(0, 0, p.local_rows)
-                 .to(p.shard.device(), p.shard.scalar_type())
-                 .contiguous();
+    // reduce_dtype → shard dtype, compute device → CPU with offload; a view
+    // of `reduced` when neither changes.
+    at::Tensor g = reduced.narrow(0, p.offset, p.segment_numel())
+                       .view(padded_shape)
+                       .narrow(0, 0, p.local_rows)
+                       .to(p.shard.device(), p.shard.scalar_type());
+    at::Tensor& grad = p.shard.mutable_grad();
+    if (grad.defined())
+      grad.add_(g);  // a later micro-batch: accumulate, as AccumulateGrad does
+    else
+      // .grad must own its memory, not be a view of the flat buffer: the
+      // optimizer's zero_grad() detaches it in place, which views refuse.
+      grad = g.is_alias_of(reduced) ? g.clone() : g.contiguous();
   }
-  return out;
 }
 
 void FsdpUnit::install(const std::vector<at::Tensor>& tensors) {

@@ -13,8 +13,23 @@
 ///  backward  PreBackward node (on the unit's output): all-gather into the same storage
 ///                           ─ prefetch the unit before it
 ///            the unit's backward (uses the saved full params)
-///            UnshardBackward node: reduce-scatter the full grads ─ shard grads ─ free
+///            UnshardBackward node: stage the full grads ─ issue their reduce-scatter
+///                           (async) ─ free; the unit before it computes meanwhile
+///  end of backward (engine final callback): wait what is still in flight ─ shard.grad
 /// ```
+///
+/// Gradient reduction is asynchronous, as in FSDP2: unit k's reduce-scatter
+/// runs while unit k−1 computes its backward. At most one reduce-scatter is
+/// in flight per process: unit k−1 waits for unit k's before staging its own
+/// gradients, so only one staged buffer (a whole unit's gradients in
+/// reduce_dtype, the big one) exists at a time, as with FSDP2's single
+/// reduce-scatter state. With HSDP the replica all-reduce of unit k's
+/// (1/shard-sized) result is chained: started when its reduce-scatter is
+/// waited, waited at the next unit's issue; so at most one all-reduce is in
+/// flight as well. The waited results are added to shard.grad by us (not by
+/// autograd's AccumulateGrad), the last ones in a final callback queued on the
+/// autograd engine, so `loss.backward()` returns with complete shard
+/// gradients.
 ///
 /// Why storage is freed rather than tensors dropped: the autograd graph saved
 /// the full parameters (matmul saves its weight). FSDP2 frees their memory
@@ -78,10 +93,16 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
   void free_full_storage();
   /// Drops the full parameters altogether (after backward, or no-grad forward).
   void release_full();
-  /// Reduce-scatters (then all-reduces over replicas, HSDP) the gradients
-  /// of the full parameters; returns one gradient per shard, on the shard's
-  /// device and dtype. Undefined entries count as zeros.
-  std::vector<at::Tensor> reduce_gradients(const std::vector<at::Tensor>& full_grads);
+  /// Stages the gradients of the full parameters (cast to reduce_dtype,
+  /// padded, rank-major) and issues their reduce-scatter without waiting for
+  /// it, after waiting for the one issued before (at most one in flight).
+  /// The result reaches shard.grad when it is waited: at the next issue, or
+  /// in finish_gradient_reductions(). Undefined entries count as zeros.
+  void issue_reduce_scatter(const std::vector<at::Tensor>& full_grads);
+  /// Adds this rank's reduced flat segment (reduce_dtype, [flat]) to the
+  /// shards' .grad, cast to the shard's dtype and device; creates .grad
+  /// where it is undefined (so gradient accumulation over micro-batches adds up).
+  void accumulate_gradients(const at::Tensor& reduced);
 
   /// Puts the full parameters (or the shards) into the owning modules.
   void install(const std::vector<at::Tensor>& tensors);
@@ -93,6 +114,9 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
   const std::vector<FsdpParam>& params() const { return params_; }
   const std::shared_ptr<const dist::DeviceMesh>& mesh() const { return mesh_; }
   const dist::ProcessGroup& shard_group() const { return *shard_group_; }
+  /// HSDP: the group gradients are averaged over after the reduce-scatter;
+  /// null for plain FSDP.
+  const std::shared_ptr<dist::ProcessGroup>& replicate_group() const { return replicate_group_; }
   /// Placements of every parameter: [Shard(0)] or, with HSDP, [Replicate, Shard(0)].
   const Placements& placements() const { return placements_; }
   const FullyShardOptions& options() const { return options_; }
@@ -114,6 +138,10 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
   /// Called by the PreBackward node: refill, prefetch the next unit in
   /// backward order.
   void pre_backward();
+  /// Called by the UnshardBackward node once every gradient of the full
+  /// parameters is in: issue their reduction, free the full parameters, and
+  /// make sure the end of this backward waits for it.
+  void post_backward(const std::vector<at::Tensor>& full_grads);
 
  private:
   at::Tensor shard_send_buffer() const;
@@ -141,6 +169,7 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
   bool live_ = false;   // full_ holds valid data
   bool freed_ = false;  // full_ exist but their storage was freed after forward
   double forward_start_us_ = 0;
+  double backward_start_us_ = 0;  // PreBackward done: the unit's backward compute starts
 };
 
 /// @brief The unit fully_shard attached to `module`, or null.
@@ -148,5 +177,16 @@ std::shared_ptr<FsdpUnit> unit_of(const torch::nn::Module& module);
 
 /// @brief Appends an event to the log fsdp_events() reads.
 void record_event(FsdpEvent e);
+
+/// @brief Waits for every gradient reduction still in flight (reduce-scatter,
+/// then the HSDP all-reduce), oldest first, and adds the results to
+/// shard.grad. The autograd engine calls it at the end of every backward that
+/// issued one; the root's forward calls it too, for a backward that failed
+/// before its end. A no-op when nothing is in flight.
+void finish_gradient_reductions();
+
+/// @brief Units whose gradient reduction was issued but has not reached
+/// shard.grad yet (0 outside backward).
+int64_t gradient_reductions_in_flight();
 
 }  // namespace titan::fsdp

@@ -16,8 +16,11 @@
 ///
 /// After that, model->parameters() yields this rank's shards (Shard(0) over
 /// the shard dimension of the mesh, uneven first dims allowed) and forward /
-/// backward / optimizer steps work as on one process. What happens per unit
-/// is explained in fsdp_unit.hpp.
+/// backward / optimizer steps work as on one process. The gradient
+/// reduce-scatters run asynchronously under the backward, but are all waited
+/// before `loss.backward()` returns: shard.grad is complete then, with no
+/// call of ours in between. What happens per unit is explained in
+/// fsdp_unit.hpp.
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
@@ -107,7 +110,12 @@ void load_full_state_dict(torch::nn::Module& module, const std::map<std::string,
 struct FsdpEvent {
   std::string unit;  ///< "root", "layers.0", ...
   /// "all_gather" (issued → copied out), "forward" (compute, hooks excluded),
-  /// "pre_backward", "reduce_scatter".
+  /// "pre_backward" (re-gather + prefetch), "backward" (the unit's backward
+  /// compute: pre_backward done → its last parameter gradient produced),
+  /// "reduce_scatter" (issued at the end of the unit's backward → waited,
+  /// i.e. complete: it runs under the previous unit's backward),
+  /// "all_reduce" (HSDP, across replicas: started when the reduce-scatter
+  /// was waited → waited).
   std::string what;
   double start_us = 0;  ///< CommLog clock
   double end_us = 0;

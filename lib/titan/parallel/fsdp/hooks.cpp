@@ -9,16 +9,24 @@
 //  * UnshardBackward is the grad_fn of the full parameters installed for
 //    forward: its inputs are the shards, its outputs the full parameters. The
 //    autograd engine calls it once every use of the full parameters has
-//    produced its gradient — exactly "this unit's backward is done" — and its
-//    result is the gradient of the shards, so the reduce-scatter happens
-//    there and AccumulateGrad adds the result to shard.grad (which is why
-//    gradient accumulation over micro-batches needs nothing extra).
+//    produced its gradient — exactly "this unit's backward is done" — so the
+//    reduce-scatter is issued there. It runs asynchronously, under the
+//    backward of the units before, so the node cannot return the shard
+//    gradients (a node's outputs are due when it returns): it returns
+//    undefined ones, which the shards' AccumulateGrad nodes skip, and the
+//    waited results are added to shard.grad by FsdpUnit::accumulate_gradients
+//    (creating it or adding to it, so gradient accumulation over
+//    micro-batches still adds up). The last waits happen in a final callback
+//    queued on the autograd engine, which runs after every node of the
+//    backward: `loss.backward()` returns with complete shard gradients, as
+//    with DDP's end-of-backward callback (data_parallel.cpp).
 //  * PreBackward is an identity node on the unit's output: gradients reach
 //    it before any node inside the unit, so it is where the freed full
 //    parameters are gathered again and the next unit's all-gather is
 //    prefetched.
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
@@ -37,11 +45,10 @@ struct UnshardBackward : torch::autograd::Node {
   std::shared_ptr<FsdpUnit> unit;
   std::string name() const override { return "titan::fsdp::UnshardBackward"; }
   variable_list apply(variable_list&& grads) override {
-    variable_list shard_grads = unit->reduce_gradients(grads);
-    // FSDP2 reshards after backward: the full parameters are not needed
-    // until the next forward gathers them again.
-    unit->release_full();
-    return shard_grads;
+    unit->post_backward(grads);
+    grads.clear();  // staged for the reduce-scatter: the full gradients can go now
+    // One undefined gradient per shard: see the note at the top.
+    return variable_list(num_outputs());
   }
 };
 
@@ -57,6 +64,12 @@ struct PreBackward : torch::autograd::Node {
 }  // namespace
 
 at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
+  // Normally nothing is in flight here (the end of backward waited for it);
+  // after a backward that threw before its end, finish its reductions now so
+  // that no collective is left running into buffers of a past step. Only the
+  // root: a block's forward may some day be recomputed inside backward
+  // (activation checkpointing), where waiting would cost the overlap.
+  if (is_root) finish_gradient_reductions();
   // Backward releases the full parameters, so any still here come from a
   // forward whose backward never ran (a discarded graph): the shards may have
   // changed since, start from them.
@@ -114,7 +127,27 @@ void FsdpUnit::pre_backward() {
   const double t0 = now_us();
   if (freed_) unshard();  // refill the storage the graph saved
   if (next_backward && next_backward->full_storage_freed()) next_backward->issue_all_gather(/*prefetch=*/true);
-  record_event({name_, "pre_backward", t0, now_us(), false});
+  backward_start_us_ = now_us();
+  record_event({name_, "pre_backward", t0, backward_start_us_, false});
+}
+
+void FsdpUnit::post_backward(const std::vector<at::Tensor>& full_grads) {
+  // The unit's backward compute: PreBackward done → its last parameter
+  // gradient in. The overlap test compares it with the reduce-scatter of
+  // the unit after it, which should be in flight all along.
+  const double t = now_us();
+  record_event({name_, "backward", backward_start_us_ > 0 ? backward_start_us_ : t, t, false});
+  backward_start_us_ = 0;
+  issue_reduce_scatter(full_grads);
+  // FSDP2 reshards after backward: the full parameters are not needed
+  // until the next forward gathers them again.
+  release_full();
+  // Whatever is still in flight when the backward ends (this reduction, if
+  // no unit issues after it) is waited then. Queued once per unit: a
+  // backward that stopped early never runs its callbacks, so a "queued
+  // already" flag could go stale; the callbacks after the first find
+  // nothing left to wait for.
+  torch::autograd::Engine::get_default_engine().queue_callback([] { finish_gradient_reductions(); });
 }
 
 }  // namespace titan::fsdp
