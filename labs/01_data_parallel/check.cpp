@@ -13,6 +13,7 @@
 #include <string>
 
 #include "ddp.hpp"
+#include "lab_check.hpp"
 #include "titan/dist/comm_log.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/launch/program.hpp"
@@ -30,17 +31,7 @@ namespace {
 const Tolerance kTol{1e-5, 1e-6};
 constexpr int64_t kCapBytes = 48 * 1024;  // splits the tiny model into several buckets
 
-int failures = 0;
-std::string first_failure;
-
-// Reports one check; every rank computes it, rank 0 prints it. `detail`
-// says what was seen (and how far off it was).
-void report(bool ok, const std::string& name, const std::string& detail) {
-  if (!ok && first_failure.empty()) first_failure = name;
-  failures += !ok;
-  if (dist::world().rank() == 0)
-    std::printf("[%s] %s: %s\n", ok ? "PASS" : "FAIL", name.c_str(), detail.c_str());
-}
+using lab::report;
 
 // True on every rank iff `ok` on every rank.
 bool all_ranks(bool ok) {
@@ -155,12 +146,6 @@ int main(int argc, char** argv) {
     accum.grad_accum = 2;
     check_training(accum, "grad-accum 2");
 
-    if (w.rank() == 0) {
-      if (failures)
-        std::printf("\n%d check(s) failed; the first: '%s'\n", failures, first_failure.c_str());
-      else
-        std::printf("\nall checks passed\n");
-    }
-    return failures ? 1 : 0;
+    return lab::finish();
   });
 }

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "fsdp_lab.hpp"
+#include "lab_check.hpp"
 #include "titan/dist/device_mesh.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/dtensor/dtensor.hpp"
@@ -42,12 +43,7 @@ RunSpec lab_spec() {
   return spec;
 }
 
-// Max over ranks of a local number.
-double global_max(double v) {
-  at::Tensor t = at::full({1}, v, at::kDouble);
-  dist::world().group()->all_reduce(t, dist::ReduceOp::Max);
-  return t.item<double>();
-}
+using lab::global_max;
 
 // The full tensors behind the lab's shards (values or gradients), gathered
 // by the library, never by the code under test: the lab cuts rows the way

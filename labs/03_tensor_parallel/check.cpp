@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <string>
 
+#include "lab_check.hpp"
 #include "titan/dist/comm_log.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/launch/program.hpp"
@@ -27,43 +28,14 @@ using namespace titan;
 
 namespace {
 
+using lab::fmt;
+using lab::global_max;
+using lab::rel_diff;
+using lab::report;
+using lab::seeded;
+
 constexpr double kTol = 1e-6;
 constexpr int64_t kBatch = 2, kSeq = 5, kDim = 8, kHidden = 24;  // hidden divides by 1, 2, 3, 4, 6, 8
-
-int failures = 0;
-std::string first_failure;
-
-void report(bool ok, const std::string& name, const std::string& detail) {
-  if (!ok && first_failure.empty()) first_failure = name;
-  failures += !ok;
-  if (dist::world().rank() == 0) std::printf("[%s] %s: %s\n", ok ? "PASS" : "FAIL", name.c_str(), detail.c_str());
-}
-
-// Max over ranks (every rank must agree before a check passes).
-double global_max(double v) {
-  at::Tensor t = at::full({1}, v, at::kDouble);
-  dist::world().group()->all_reduce(t, dist::ReduceOp::Max);
-  return t.item<double>();
-}
-
-// The same numbers on every rank: a fixed seed per tensor.
-at::Tensor seeded(uint64_t seed, at::IntArrayRef shape, double scale = 1.0) {
-  at::manual_seed(seed);
-  return at::randn(shape, at::kFloat) * scale;
-}
-
-// max |a − ref| / max(1, max |ref|); infinity when a is missing or misshapen.
-double rel_diff(const at::Tensor& a, const at::Tensor& ref) {
-  if (!a.defined() || a.sizes() != ref.sizes()) return INFINITY;
-  const double scale = std::max(1.0, ref.abs().max().item<double>());
-  return (a - ref).abs().max().item<double>() / scale;
-}
-
-std::string fmt(const char* f, double a, double b = 0) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, f, a, b);
-  return buf;
-}
 
 std::string shape(const at::Tensor& t) {
   std::string s = "[";
@@ -162,12 +134,6 @@ int main(int argc, char** argv) {
     report(d_w <= kTol, "backward: w1/w3/w2 shard gradients equal the reference's slices",
            fmt("max relative |dgrad| w1 %.3g, w3 %.3g", d_w1, d_w3) + fmt(", w2 %.3g (tolerance %.0e)", d_w2, kTol));
 
-    if (r == 0) {
-      if (failures)
-        std::printf("\n%d check(s) failed; the first: '%s'\n", failures, first_failure.c_str());
-      else
-        std::printf("\nall checks passed\n");
-    }
-    return failures ? 1 : 0;
+    return lab::finish();
   });
 }

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "ring_lab.hpp"
+#include "lab_check.hpp"
 #include "titan/dist/comm_log.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/launch/program.hpp"
@@ -28,40 +29,14 @@ using namespace titan;
 
 namespace {
 
+using lab::fmt;
+using lab::global_max;
+using lab::rel_diff;
+using lab::report;
+using lab::seeded;
+
 constexpr double kTol = 1e-6;
 constexpr int64_t kBatch = 2, kChunk = 3, kDim = 8, kOut = 6;  // s = n · kChunk
-
-int failures = 0;
-std::string first_failure;
-
-void report(bool ok, const std::string& name, const std::string& detail) {
-  if (!ok && first_failure.empty()) first_failure = name;
-  failures += !ok;
-  if (dist::world().rank() == 0) std::printf("[%s] %s: %s\n", ok ? "PASS" : "FAIL", name.c_str(), detail.c_str());
-}
-
-double global_max(double v) {
-  at::Tensor t = at::full({1}, v, at::kDouble);
-  dist::world().group()->all_reduce(t, dist::ReduceOp::Max);
-  return t.item<double>();
-}
-
-at::Tensor seeded(uint64_t seed, at::IntArrayRef shape) {
-  at::manual_seed(seed);
-  return at::randn(shape, at::kFloat);
-}
-
-double rel_diff(const at::Tensor& a, const at::Tensor& ref) {
-  if (!a.defined() || a.sizes() != ref.sizes()) return INFINITY;
-  const double scale = std::max(1.0, ref.abs().max().item<double>());
-  return (a - ref).abs().max().item<double>() / scale;
-}
-
-std::string fmt(const char* f, double a, double b = 0, double c = 0) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, f, a, b, c);
-  return buf;
-}
 
 }  // namespace
 
@@ -128,12 +103,6 @@ int main(int argc, char** argv) {
                    double(overlapped)) +
                fmt(" (want %.0f)", double(n - 1)));
 
-    if (r == 0) {
-      if (failures)
-        std::printf("\n%d check(s) failed; the first: '%s'\n", failures, first_failure.c_str());
-      else
-        std::printf("\nall checks passed\n");
-    }
-    return failures ? 1 : 0;
+    return lab::finish();
   });
 }
