@@ -88,12 +88,8 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   args_ = options_.model_args ? *options_.model_args : models::llama3::flavor_args(cfg_.model.flavor);
   args_.max_seq_len = cfg_.training.seq_len;
   args_.validate();
-  if (dims_.tp_enabled()) {
-    models::llama3::TpOptions tp;
-    tp.sequence_parallel = cfg_.training.enable_sequence_parallel;
-    tp.async_tp = cfg_.training.enable_async_tensor_parallel;
-    models::llama3::check_tp_job(args_, dims_.tp, cfg_.training.seq_len, tp);
-  }
+  if (dims_.tp_enabled())
+    models::llama3::check_tp_job(args_, dims_.tp, cfg_.training.seq_len, models::llama3::tp_options(cfg_));
 
   tokenizer_ = data::load_tokenizer(cfg_.model.tokenizer_path);
   data::check_vocab_fits(*tokenizer_, args_.vocab_size);

@@ -72,10 +72,7 @@ void apply_ddp(Transformer& model, const dist::DeviceMesh& mesh, ParallelizedMod
 // (neighbouring ranks: one node on GPUs).
 std::string apply_tensor_parallel(Transformer& model, const dist::DeviceMesh& mesh, const config::JobConfig& cfg,
                                   ParallelizedModel& r) {
-  TpOptions opts;
-  opts.sequence_parallel = cfg.training.enable_sequence_parallel;
-  opts.loss_parallel = cfg.training.enable_loss_parallel;
-  opts.async_tp = cfg.training.enable_async_tensor_parallel;
+  const TpOptions opts = tp_options(cfg);
   const int64_t tp = mesh.size("tp");
   check_tp_job(model->args(), tp, cfg.training.seq_len, opts);
   const dist::DeviceMesh tp_mesh = mesh["tp"];
@@ -91,6 +88,14 @@ std::string apply_tensor_parallel(Transformer& model, const dist::DeviceMesh& me
 }
 
 }  // namespace
+
+TpOptions tp_options(const config::JobConfig& cfg) {
+  TpOptions o;
+  o.sequence_parallel = cfg.training.enable_sequence_parallel;
+  o.loss_parallel = cfg.training.enable_loss_parallel;
+  o.async_tp = cfg.training.enable_async_tensor_parallel;
+  return o;
+}
 
 ParallelizedModel parallelize_llama(Transformer& model, const parallel::ParallelDims& dims, dist::DeviceMesh* mesh,
                                     const config::JobConfig& cfg) {

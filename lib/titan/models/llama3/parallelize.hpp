@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/models/llama3/tp_plan.hpp"
 #include "titan/models/llama3/transformer.hpp"
 
 namespace titan::config {
@@ -58,6 +59,11 @@ struct ParallelizedModel {
   /// The DDP/FSDP state the hooks refer to; kept alive with the model.
   std::shared_ptr<void> state;
 };
+
+/// @brief The tensor-parallel options a job's [training] section asks for
+/// (enable_sequence_parallel, enable_loss_parallel,
+/// enable_async_tensor_parallel).
+TpOptions tp_options(const config::JobConfig& cfg);
 
 /// @brief Applies the parallelisms as torchtitan's parallelize_llama does,
 /// in its order: tensor parallelism first when tp > 1 (the Llama plan of
