@@ -328,14 +328,16 @@ TEST(ConfigAliases, EveryAliasTargetsARealOptionOfItsType) {
 // ---------------------------------------------------------------- feature gating
 
 TEST(ConfigSupported, LaterFeaturesAreRefusedWithTheirChapter) {
-  JobConfig c = parse({"--experimental.pipeline_parallel_degree", "4"});
+  JobConfig c = parse({"--training.context_parallel_degree", "4"});
   std::string e = error_of([&] { check_supported(c); });
-  EXPECT_HAS(e, "not supported yet: [experimental] pipeline_parallel_degree = 4 (pipeline parallelism arrives with chapter 05");
-  EXPECT_HAS(e, "--experimental.pipeline_parallel_degree 1");
+  EXPECT_HAS(e, "not supported yet: [training] context_parallel_degree = 4 (context parallelism arrives with chapter 11");
+  EXPECT_HAS(e, "--training.context_parallel_degree 1");
   EXPECT_ONE_LINE(e);
-  // Tensor and loss parallelism have landed: the gate lets them through.
+  // Tensor, loss and pipeline parallelism have landed: the gate lets them through.
   EXPECT_NO_THROW(check_supported(parse({"--training.tensor_parallel_degree", "4", "--training.enable_loss_parallel",
                                          "--training.enable_async_tensor_parallel"})));
+  EXPECT_NO_THROW(check_supported(parse({"--experimental.pipeline_parallel_degree", "4",
+                                         "--experimental.pipeline_parallel_schedule", "interleaved1f1b"})));
 
   // The seed 8B config parses, but asks for several features at once.
   JobConfig b = load_job_config(source_path("train_configs/llama3_8b.toml"));
@@ -353,7 +355,6 @@ TEST(ConfigSupported, LaterFeaturesAreRefusedWithTheirChapter) {
     std::string expect;
   };
   const std::vector<Case> cases = {
-      {{"--experimental.pipeline_parallel_degree", "2"}, "chapter 05"},
       {{"--checkpoint.enable_checkpoint"}, "chapter 08"},
       {{"--profiling.enable_profiling"}, "chapter 09"},
       {{"--profiling.enable_memory_snapshot"}, "chapter 09"},

@@ -98,6 +98,12 @@ struct TrainingSection {
 struct ExperimentalSection {
   int64_t pipeline_parallel_degree = 1;             ///< PP stages
   std::string pipeline_parallel_schedule = "1F1B";  ///< schedule name (case-insensitive)
+  /// Sequences per pipeline micro-batch (torchtitan's default 1): the local
+  /// batch splits into local_batch / microbatch_size micro-batches.
+  int64_t pipeline_parallel_microbatch_size = 1;
+  /// Layers per pipeline stage; -1 = split evenly into pp (or 2·pp for the
+  /// multi-stage schedules) stages.
+  int64_t pipeline_parallel_layers_per_stage = -1;
 };
 
 /// @brief [checkpoint]: distributed checkpointing.

@@ -94,6 +94,10 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(experimental, pipeline_parallel_degree, "pipeline stages (>= 1)"),
       TITAN_FIELD(experimental, pipeline_parallel_schedule, "pipeline schedule (any letter case)", "1F1B", "GPipe",
                   "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble"),
+      TITAN_FIELD(experimental, pipeline_parallel_microbatch_size,
+                  "sequences per pipeline micro-batch (> 0; the local batch must divide by it)"),
+      TITAN_FIELD(experimental, pipeline_parallel_layers_per_stage,
+                  "layers per pipeline stage; -1 = even split into pp stages (2 per rank for multi-stage schedules)"),
 
       TITAN_FIELD(checkpoint, enable_checkpoint, "save and resume checkpoints"),
       TITAN_FIELD(checkpoint, folder, "checkpoint folder, under dump_folder"),

@@ -17,11 +17,6 @@ std::string value_if(const JobConfig& cfg, const char* name, bool on) {
 
 const std::vector<FeatureGate>& feature_gates() {
   static const std::vector<FeatureGate> gates = {
-      {"experimental.pipeline_parallel_degree",
-       [](const JobConfig& c, int) {
-         return value_if(c, "experimental.pipeline_parallel_degree", c.experimental.pipeline_parallel_degree > 1);
-       },
-       "pipeline parallelism arrives with chapter 05", "--experimental.pipeline_parallel_degree 1"},
       {"checkpoint.enable_checkpoint",
        [](const JobConfig& c, int) { return value_if(c, "checkpoint.enable_checkpoint", c.checkpoint.enable_checkpoint); },
        "checkpointing arrives with chapter 08", "--checkpoint.enable_checkpoint=false"},

@@ -68,6 +68,12 @@ void validate(const JobConfig& cfg) {
   require(cfg, "training.tensor_parallel_degree", t.tensor_parallel_degree >= 1, ">= 1");
   require(cfg, "training.context_parallel_degree", t.context_parallel_degree >= 1, ">= 1");
   require(cfg, "experimental.pipeline_parallel_degree", cfg.experimental.pipeline_parallel_degree >= 1, ">= 1");
+  require(cfg, "experimental.pipeline_parallel_microbatch_size",
+          cfg.experimental.pipeline_parallel_microbatch_size >= 1, ">= 1");
+  require(cfg, "experimental.pipeline_parallel_layers_per_stage",
+          cfg.experimental.pipeline_parallel_layers_per_stage >= 1 ||
+              cfg.experimental.pipeline_parallel_layers_per_stage == -1,
+          ">= 1, or -1 (an even split)");
 
   const auto& o = cfg.optimizer;
   require(cfg, "optimizer.lr", o.lr > 0, "> 0");

@@ -131,7 +131,8 @@ Trajectory run_steps(const RunSpec& spec, models::llama3::Transformer& model, to
     optimizer.zero_grad();
     double loss_sum = 0;
     const int64_t count = static_cast<int64_t>(micro.size());
-    for (int64_t m = 0; m < count; ++m) {
+    if (technique.forward_backward) loss_sum = technique.forward_backward(micro) * static_cast<double>(count);
+    for (int64_t m = 0; m < count && !technique.forward_backward; ++m) {
       at::Tensor loss = train::cross_entropy(model->forward(micro[m].inputs), micro[m].labels);
       // Each micro-batch's loss is a mean over its tokens; dividing by the
       // count makes the accumulated gradient that of the mean over all.

@@ -116,6 +116,11 @@ struct Technique {
   /// Runs `backward` for micro-batch `micro` of `count` (DDP wraps all but
   /// the last in no_sync).
   std::function<void(int64_t micro, int64_t count, const std::function<void()>& backward)> backward;
+  /// Replaces the whole forward / loss / backward loop over this rank's
+  /// micro-batches (a pipeline schedule runs them its own way): must leave
+  /// the gradients of the mean loss over them in .grad and return that mean
+  /// loss. Empty = the plain loop (with `backward` above).
+  std::function<double(const std::vector<MicroBatch>& micro)> forward_backward;
   /// After the last backward, before the optimizer step.
   std::function<void()> before_step;
   /// Full (unsharded) gradients / parameters, as a single process holds them.

@@ -57,7 +57,11 @@ at::Tensor TransformerImpl::forward_body(const at::Tensor& input) {
   TITAN_CHECK(seq <= args_.max_seq_len, "llama3: sequence length ", seq,
               " exceeds the model's max_seq_len ", args_.max_seq_len);
   const ops::RopeTable& rope = rope_table(h.device());
-  at::Tensor cos = rope.cos.narrow(0, 0, seq), sin = rope.sin.narrow(0, 0, seq);
+  // A later pipeline stage under sequence parallelism gets seq/tp positions
+  // of hidden states, so it cannot tell the length attention will see: it
+  // passes the whole table and attention takes the rows it needs.
+  const int64_t rows = tok_embeddings ? seq : args_.max_seq_len;
+  at::Tensor cos = rope.cos.narrow(0, 0, rows), sin = rope.sin.narrow(0, 0, rows);
   for (const auto& block : blocks()) h = block->forward(h, cos, sin);
   if (norm) h = norm(h);
   if (output) h = output(h);

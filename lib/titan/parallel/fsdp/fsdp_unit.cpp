@@ -169,6 +169,8 @@ void FsdpUnit::unshard() {
   at::NoGradGuard no_grad;
   copy_out(gather_out_);
   gather_out_ = at::Tensor();
+  gathered_versions_.clear();
+  for (const FsdpParam& p : params_) gathered_versions_.push_back(static_cast<int64_t>(p.shard._version()));
   record_event({name_, "all_gather", gather_issued_us_, now_us(), gather_prefetched_});
   live_ = true;
   freed_ = false;
@@ -207,6 +209,13 @@ void FsdpUnit::free_full_storage() {
   freed_ = true;
 }
 
+bool FsdpUnit::shards_unchanged() const {
+  if (gathered_versions_.size() != params_.size()) return false;
+  for (size_t j = 0; j < params_.size(); ++j)
+    if (static_cast<int64_t>(params_[j].shard._version()) != gathered_versions_[j]) return false;
+  return true;
+}
+
 void FsdpUnit::release_full() {
   if (freed_ || live_) {
     for (const at::Tensor& t : full_)
@@ -215,6 +224,7 @@ void FsdpUnit::release_full() {
   full_.clear();
   live_ = false;
   freed_ = false;
+  graphs_in_flight_ = 0;
 }
 
 // ------------------------------------------------- gradient reductions in flight

@@ -168,6 +168,16 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
   std::vector<at::Tensor> full_;
   bool live_ = false;   // full_ holds valid data
   bool freed_ = false;  // full_ exist but their storage was freed after forward
+  // Forwards whose backward has not reached this unit yet: a pipeline
+  // schedule runs several micro-batches' forwards before their backwards,
+  // and they all share one set of full parameters (FSDP2 with
+  // reshard_after_forward=False does the same), released after the last.
+  int graphs_in_flight_ = 0;
+  // The shards' version counters when full_ was gathered: the full
+  // parameters may be reused only while the shards are unchanged (an
+  // optimizer step bumps them).
+  std::vector<int64_t> gathered_versions_;
+  bool shards_unchanged() const;
   double forward_start_us_ = 0;
   double backward_start_us_ = 0;  // PreBackward done: the unit's backward compute starts
 };

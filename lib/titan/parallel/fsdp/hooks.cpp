@@ -73,10 +73,24 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
   // Backward releases the full parameters, so any still here come from a
   // forward whose backward never ran (a discarded graph): the shards may have
   // changed since, start from them.
-  if (live_ || freed_ || !full_.empty()) release_full();
-  unshard();
-  // Prefetch: the next unit's all-gather runs while this unit computes.
-  if (next_forward) next_forward->issue_all_gather(/*prefetch=*/true);
+  // Another micro-batch's forward while earlier ones still wait for their
+  // backward (pipeline schedules): their graphs saved these very full
+  // parameters, so they are shared, not freed and gathered again — valid
+  // as long as the shards did not change since the gather.
+  const bool reuse = live_ && graphs_in_flight_ > 0 && shards_unchanged();
+  TITAN_CHECK(reuse || !freed_ || graphs_in_flight_ == 0 || !shards_unchanged(), "FSDP unit ", name_,
+              ": a second forward before the first one's backward, with the parameters resharded after forward: "
+              "pipeline micro-batches need reshard_after_forward = false ([training] fsdp_reshard_after_forward "
+              "\"default\" or \"never\" with pipeline parallelism)");
+  if (!reuse) {
+    // Backward releases the full parameters, so any still here come from a
+    // forward whose backward never ran (a discarded graph): the shards may
+    // have changed since, start from them.
+    if (live_ || freed_ || !full_.empty()) release_full();
+    unshard();
+    // Prefetch: the next unit's all-gather runs while this unit computes.
+    if (next_forward) next_forward->issue_all_gather(/*prefetch=*/true);
+  }
 
   // Fresh tensor objects over the gathered data: this forward's graph gets
   // its own history on them.
@@ -92,6 +106,7 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
     for (const FsdpParam& p : params_) shards.push_back(p.shard);
     node->set_next_edges(torch::autograd::collect_next_edges(shards));
     torch::autograd::set_history(working, node);
+    ++graphs_in_flight_;
   }
   full_ = working;
   install(full_);
@@ -111,7 +126,7 @@ at::Tensor FsdpUnit::post_forward(const at::Tensor& output) {
   // (and the optimizer) always see shards.
   install_shards();
   if (!at::GradMode::is_enabled() || !output.requires_grad()) {
-    release_full();
+    if (graphs_in_flight_ == 0) release_full();  // else pending graphs share them
     return output;
   }
   if (options_.reshard_after_forward && !is_root) free_full_storage();
@@ -140,8 +155,9 @@ void FsdpUnit::post_backward(const std::vector<at::Tensor>& full_grads) {
   backward_start_us_ = 0;
   issue_reduce_scatter(full_grads);
   // FSDP2 reshards after backward: the full parameters are not needed
-  // until the next forward gathers them again.
-  release_full();
+  // until the next forward gathers them again — unless other micro-batches'
+  // graphs still use them (pipeline schedules); the last backward releases.
+  if (--graphs_in_flight_ <= 0) release_full();
   // Whatever is still in flight when the backward ends (this reduction, if
   // no unit issues after it) is waited then. Queued once per unit: a
   // backward that stopped early never runs its callbacks, so a "queued

@@ -1,0 +1,71 @@
+#include "titan/models/llama3/pipeline.hpp"
+
+#include "titan/config/job_config.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::models::llama3 {
+
+std::string PipelinePlan::describe() const { return spec.describe() + "; layers " + pp::describe_split(layers); }
+
+PipelinePlan plan_pipeline(int64_t n_layers, pp::ScheduleKind kind, int pp_degree, int microbatches,
+                           int64_t layers_per_stage) {
+  PipelinePlan plan;
+  plan.spec.kind = kind;
+  plan.spec.pp = pp_degree;
+  plan.spec.microbatches = microbatches;
+  if (layers_per_stage > 0) {
+    plan.layers = pp::split_layers_per_stage(n_layers, layers_per_stage);
+    const int64_t stages = static_cast<int64_t>(plan.layers.size());
+    TITAN_CHECK(stages % pp_degree == 0, "pipeline_parallel_layers_per_stage ", layers_per_stage, " cuts the ", n_layers,
+                " layers into ", stages, " stages, which do not divide over pipeline_parallel_degree ", pp_degree);
+    plan.spec.stages_per_rank = static_cast<int>(stages / pp_degree);
+  } else {
+    // torchtitan's default: one stage per rank, two for multi-stage schedules.
+    plan.spec.stages_per_rank = pp::is_multi_stage(kind) ? 2 : 1;
+    plan.layers = pp::split_layers_evenly(n_layers, static_cast<int64_t>(pp_degree) * plan.spec.stages_per_rank);
+  }
+  plan.spec.validate();
+  return plan;
+}
+
+PipelinePlan plan_pipeline(const config::JobConfig& cfg, int64_t n_layers, int64_t local_batch) {
+  const auto& e = cfg.experimental;
+  TITAN_CHECK(local_batch % e.pipeline_parallel_microbatch_size == 0, "[experimental] pipeline_parallel_microbatch_size ",
+              e.pipeline_parallel_microbatch_size, " does not divide the local batch of ", local_batch, " sequences");
+  const int m = static_cast<int>(local_batch / e.pipeline_parallel_microbatch_size);
+  return plan_pipeline(n_layers, pp::parse_schedule_kind(e.pipeline_parallel_schedule),
+                       static_cast<int>(e.pipeline_parallel_degree), m, e.pipeline_parallel_layers_per_stage);
+}
+
+Transformer pipeline_part(const Transformer& model, const PipelinePlan& plan, int stage) {
+  TITAN_CHECK(stage >= 0 && stage < static_cast<int>(plan.layers.size()), "pipeline_part: no stage ", stage, " in ",
+              plan.layers.size(), " stages");
+  TITAN_CHECK(model->tok_embeddings && model->output &&
+                  static_cast<int64_t>(model->layers->size()) == model->args().n_layers,
+              "pipeline_part: cut the full model, not a part of it");
+  // A shell on the meta device (no memory) with the right set of modules,
+  // whose modules are then swapped for the full model's own.
+  Transformer part(model->args(), at::TensorOptions().device(at::kMeta));
+  const pp::LayerRange r = plan.layers[static_cast<size_t>(stage)];
+  part->keep_layers(r.begin, r.end);
+  torch::nn::ModuleDict full_layers = model->layers;  // a handle: the same dict
+  for (const auto& item : part->layers->items()) part->layers->update({{item.first, full_layers[item.first]}});
+  if (stage == 0) part->tok_embeddings = part->replace_module("tok_embeddings", model->tok_embeddings);
+  else part->drop_tok_embeddings();
+  if (stage + 1 == static_cast<int>(plan.layers.size())) {
+    part->norm = part->replace_module("norm", model->norm);
+    part->output = part->replace_module("output", model->output);
+  } else {
+    part->drop_head();
+  }
+  part->train(model->is_training());
+  return part;
+}
+
+std::vector<Transformer> pipeline_llama(const Transformer& model, const PipelinePlan& plan, int pp_rank) {
+  std::vector<Transformer> parts;
+  for (int s : plan.spec.stages_of_rank(pp_rank)) parts.push_back(pipeline_part(model, plan, s));
+  return parts;
+}
+
+}  // namespace titan::models::llama3

@@ -1,0 +1,55 @@
+#pragma once
+/// @file
+/// @brief pipeline_llama: cuts a Llama 3 model into pipeline stages by
+/// layer (torchtitan's pipeline_llama): the embeddings go with the first
+/// stage, the final norm, output projection and loss with the last, and
+/// this rank keeps the stages its schedule places on it.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "titan/models/llama3/transformer.hpp"
+#include "titan/parallel/pipeline/schedule.hpp"
+#include "titan/parallel/pipeline/split.hpp"
+
+namespace titan::config {
+struct JobConfig;
+}
+
+namespace titan::models::llama3 {
+
+/// @brief How the model is cut: the schedule's shape and each stage's layers.
+struct PipelinePlan {
+  pp::ScheduleSpec spec;              ///< kind, ranks, stages per rank, micro-batches
+  std::vector<pp::LayerRange> layers; ///< per global stage
+  /// "Interleaved1F1B, 4 ranks x 2 stages, 8 micro-batches; layers 0-4 | 5-9 | ..."
+  std::string describe() const;
+};
+
+/// @brief The plan for `n_layers` layers: with `layers_per_stage` > 0
+/// stages of that many layers (num_stages = n_layers / layers_per_stage,
+/// which must be a multiple of pp), else pp stages for a single-stage
+/// schedule and 2·pp for a multi-stage one, split by
+/// pp::split_layers_evenly. Checks the schedule's needs (spec.validate).
+PipelinePlan plan_pipeline(int64_t n_layers, pp::ScheduleKind kind, int pp, int microbatches,
+                           int64_t layers_per_stage = -1);
+
+/// @brief The plan a job asks for ([experimental] pipeline_parallel_degree,
+/// _schedule, _microbatch_size, _layers_per_stage) with a local batch of
+/// `local_batch` sequences (micro-batches = local_batch / microbatch_size,
+/// which must divide). Throws one line naming the keys.
+PipelinePlan plan_pipeline(const config::JobConfig& cfg, int64_t n_layers, int64_t local_batch);
+
+/// @brief Stage `stage` of `plan` as a Transformer of its own that shares
+/// the modules (and so the weights) of the full `model`: the blocks of its
+/// layer range under their original names ("layers.7...."),
+/// tok_embeddings on the first stage, norm and output on the last. The
+/// full model can be dropped afterwards.
+Transformer pipeline_part(const Transformer& model, const PipelinePlan& plan, int stage);
+
+/// @brief The parts this pipeline rank runs (plan.spec.stages_of_rank), in stage order.
+std::vector<Transformer> pipeline_llama(const Transformer& model, const PipelinePlan& plan, int pp_rank);
+
+}  // namespace titan::models::llama3

@@ -1,0 +1,260 @@
+#include "titan/parallel/pipeline/runtime.hpp"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "titan/dist/process_group.hpp"
+#include "titan/metrics/tensor_memory.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::pp {
+namespace {
+
+double now_us() {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Every message of a step has its own tag: direction, stage, micro-batch.
+int message_tag(bool backward, int stage, int mb, const ScheduleSpec& spec) {
+  return ((backward ? 1 : 0) * spec.num_stages() + stage) * spec.microbatches + mb + 1;
+}
+
+constexpr int kShapeTag = 0x7fff0000;
+
+}  // namespace
+
+PipelineSchedule::PipelineSchedule(ScheduleSpec spec, std::vector<std::shared_ptr<PipelineStage>> stages,
+                                   std::shared_ptr<dist::ProcessGroup> pp_group, ScheduleOptions options)
+    : spec_(spec), stages_(std::move(stages)), group_(std::move(pp_group)), options_(std::move(options)) {
+  spec_.validate();
+  TITAN_CHECK(spec_.pp == 1 || group_, "pipeline: ", spec_.pp, " ranks but no pipeline process group");
+  if (group_)
+    TITAN_CHECK(group_->size() == spec_.pp, "pipeline: the pipeline group has ", group_->size(), " ranks, the schedule ",
+                spec_.pp);
+  rank_ = group_ ? group_->rank() : 0;
+  const std::vector<int> mine = spec_.stages_of_rank(rank_);
+  TITAN_CHECK(stages_.size() == mine.size(), "pipeline rank ", rank_, " runs stages of ", spec_.describe(), " (",
+              mine.size(), " of them) but was given ", stages_.size());
+  for (int s : mine) {
+    bool found = false;
+    for (const auto& st : stages_) found = found || (st->index() == s && st->options().num_stages == spec_.num_stages());
+    TITAN_CHECK(found, "pipeline rank ", rank_, " must run stage ", s, " of ", spec_.num_stages(), " but was not given it");
+  }
+  actions_ = build_schedule(spec_).at(static_cast<size_t>(rank_));
+}
+
+PipelineStage& PipelineSchedule::stage(int s) {
+  for (auto& st : stages_)
+    if (st->index() == s) return *st;
+  throw Error("pipeline rank " + std::to_string(rank_) + " has no stage " + std::to_string(s));
+}
+
+// Once, before the first step: every sender tells its receiver the shape
+// and dtype it will send, and the receiver compares with what it expects,
+// so that a mismatch is one clear error instead of a garbled recv. In
+// increasing stage order with asynchronous sends, which cannot deadlock.
+void PipelineSchedule::agree_shapes() {
+  std::vector<std::shared_ptr<dist::PendingWork>> sends;
+  std::vector<at::Tensor> keep;
+  const c10::Device device = stages_.front()->options().device;
+  auto header = [&](const std::vector<int64_t>& shape, at::ScalarType dtype) {
+    std::vector<int64_t> h(6, -1);
+    h[0] = static_cast<int64_t>(shape.size());
+    for (size_t k = 0; k < shape.size() && k < 4; ++k) h[k + 1] = shape[k];
+    h[5] = static_cast<int64_t>(dtype);
+    return at::tensor(h, at::TensorOptions().dtype(at::kLong)).to(device);
+  };
+  auto text = [](const at::Tensor& h) {
+    at::Tensor c = h.cpu();
+    std::string s = "[";
+    for (int64_t k = 0; k < c[0].item<int64_t>() && k < 4; ++k) s += (k ? ", " : "") + std::to_string(c[k + 1].item<int64_t>());
+    return s + "] " + std::string(c10::toString(static_cast<at::ScalarType>(c[5].item<int64_t>())));
+  };
+  for (int s : spec_.stages_of_rank(rank_)) {
+    PipelineStage& st = stage(s);
+    if (!st.is_first() && spec_.rank_of_stage(s - 1) != rank_) {
+      at::Tensor expected = header(st.options().input_shape, st.options().dtype);
+      at::Tensor got = at::empty_like(expected);
+      group_->recv(got, spec_.rank_of_stage(s - 1), kShapeTag + s);
+      TITAN_CHECK(at::equal(got.cpu(), expected.cpu()), "pipeline stage ", s, " (rank ", rank_,
+                  ") expects activations ", text(expected), " but stage ", s - 1, " (rank ", spec_.rank_of_stage(s - 1),
+                  ") will send ", text(got), ": do all ranks run the same config?");
+    }
+    if (!st.is_last() && spec_.rank_of_stage(s + 1) != rank_) {
+      keep.push_back(header(st.options().output_shape, st.options().dtype));
+      sends.push_back(group_->send_async(keep.back(), spec_.rank_of_stage(s + 1), kShapeTag + s + 1));
+    }
+  }
+  for (auto& w : sends) w->wait();
+  shapes_agreed_ = true;
+}
+
+PipelineStepResult PipelineSchedule::step(const at::Tensor& inputs, const at::Tensor& labels, double loss_scale) {
+  const int m = spec_.microbatches, S = spec_.num_stages();
+  TITAN_CHECK(inputs.size(0) % m == 0, "pipeline: a batch of ", inputs.size(0), " sequences does not split into ", m,
+              " micro-batches");
+  if (loss_scale < 0) loss_scale = 1.0 / m;
+  if (!shapes_agreed_ && spec_.pp > 1) agree_shapes();
+  const c10::Device device = stages_.front()->options().device;
+  const std::vector<at::Tensor> in_mb = inputs.chunk(m, 0), label_mb = labels.chunk(m, 0);
+
+  // Weight-producing backwards per stage, so the hook can tell the last.
+  std::map<int, int> weight_backwards_left;
+  for (const Action& a : actions_)
+    if (a.type == ActionType::Backward || a.type == ActionType::BackwardWeight) ++weight_backwards_left[a.stage];
+
+  events_.clear();
+  if (options_.record_events && group_) group_->barrier();
+  const double t0 = now_us();
+  int64_t mem_start = 0;
+  if (options_.measure_memory) {
+    metrics::reset_tensor_memory_peak(device);
+    mem_start = metrics::tensor_memory(device).current_bytes;
+  }
+
+  // What travels between actions on this rank: received (or handed over)
+  // activations and gradients, and outputs waiting to be sent.
+  std::map<std::pair<int, int>, at::Tensor> stage_input, output_grad, to_send_fwd, to_send_bwd;
+  std::vector<std::shared_ptr<dist::PendingWork>> sends;
+  std::vector<at::Tensor> send_buffers;  // alive until their sends are waited
+  for (const Action& a : actions_) {
+    if (options_.before_action) options_.before_action(a);
+    const double start = now_us();
+    const int s = a.stage, i = a.microbatch;
+    const auto key = std::make_pair(s, i);
+    switch (a.type) {
+      case ActionType::RecvForward: {
+        const StageOptions& o = stage(s).options();
+        at::Tensor buf = at::empty(o.input_shape, at::TensorOptions().dtype(o.dtype).device(o.device));
+        group_->recv(buf, spec_.rank_of_stage(s - 1), message_tag(false, s, i, spec_));
+        stage_input[key] = buf;
+        break;
+      }
+      case ActionType::RecvBackward: {
+        const StageOptions& o = stage(s).options();
+        at::Tensor buf = at::empty(o.output_shape, at::TensorOptions().dtype(o.dtype).device(o.device));
+        group_->recv(buf, spec_.rank_of_stage(s + 1), message_tag(true, s, i, spec_));
+        output_grad[key] = buf;
+        break;
+      }
+      case ActionType::Forward: {
+        PipelineStage& st = stage(s);
+        at::Tensor x;
+        if (st.is_first()) {
+          x = in_mb[static_cast<size_t>(i)].to(device);
+        } else {
+          auto it = stage_input.find(key);
+          TITAN_CHECK(it != stage_input.end(), "pipeline rank ", rank_, ": forward ", a.str(), " has no input");
+          x = it->second;
+          stage_input.erase(it);
+        }
+        at::Tensor y = st.forward(i, x, st.is_last() ? label_mb[static_cast<size_t>(i)].to(device) : at::Tensor(),
+                                  loss_scale);
+        if (!st.is_last()) {
+          // Same rank next (ZBV's turn): hand over; otherwise SEND_F sends it.
+          if (spec_.rank_of_stage(s + 1) == rank_) stage_input[{s + 1, i}] = y;
+          else to_send_fwd[key] = y;
+        }
+        break;
+      }
+      case ActionType::Backward:
+      case ActionType::BackwardInput: {
+        PipelineStage& st = stage(s);
+        at::Tensor g;
+        if (!st.is_last()) {
+          auto it = output_grad.find(key);
+          TITAN_CHECK(it != output_grad.end(), "pipeline rank ", rank_, ": backward ", a.str(), " has no gradient");
+          g = it->second;
+          output_grad.erase(it);
+        }
+        at::Tensor gin;
+        if (a.type == ActionType::Backward) {
+          st.set_last_weight_backward(--weight_backwards_left[s] == 0);
+          gin = st.backward(i, g);
+        } else {
+          gin = st.backward_input(i, g);
+        }
+        if (!st.is_first()) {
+          if (spec_.rank_of_stage(s - 1) == rank_) output_grad[{s - 1, i}] = gin;
+          else to_send_bwd[key] = gin;
+        }
+        break;
+      }
+      case ActionType::BackwardWeight: {
+        PipelineStage& st = stage(s);
+        st.set_last_weight_backward(--weight_backwards_left[s] == 0);
+        st.backward_weight(i);
+        break;
+      }
+      case ActionType::SendForward:
+      case ActionType::SendBackward: {
+        auto& pending = a.type == ActionType::SendForward ? to_send_fwd : to_send_bwd;
+        auto it = pending.find(key);
+        TITAN_CHECK(it != pending.end(), "pipeline rank ", rank_, ": ", a.str(), " has nothing to send");
+        send_buffers.push_back(it->second.contiguous());
+        pending.erase(it);
+        const bool bwd = a.type == ActionType::SendBackward;
+        sends.push_back(group_->send_async(send_buffers.back(), spec_.rank_of_stage(bwd ? s - 1 : s + 1),
+                                           message_tag(bwd, bwd ? s - 1 : s + 1, i, spec_)));
+        break;
+      }
+    }
+    if (options_.record_events) events_.push_back({rank_, a, start - t0, now_us() - t0});
+  }
+  for (auto& w : sends) w->wait();
+
+  PipelineStepResult r;
+  if (options_.measure_memory) r.peak_activation_bytes = metrics::tensor_memory(device).peak_bytes - mem_start;
+  // The loss lives on the last stage's rank; every pipeline rank reports it.
+  at::Tensor loss = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
+  for (auto& st : stages_)
+    if (st->is_last()) {
+      at::Tensor sum = st->take_loss_sum();
+      if (sum.defined()) loss.fill_(sum.to(at::kDouble).item<double>() / m);
+    }
+  if (group_) group_->broadcast(loss, spec_.rank_of_stage(S - 1));
+  r.loss = loss.cpu().item<double>();
+  return r;
+}
+
+std::vector<PipelineEvent> PipelineSchedule::gather_events() const {
+  // [n, 6] doubles per rank: type, stage, mb, start, end, rank.
+  std::vector<double> flat;
+  for (const PipelineEvent& e : events_)
+    for (double v : {static_cast<double>(e.action.type), static_cast<double>(e.action.stage),
+                     static_cast<double>(e.action.microbatch), e.start_us, e.end_us, static_cast<double>(e.rank)})
+      flat.push_back(v);
+  const c10::Device device = stages_.front()->options().device;
+  at::Tensor mine = at::tensor(flat, at::TensorOptions().dtype(at::kDouble)).view({-1, 6}).to(device);
+  at::Tensor all = group_ ? group_->all_gather_uneven(mine, 0).cpu() : mine.cpu();
+  std::vector<PipelineEvent> out;
+  for (int64_t k = 0; k < all.size(0); ++k) {
+    auto row = all[k];
+    PipelineEvent e;
+    e.action = {static_cast<ActionType>(static_cast<int>(row[0].item<double>())), static_cast<int>(row[1].item<double>()),
+                static_cast<int>(row[2].item<double>())};
+    e.start_us = row[3].item<double>();
+    e.end_us = row[4].item<double>();
+    e.rank = static_cast<int>(row[5].item<double>());
+    out.push_back(e);
+  }
+  return out;
+}
+
+std::vector<double> measured_bubble(const std::vector<PipelineEvent>& events, int pp) {
+  double span = 0;
+  std::vector<double> busy(static_cast<size_t>(pp), 0.0);
+  for (const PipelineEvent& e : events) {
+    span = std::max(span, e.end_us);
+    if (e.action.is_compute() && e.rank >= 0 && e.rank < pp) busy[static_cast<size_t>(e.rank)] += e.end_us - e.start_us;
+  }
+  std::vector<double> out;
+  for (double b : busy) out.push_back(span > 0 ? 1.0 - b / span : 0.0);
+  return out;
+}
+
+}  // namespace titan::pp

@@ -1,0 +1,96 @@
+#pragma once
+/// @file
+/// @brief PipelineSchedule: runs one rank's action list of a schedule
+/// (schedule.hpp) over its local stages (stage.hpp), moving activations
+/// forward and gradients backward with send/recv over the pipeline group,
+/// and records when each action ran.
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "titan/parallel/pipeline/schedule.hpp"
+#include "titan/parallel/pipeline/stage.hpp"
+
+namespace titan::dist {
+class ProcessGroup;
+}
+
+namespace titan::pp {
+
+/// @brief When one action ran on one rank, in microseconds from the step's
+/// start on that rank (all ranks leave a barrier at their 0).
+struct PipelineEvent {
+  int rank = 0;
+  Action action;
+  double start_us = 0, end_us = 0;
+};
+
+/// @brief Knobs of the runtime.
+struct ScheduleOptions {
+  /// Record every action's interval (a barrier over the pipeline group
+  /// starts each step so that the ranks' clocks share a zero).
+  bool record_events = false;
+  /// Measure the step's peak tensor memory above what was live at its
+  /// start (the activations the schedule keeps), on the stages' device.
+  bool measure_memory = false;
+  /// Called before each action (tests inject failures here).
+  std::function<void(const Action&)> before_action;
+};
+
+/// @brief What one step measured on this rank.
+struct PipelineStepResult {
+  /// Mean loss over the step's micro-batches (all of them; from the last
+  /// stage, sent to every rank of the pipeline group).
+  double loss = 0;
+  /// Peak tensor bytes above the step's start (with measure_memory).
+  int64_t peak_activation_bytes = 0;
+};
+
+/// @brief Runs a schedule on this rank's stages.
+class PipelineSchedule {
+ public:
+  /// `stages`: this rank's stages (those spec.stages_of_rank(pp rank) names,
+  /// any order). `pp_group` spans the pipeline ranks, group rank = pipeline
+  /// rank (null with pp = 1).
+  PipelineSchedule(ScheduleSpec spec, std::vector<std::shared_ptr<PipelineStage>> stages,
+                   std::shared_ptr<dist::ProcessGroup> pp_group, ScheduleOptions options = {});
+
+  /// One step's forwards and backwards: `inputs` and `labels` ([batch,
+  /// seq], the same on every rank of the pipeline) are cut into
+  /// spec.microbatches micro-batches along the batch; each micro-batch's
+  /// loss is multiplied by `loss_scale` before backward (1/m by default, so
+  /// that the gradients are those of the mean over the batch). Gradients
+  /// are accumulated into .grad. Collective over the pipeline group.
+  PipelineStepResult step(const at::Tensor& inputs, const at::Tensor& labels, double loss_scale = -1);
+
+  const ScheduleSpec& spec() const { return spec_; }
+  /// This rank's actions, communication included.
+  const RankActions& actions() const { return actions_; }
+  /// The last step's events on this rank (with record_events).
+  const std::vector<PipelineEvent>& events() const { return events_; }
+  /// Every rank's events of the last step (collective over the pipeline group).
+  std::vector<PipelineEvent> gather_events() const;
+  int pp_rank() const { return rank_; }
+
+ private:
+  PipelineStage& stage(int s);
+  void agree_shapes();
+
+  ScheduleSpec spec_;
+  std::vector<std::shared_ptr<PipelineStage>> stages_;
+  std::shared_ptr<dist::ProcessGroup> group_;
+  ScheduleOptions options_;
+  int rank_ = 0;
+  RankActions actions_;
+  std::vector<PipelineEvent> events_;
+  bool shapes_agreed_ = false;
+};
+
+/// @brief Per-rank bubble of a step from its events: 1 − (time in F/B/I/W)
+/// / (the step's span, from 0 to the last event of any rank).
+std::vector<double> measured_bubble(const std::vector<PipelineEvent>& events, int pp);
+
+}  // namespace titan::pp

@@ -1,0 +1,43 @@
+#pragma once
+/// @file
+/// @brief Runs a schedule on paper: every action gets a start and end time
+/// from fixed costs and its dependencies, so a schedule can be checked
+/// (every micro-batch passes every stage once, no rank waits forever) and
+/// its ideal bubble compared with the one a real run measures.
+
+#include <vector>
+
+#include "titan/parallel/pipeline/schedule.hpp"
+
+namespace titan::pp {
+
+/// @brief Cost of each compute action in arbitrary time units (communication is free).
+struct ActionCosts {
+  double forward = 1;          ///< F
+  double backward = 2;         ///< B: twice the forward, the usual rule
+  double backward_input = 1;   ///< I
+  double backward_weight = 1;  ///< W
+};
+
+/// @brief When every compute action of every rank ran.
+struct SimulatedRun {
+  std::vector<std::vector<double>> start, end;  ///< [rank][compute action index]
+  double makespan = 0;                          ///< the step's length
+  std::vector<double> busy;                     ///< compute time per rank
+  /// Idle fraction per rank: 1 − busy / makespan.
+  std::vector<double> bubble;
+  /// The largest number of micro-batches whose activations a rank holds at
+  /// once (forward done, last backward not yet), per rank.
+  std::vector<int> peak_in_flight;
+  /// Mean of `bubble` over the ranks.
+  double mean_bubble() const;
+};
+
+/// @brief Checks `compute` (per-rank compute actions; communication
+/// entries are ignored) against `spec` and simulates it. Throws a one-line
+/// titan::Error when an action is on the wrong rank, a (stage, micro-batch)
+/// misses its F, its B (or I and W) or has two, or the ranks deadlock
+/// (naming a blocked action of each waiting rank).
+SimulatedRun simulate(const ScheduleSpec& spec, const std::vector<RankActions>& compute, const ActionCosts& costs = {});
+
+}  // namespace titan::pp

@@ -1,0 +1,106 @@
+#include "titan/verify/pipeline_technique.hpp"
+
+#include <ATen/ATen.h>
+
+#include <map>
+
+#include "titan/dist/process_group.hpp"
+#include "titan/dist/world.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::verify {
+
+std::vector<at::Tensor> PipelineRun::parameters() const {
+  std::vector<at::Tensor> out;
+  for (const auto& part : parts)
+    for (const at::Tensor& p : part->parameters()) out.push_back(p);
+  return out;
+}
+
+PipelineRun build_pipeline_run(const RunSpec& spec, std::shared_ptr<dist::ProcessGroup> pp_group,
+                               const PipelineRunOptions& o) {
+  PipelineRun run;
+  run.pp_group = pp_group;
+  const int pp_degree = pp_group ? pp_group->size() : 1;
+  const int pp_rank = pp_group ? pp_group->rank() : 0;
+  const int64_t batch = o.local_batch > 0 ? o.local_batch : spec.global_batch;
+  TITAN_CHECK(batch % o.microbatches == 0, "pipeline run: a batch of ", batch, " does not split into ",
+              o.microbatches, " micro-batches");
+  run.plan = models::llama3::plan_pipeline(spec.model.n_layers, o.kind, pp_degree, o.microbatches, o.layers_per_stage);
+  models::llama3::Transformer full = build_model(spec, spec.model_seed);
+  run.parts = models::llama3::pipeline_llama(full, run.plan, pp_rank);
+  const std::vector<int> ids = run.plan.spec.stages_of_rank(pp_rank);
+  const int64_t seq = o.local_seq_len > 0 ? o.local_seq_len : spec.seq_len;
+  const std::vector<int64_t> shape = {batch / o.microbatches, seq, spec.model.dim};
+  for (size_t k = 0; k < run.parts.size(); ++k) {
+    models::llama3::Transformer part = run.parts[k];
+    if (o.parallelize_part) o.parallelize_part(part);
+    pp::StageOptions so;
+    so.stage_index = ids[k];
+    so.num_stages = run.plan.spec.num_stages();
+    so.forward = [part](const at::Tensor& x) mutable { return part->forward(x); };
+    so.loss_fn = o.loss_fn;
+    so.input_shape = so.output_shape = shape;
+    so.dtype = spec.dtype;
+    so.device = spec.device;
+    run.stages.push_back(std::make_shared<pp::PipelineStage>(so));
+  }
+  run.schedule = std::make_shared<pp::PipelineSchedule>(run.plan.spec, run.stages, pp_group, o.schedule);
+  return run;
+}
+
+namespace {
+
+// Every rank knows every name and shape (from the model args); each adds
+// what it owns, so one all-reduce over the pipeline group assembles all.
+NamedTensors assemble(const RunSpec& spec, const std::map<std::string, at::Tensor>& owned,
+                      const std::shared_ptr<dist::ProcessGroup>& group) {
+  models::llama3::Transformer shape_model(spec.model, at::TensorOptions().device(at::kMeta));
+  std::vector<std::pair<std::string, std::vector<int64_t>>> names;
+  std::vector<at::Tensor> flat;
+  for (const auto& item : shape_model->named_parameters()) {
+    names.emplace_back(item.key(), item.value().sizes().vec());
+    auto it = owned.find(item.key());
+    flat.push_back(it != owned.end() ? it->second.to(at::kCPU, at::kDouble).reshape(-1)
+                                     : at::zeros({item.value().numel()}, at::TensorOptions().dtype(at::kDouble)));
+  }
+  at::Tensor all = at::cat(flat).to(dist::world().device());
+  if (group) group->all_reduce(all);
+  all = all.cpu();
+  NamedTensors out;
+  int64_t offset = 0;
+  for (const auto& [name, shape] : names) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    out.emplace_back(name, all.narrow(0, offset, n).view(shape).to(spec.dtype).clone());
+    offset += n;
+  }
+  return out;
+}
+
+}  // namespace
+
+Technique pipeline_technique(PipelineRun& run, const RunSpec& spec,
+                             std::function<NamedTensors(models::llama3::Transformer&, bool grads)> gather_part) {
+  if (!gather_part)
+    gather_part = [](models::llama3::Transformer& part, bool grads) {
+      return grads ? snapshot_grads(*part) : snapshot_params(*part);
+    };
+  auto full = [&run, spec, gather_part](bool grads) {
+    std::map<std::string, at::Tensor> owned;
+    for (auto& part : run.parts)
+      for (auto& [name, t] : gather_part(part, grads)) owned[name] = t;
+    return assemble(spec, owned, run.pp_group);
+  };
+  Technique t;
+  t.forward_backward = [&run](const std::vector<MicroBatch>& micro) {
+    std::vector<at::Tensor> in, lab;
+    for (const MicroBatch& mb : micro) in.push_back(mb.inputs), lab.push_back(mb.labels);
+    return run.schedule->step(at::cat(in), at::cat(lab)).loss;
+  };
+  t.full_grads = [full] { return full(true); };
+  t.full_params = [full] { return full(false); };
+  return t;
+}
+
+}  // namespace titan::verify

@@ -1,0 +1,182 @@
+// Pipeline schedules on paper: every schedule titan generates, for 1, 2, 4
+// and 8 ranks and several micro-batch counts, runs every (stage,
+// micro-batch) once forward and once backward, on the stage's rank, without
+// deadlock (simulate() checks all of it); the closed-form bubbles equal the
+// simulated ones exactly; 1F1B holds at most pp − r micro-batches on rank r
+// where GPipe holds all m; a broken order is caught; layer splits follow
+// their stated rules; names parse in any case; bad shapes are refused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "titan/models/llama3/pipeline.hpp"
+#include "titan/parallel/pipeline/schedule.hpp"
+#include "titan/parallel/pipeline/simulate.hpp"
+#include "titan/parallel/pipeline/split.hpp"
+#include "titan/util/error.hpp"
+
+namespace {
+
+using namespace titan::pp;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const titan::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const ScheduleKind kAll[] = {ScheduleKind::GPipe,     ScheduleKind::OneFOneB,
+                             ScheduleKind::Interleaved1F1B, ScheduleKind::LoopedBFS,
+                             ScheduleKind::InterleavedZeroBubble, ScheduleKind::ZBVZeroBubble};
+
+TEST(PipelineSchedules, EveryScheduleIsCompleteAndDeadlockFree) {
+  int checked = 0;
+  for (ScheduleKind kind : kAll)
+    for (int p : {1, 2, 4, 8})
+      for (int m : {1, 2, 4, 8, 16}) {
+        ScheduleSpec spec{kind, p, is_multi_stage(kind) ? 2 : 1, m};
+        if (!error_of([&] { spec.validate(); }).empty()) continue;  // shapes it refuses: tested below
+        SCOPED_TRACE(spec.describe());
+        std::vector<RankActions> actions;
+        ASSERT_NO_THROW(actions = build_schedule(spec));
+        ASSERT_NO_THROW(simulate(spec, actions));
+        // Communication pairs up: every SEND has its RECV on the other side.
+        int sends = 0, recvs = 0;
+        for (const auto& r : actions)
+          for (const Action& a : r) {
+            sends += a.type == ActionType::SendForward || a.type == ActionType::SendBackward;
+            recvs += a.type == ActionType::RecvForward || a.type == ActionType::RecvBackward;
+          }
+        EXPECT_EQ(sends, recvs);
+        ++checked;
+      }
+  for (int v : {3, 4}) {  // more virtual stages
+    ScheduleSpec spec{ScheduleKind::Interleaved1F1B, 4, v, 8};
+    EXPECT_NO_THROW(simulate(spec, build_schedule(spec))) << spec.describe();
+    ++checked;
+  }
+  std::printf("[measured] %d schedule shapes simulated complete and deadlock-free\n", checked);
+  EXPECT_GT(checked, 60);
+}
+
+TEST(PipelineSchedules, ClosedFormBubblesMatchTheSimulation) {
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved1F1B,
+                            ScheduleKind::LoopedBFS})
+    for (int p : {2, 4})
+      for (int m : {4, 8, 16}) {
+        ScheduleSpec spec{kind, p, is_multi_stage(kind) ? 2 : 1, m};
+        SimulatedRun run = simulate(spec, compute_actions(spec));
+        const double analytic = analytic_bubble_fraction(spec);
+        // The first rank's idle time is exactly the formula's (the others
+        // idle the same, spread differently).
+        for (double b : run.bubble) EXPECT_NEAR(b, analytic, 1e-12) << spec.describe();
+      }
+  ScheduleSpec gpipe{ScheduleKind::GPipe, 4, 1, 4};
+  EXPECT_NEAR(analytic_bubble_fraction(gpipe), 3.0 / 7.0, 1e-15);  // (p−1)/(m+p−1)
+  ScheduleSpec inter{ScheduleKind::Interleaved1F1B, 4, 2, 4};
+  EXPECT_NEAR(analytic_bubble_fraction(inter), 3.0 / 11.0, 1e-15);  // (p−1)/(v·m+p−1)
+}
+
+TEST(PipelineSchedules, ZeroBubbleSchedulesIdleLessThan1F1B) {
+  for (int p : {2, 4})
+    for (int m : {4, 8, 16}) {
+      ScheduleSpec one{ScheduleKind::OneFOneB, p, 1, m};
+      ScheduleSpec zb{ScheduleKind::InterleavedZeroBubble, p, 2, m};
+      ScheduleSpec zbv{ScheduleKind::ZBVZeroBubble, p, 2, m};
+      // Same total work per rank: B = I + W, and two half-size stages.
+      ActionCosts half{0.5, 1.0, 0.5, 0.5};
+      const double b1 = simulate(one, compute_actions(one)).mean_bubble();
+      const double bz = simulate(zb, compute_actions(zb), half).mean_bubble();
+      const double bv = simulate(zbv, compute_actions(zbv), half).mean_bubble();
+      std::printf("[measured] p=%d m=%2d simulated bubble: 1F1B %.3f  InterleavedZeroBubble %.3f  ZBVZeroBubble %.3f\n",
+                  p, m, b1, bz, bv);
+      EXPECT_LT(bz, b1);
+      EXPECT_LT(bv, b1);
+    }
+}
+
+TEST(PipelineSchedules, OneFOneBHoldsAtMostPpMinusRankMicroBatches) {
+  const int p = 4, m = 8;
+  ScheduleSpec one{ScheduleKind::OneFOneB, p, 1, m}, gpipe{ScheduleKind::GPipe, p, 1, m};
+  SimulatedRun a = simulate(one, compute_actions(one)), b = simulate(gpipe, compute_actions(gpipe));
+  for (int r = 0; r < p; ++r) {
+    EXPECT_EQ(a.peak_in_flight[r], p - r);
+    EXPECT_EQ(b.peak_in_flight[r], m);
+  }
+}
+
+TEST(PipelineSchedules, TheSeedsGPipeOrder) {
+  // GPU 0: [M0F][M1F][M2F][M3F] ... [M3B][M2B][M1B][M0B]
+  ScheduleSpec spec{ScheduleKind::GPipe, 4, 1, 4};
+  auto a = compute_actions(spec);
+  EXPECT_EQ(format_schedule(a).substr(0, format_schedule(a).find('\n')), "rank 0: 0F0 0F1 0F2 0F3 0B3 0B2 0B1 0B0");
+  ScheduleSpec one{ScheduleKind::OneFOneB, 4, 1, 4};
+  auto b = compute_actions(one);
+  EXPECT_EQ(b[3].front().str(), "3F0");
+  EXPECT_EQ(b[3][1].str(), "3B0");  // the last rank alternates at once
+  EXPECT_EQ(b[0][3].str(), "0F3");  // rank 0 warms up with 3 forwards, then 0F3 0B0
+  EXPECT_EQ(b[0][4].str(), "0B0");
+}
+
+TEST(PipelineSchedules, ABrokenOrderIsCaught) {
+  ScheduleSpec spec{ScheduleKind::OneFOneB, 2, 1, 2};
+  auto a = compute_actions(spec);
+  // Rank 1 backward before its forward: deadlock.
+  std::swap(a[1][0], a[1][1]);
+  EXPECT_NE(error_of([&] { simulate(spec, a); }).find("deadlocks"), std::string::npos);
+  a = compute_actions(spec);
+  a[0].pop_back();  // a missing backward
+  EXPECT_NE(error_of([&] { simulate(spec, a); }).find("must be one B"), std::string::npos);
+  a = compute_actions(spec);
+  a[0][0].stage = 1;  // stage 1 lives on rank 1
+  EXPECT_NE(error_of([&] { simulate(spec, a); }).find("runs on rank 1"), std::string::npos);
+}
+
+TEST(PipelineSchedules, NamesAndShapes) {
+  EXPECT_EQ(parse_schedule_kind("1f1b"), ScheduleKind::OneFOneB);
+  EXPECT_EQ(parse_schedule_kind("gpipe"), ScheduleKind::GPipe);
+  EXPECT_EQ(parse_schedule_kind("INTERLEAVED1F1B"), ScheduleKind::Interleaved1F1B);
+  EXPECT_EQ(parse_schedule_kind("zbvzerobubble"), ScheduleKind::ZBVZeroBubble);
+  EXPECT_NE(error_of([] { parse_schedule_kind("2F2B"); }).find("GPipe, 1F1B, Interleaved1F1B"), std::string::npos);
+  EXPECT_NE(error_of([] { ScheduleSpec{ScheduleKind::OneFOneB, 4, 1, 2}.validate(); }).find("at least as many micro-batches (2) as pipeline ranks (4)"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { ScheduleSpec{ScheduleKind::Interleaved1F1B, 4, 2, 6}.validate(); }).find("rounds"), std::string::npos);
+  EXPECT_NE(error_of([] { ScheduleSpec{ScheduleKind::OneFOneB, 2, 2, 4}.validate(); }).find("one stage per rank"), std::string::npos);
+  EXPECT_NE(error_of([] { ScheduleSpec{ScheduleKind::ZBVZeroBubble, 2, 3, 4}.validate(); }).find("exactly 2"), std::string::npos);
+  EXPECT_NO_THROW((ScheduleSpec{ScheduleKind::GPipe, 4, 1, 1}.validate()));  // the naive pipeline
+  // Placement: loop vs V.
+  ScheduleSpec loop{ScheduleKind::Interleaved1F1B, 4, 2, 4}, vee{ScheduleKind::ZBVZeroBubble, 4, 2, 4};
+  EXPECT_EQ(loop.stages_of_rank(0), (std::vector<int>{0, 4}));
+  EXPECT_EQ(vee.stages_of_rank(0), (std::vector<int>{0, 7}));
+  EXPECT_EQ(vee.stages_of_rank(3), (std::vector<int>{3, 4}));
+}
+
+TEST(PipelineSplit, EvenUnevenPerStageAndSplitPoints) {
+  EXPECT_EQ(describe_split(split_layers_evenly(8, 4)), "0-1 | 2-3 | 4-5 | 6-7");
+  EXPECT_EQ(describe_split(split_layers_evenly(7, 2)), "0-3 | 4-6");        // the first takes the extra
+  EXPECT_EQ(describe_split(split_layers_evenly(6, 4)), "0 | 1-2 | 3-4 | 5");  // middle stages first
+  EXPECT_EQ(describe_split(split_layers_evenly(7, 4)), "0-1 | 2-3 | 4-5 | 6");
+  EXPECT_NE(error_of([] { split_layers_evenly(2, 4); }).find("2 layers, fewer than the 4 pipeline stages"), std::string::npos);
+  EXPECT_EQ(describe_split(split_layers_per_stage(8, 2)), "0-1 | 2-3 | 4-5 | 6-7");
+  EXPECT_NE(error_of([] { split_layers_per_stage(8, 3); }).find("does not divide"), std::string::npos);
+  EXPECT_EQ(describe_split(split_layers_at(8, {"layers.3", "5"})), "0-2 | 3-4 | 5-7");
+  EXPECT_NE(error_of([] { split_layers_at(8, {"layers.5", "layers.3"}); }).find("strictly increasing"), std::string::npos);
+  // The seed's interleaved picture: 40 layers, 4 ranks x 2 stages of 5;
+  // rank 0 holds layers 0-4 and 20-24.
+  auto plan = titan::models::llama3::plan_pipeline(40, ScheduleKind::Interleaved1F1B, 4, 8, 5);
+  EXPECT_EQ(plan.spec.stages_per_rank, 2);
+  const auto mine = plan.spec.stages_of_rank(0);
+  EXPECT_EQ(plan.layers[mine[0]].begin, 0);
+  EXPECT_EQ(plan.layers[mine[0]].end, 5);
+  EXPECT_EQ(plan.layers[mine[1]].begin, 20);
+  EXPECT_EQ(plan.layers[mine[1]].end, 25);
+  EXPECT_NE(error_of([] { titan::models::llama3::plan_pipeline(40, ScheduleKind::OneFOneB, 4, 8, 5); })
+                .find("one stage per rank, got 2"),
+            std::string::npos);
+}
+
+}  // namespace
