@@ -5,6 +5,9 @@
 //   exit:  calls std::exit(3) without shutting down,
 //   hang:  sleeps for ten minutes,
 //   ok:    does nothing special.
+//   pipeline: instead of all-reduces, trains one 1F1B pipeline step over all
+//          ranks, and rank RANK throws at its fourth action (mid-schedule,
+//          while its neighbours wait on a send or receive).
 // The other ranks must stop on their own, non-zero, naming RANK.
 #include <ATen/ATen.h>
 
@@ -17,6 +20,7 @@
 #include "titan/dist/world.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/util/error.hpp"
+#include "titan/verify/pipeline_technique.hpp"
 
 int main(int argc, char** argv) {
   return titan::run_main(argc, argv, [](int argc, char** argv) {
@@ -27,6 +31,22 @@ int main(int argc, char** argv) {
     options.device = "cpu";
     options.timeout = std::chrono::milliseconds(static_cast<int64_t>((argc > 3 ? std::atof(argv[3]) : 30.0) * 1000));
     const auto& world = titan::dist::init_distributed(options);
+    if (mode == "pipeline") {
+      titan::verify::RunSpec spec;
+      spec.model.n_layers = world.size();
+      titan::verify::PipelineRunOptions o;
+      o.kind = titan::pp::ScheduleKind::OneFOneB;
+      o.microbatches = 4;
+      int actions = 0;
+      o.schedule.before_action = [&](const titan::pp::Action& a) {
+        if (world.rank() == bad_rank && ++actions == 4) throw titan::Error("injected failure before " + a.str());
+      };
+      titan::verify::PipelineRun run = titan::verify::build_pipeline_run(spec, world.group(), o);
+      auto batch = titan::verify::local_micro_batches(spec, 1, 0, 1).front();
+      run.schedule->step(batch.inputs, batch.labels);
+      std::printf("rank %d finished\n", world.rank());
+      return 0;
+    }
     for (int i = 0; i < 10; ++i) {
       if (i == 3 && world.rank() == bad_rank) {
         if (mode == "throw") throw titan::Error("injected failure");

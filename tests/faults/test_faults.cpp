@@ -84,6 +84,23 @@ TEST(Faults, TheLauncherStopsTheOthersAndNamesTheFailedRank) {
   EXPECT_FALSE(lines_with(r.output, "titan run: rank 2 failed with exit status 1").empty());
 }
 
+TEST(Faults, ARankThatDiesMidPipelineScheduleIsNamedByTheOthers) {
+  // Rank 1 of a 3-stage 1F1B pipeline throws at its fourth action; rank 0
+  // waits for its gradients, rank 2 for its activations: both must stop
+  // at once, naming it, not wait out the timeout.
+  auto r = run_command(fault("--keep-going", "pipeline 1 60"));
+  std::printf("exit %d after %.1f s\n%s", r.exit_code, r.seconds, r.output.c_str());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(r.seconds, 30.0) << "the survivors should stop as soon as the peer's sockets close";
+  for (int rank : {0, 2}) {
+    auto errors = lines_with(r.output, "[rank " + std::to_string(rank) + "] error:");
+    ASSERT_EQ(errors.size(), 1u) << "rank " << rank;
+    EXPECT_NE(errors[0].find("group 'world'"), std::string::npos) << errors[0];
+    EXPECT_NE(errors[0].find("rank 1 failed: injected failure before"), std::string::npos) << errors[0];
+  }
+  EXPECT_EQ(lines_with(r.output, "finished").size(), 0u);
+}
+
 TEST(Faults, AHealthyRunExitsZero) {
   auto r = run_command(fault("", "ok 0"));
   EXPECT_EQ(r.exit_code, 0) << r.output;

@@ -132,6 +132,35 @@ TEST(TrainCli, SeedSeventyBLayoutRunsScaledToEightRanks) {
   EXPECT_HAS(r.output, "training done: 1/1 steps");
 }
 
+// The seed's 405B layout (DDP 4 x FSDP 8 x TP 8 x PP 8 on 2048 GPUs)
+// passes the config gate and runs with the debug model, scaled by
+// overrides to FSDP 2 x TP 2 x PP 2 = 8 emulated ranks (DDP 1: a fourth
+// dimension of 2 would need 16 processes on 2 cores), for one step.
+TEST(TrainCli, SeedFourOhFiveBLayoutRunsScaledToEightRanks) {
+  ScratchDir dir("train_cli_405b");
+  auto r = run_command(bin_path("titan") + " train --nproc 8 --job.config_file " +
+                       source_path("train_configs/llama3_405b_large.toml") +
+                       " --model.flavor debugmodel --training.data_parallel_replicate_degree 1"
+                       " --training.data_parallel_shard_degree 2 --training.tensor_parallel_degree 2"
+                       " --experimental.pipeline_parallel_degree 2 --training.seq_len 64 --training.batch_size 2"
+                       " --training.steps 1 --training.device cpu --job.dump_folder " + dir.path() + "/out");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "parallel  pp=2 x dp_shard=2 x tp=2: PP 1F1B, 2 ranks x 1 stage, 2 micro-batches; layers 0-2 | 3-5");
+  EXPECT_HAS(r.output, "training done: 1/1 steps");
+}
+
+// A pipeline the batch cannot feed fails before any rank joins: one line.
+TEST(TrainCli, TooFewMicroBatchesForTheScheduleIsOneLine) {
+  ScratchDir dir("train_cli_pp_bad");
+  auto r = run_command(debug_run(dir) + " --nproc 2 --experimental.pipeline_parallel_degree 2 --training.batch_size 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_HAS(r.output, "pipeline schedule 1F1B needs at least as many micro-batches (1) as pipeline ranks (2)");
+  auto u = run_command(debug_run(dir) + " --nproc 2 --experimental.pipeline_parallel_degree 2 --training.batch_size 2"
+                       " --experimental.pipeline_parallel_schedule zigzag");
+  EXPECT_NE(u.exit_code, 0);
+  EXPECT_HAS(u.output, "zigzag");
+}
+
 TEST(TrainCli, TensorParallelDegreeThatDoesNotDivideTheHeadsIsOneLine) {
   ScratchDir dir("train_cli_tp_bad");
   // debugmodel has 16 heads: 3 ranks cannot hold whole heads.

@@ -1,5 +1,6 @@
 // The trainer on N ranks (FSDP, DDP, HSDP, TP, FSDP x TP, DDP x TP,
-// HSDP x TP, with and without gradient accumulation) against its
+// HSDP x TP, PP alone and with FSDP, DDP and TP, with and without gradient
+// accumulation) against its
 // single-process reference: one process that reads the batches of all the
 // data-parallel ranks (emulate_dp_ranks = N / tp) and accumulates them into
 // each step. Losses and gradient norms must agree step by step and the
@@ -26,6 +27,7 @@
 #include "support/dist_test.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/models/llama3/parallelize.hpp"
+#include "titan/parallel/pipeline/schedule.hpp"
 #include "titan/train/trainer.hpp"
 #include "train_test_util.hpp"
 
@@ -72,7 +74,8 @@ titan::models::llama3::ModelArgs tp_model() {
 }
 
 void expect_matches_reference(JobConfig cfg, const std::string& what,
-                              const titan::models::llama3::ModelArgs& args = titan::testing::tiny_model()) {
+                              const titan::models::llama3::ModelArgs& args = titan::testing::tiny_model(),
+                              double weight_tol = 5e-5) {
   const int n = titan::testing::world().size();
   const std::string dump = cfg.job.dump_folder;
   cfg.job.dump_folder = dump + "/rank" + std::to_string(titan::testing::world().rank());
@@ -86,10 +89,12 @@ void expect_matches_reference(JobConfig cfg, const std::string& what,
   ref_cfg.training.data_parallel_shard_degree = -1;
   ref_cfg.training.tensor_parallel_degree = 1;
   ref_cfg.training.enable_loss_parallel = false;
-  Run ref = train(ref_cfg, n / cfg.training.tensor_parallel_degree, args);
+  ref_cfg.experimental.pipeline_parallel_degree = 1;
+  Run ref = train(ref_cfg, n / (cfg.training.tensor_parallel_degree * cfg.experimental.pipeline_parallel_degree), args);
 
   ASSERT_EQ(parallel.losses.size(), ref.losses.size());
   double worst_loss = 0, worst_norm = 0, worst_weight = 0;
+  std::string worst_name;
   for (size_t i = 0; i < ref.losses.size(); ++i) {
     worst_loss = std::max(worst_loss, rel(parallel.losses[i], ref.losses[i]));
     worst_norm = std::max(worst_norm, rel(parallel.grad_norms[i], ref.grad_norms[i]));
@@ -102,15 +107,16 @@ void expect_matches_reference(JobConfig cfg, const std::string& what,
     ASSERT_TRUE(parallel.weights.count(name)) << name;
     const at::Tensor& got = parallel.weights.at(name);
     ASSERT_EQ(got.sizes(), w.sizes()) << name;
-    worst_weight = std::max(worst_weight, (got.to(at::kDouble) - w.to(at::kDouble)).abs().max().item<double>());
+    const double d = (got.to(at::kDouble) - w.to(at::kDouble)).abs().max().item<double>();
+    if (d > worst_weight) worst_weight = d, worst_name = name;
   }
   std::printf("%s on %d ranks: %zu steps, loss %.4f -> %.4f; max rel diff loss %.2e, grad norm %.2e; "
-              "max |dweight| %.2e\n",
+              "max |dweight| %.2e (%s)\n",
               what.c_str(), n, ref.losses.size(), ref.losses.front(), ref.losses.back(), worst_loss, worst_norm,
-              worst_weight);
+              worst_weight, worst_name.c_str());
   EXPECT_LT(worst_loss, 1e-6) << what;
   EXPECT_LT(worst_norm, 1e-6) << what;
-  EXPECT_LT(worst_weight, 5e-5) << what;
+  EXPECT_LT(worst_weight, weight_tol) << what;
   EXPECT_LT(ref.losses.back(), ref.losses.front()) << "the reference did not learn: the comparison says little";
 }
 
@@ -202,4 +208,76 @@ TEST(TrainerTensorParallel, HsdpTimesTpMatchesReference) {
   c.training.data_parallel_replicate_degree = 2;
   c.training.enable_loss_parallel = true;
   expect_matches_reference(c, "HSDP 2x2 x TP 2 (the 70B layout)", tp_model());
+}
+
+// ---------------------------------------------------------------- PP
+
+// 4 layers so that 2 ranks x 2 virtual stages each get one.
+//
+// Weights: pipeline micro-batches of one sequence split each gradient into
+// 4 partial sums (the reference: one), and Adam turns the rounding of
+// elements whose gradient nearly cancels into visible update differences
+// (see the top): measured up to 5.1e-5 after 3 steps (PP x TP), against
+// 1e-5 for the layouts above, while losses agree to 1.2e-7 and gradient
+// norms to 1.4e-8. So PP's weight bound is 1e-4.
+constexpr double kPpWeightTol = 1e-4;
+titan::models::llama3::ModelArgs pp_model(bool tp_heads = false) {
+  auto a = tp_heads ? tp_model() : titan::testing::tiny_model();
+  a.n_layers = 4;
+  return a;
+}
+
+TEST(TrainerPipelineParallel, EveryScheduleMatchesReference) {
+  const int n = titan::testing::world().size();
+  titan::testing::ScratchDir dir("trainer_pp");
+  JobConfig c = base_config(dir);
+  c.training.steps = 3;
+  c.training.batch_size = 4;  // 4 micro-batches of 1
+  c.experimental.pipeline_parallel_degree = n;
+  c.training.data_parallel_shard_degree = 1;
+  const char* schedules[] = {"GPipe", "1f1b", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble"};
+  for (const char* s : schedules) {
+    c.experimental.pipeline_parallel_schedule = s;
+    // 4 layers: 2 per stage on 2 ranks x 1, 1 per stage on 2 x 2 or 4 x 1;
+    // 4 ranks x 2 virtual stages would need 8.
+    const bool multi = titan::pp::is_multi_stage(titan::pp::parse_schedule_kind(s));
+    if (n == 4 && multi) continue;
+    expect_matches_reference(c, std::string("PP ") + s, pp_model(), kPpWeightTol);
+  }
+}
+
+TEST(TrainerPipelineParallel, GradientAccumulationMatchesReference) {
+  const int n = titan::testing::world().size();
+  titan::testing::ScratchDir dir("trainer_pp_accum");
+  JobConfig c = base_config(dir);
+  c.training.steps = 3;
+  c.training.batch_size = 4;
+  c.training.global_batch_size = 8;  // 2 accumulation steps of 4 micro-batches of 1
+  c.experimental.pipeline_parallel_degree = n;
+  c.training.data_parallel_shard_degree = 1;
+  expect_matches_reference(c, "PP 1F1B, 2 accumulation steps", pp_model(), kPpWeightTol);
+}
+
+TEST(TrainerPipelineParallel, FsdpDdpAndTpInsideStagesMatchReference) {
+  if (titan::testing::world().size() != 4) GTEST_SKIP() << "PP 2 x (FSDP | DDP | TP) 2 needs 4 ranks";
+  titan::testing::ScratchDir dir("trainer_pp_3d");
+  JobConfig c = base_config(dir);
+  c.training.steps = 3;
+  c.training.batch_size = 2;
+  c.experimental.pipeline_parallel_degree = 2;
+  c.experimental.pipeline_parallel_schedule = "Interleaved1F1B";
+  expect_matches_reference(c, "PP 2 x FSDP 2 (Interleaved1F1B)", pp_model(), kPpWeightTol);
+  c.experimental.pipeline_parallel_schedule = "ZBVZeroBubble";
+  expect_matches_reference(c, "PP 2 x FSDP 2 (ZBVZeroBubble)", pp_model(), kPpWeightTol);
+  c.training.data_parallel_replicate_degree = 2;
+  c.training.data_parallel_shard_degree = 1;
+  c.experimental.pipeline_parallel_schedule = "1F1B";
+  expect_matches_reference(c, "PP 2 x DDP 2 (1F1B)", pp_model(), kPpWeightTol);
+  c.training.data_parallel_replicate_degree = 1;
+  c.training.data_parallel_shard_degree = 1;
+  c.training.tensor_parallel_degree = 2;
+  c.training.enable_loss_parallel = true;
+  c.experimental.pipeline_parallel_schedule = "Interleaved1F1B";
+  c.training.steps = 5;  // this model needs a few more steps to start learning
+  expect_matches_reference(c, "PP 2 x TP 2 (SP, loss parallel, Interleaved1F1B)", pp_model(true), kPpWeightTol);
 }

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "titan/optim/grad_clip.hpp"
+#include "titan/parallel/pipeline/runtime.hpp"
 #include "titan/train/loss.hpp"
 #include "titan/util/error.hpp"
 
@@ -47,6 +48,26 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model, cons
     r.tokens += labels.numel();
   }
   r.loss = loss_sum / static_cast<double>(accumulation_steps);
+  return r;
+}
+
+AccumulationResult accumulate_pipeline_gradients(pp::PipelineSchedule& schedule, const BatchSource& next_batch,
+                                                 int64_t accumulation_steps, const c10::Device& device) {
+  TITAN_CHECK(accumulation_steps >= 1, "gradient accumulation needs at least 1 batch, got ", accumulation_steps);
+  AccumulationResult r;
+  const double scale = 1.0 / static_cast<double>(schedule.spec().microbatches * accumulation_steps);
+  double loss_sum = 0;
+  for (int64_t i = 0; i < accumulation_steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    data::Batch batch = next_batch();
+    at::Tensor inputs = batch.inputs.to(device, /*non_blocking=*/true);
+    at::Tensor labels = batch.labels.to(device, /*non_blocking=*/true);
+    r.data_seconds += seconds_since(t0);
+    loss_sum += schedule.step(inputs, labels, scale).loss;
+    r.tokens += labels.numel();
+  }
+  r.loss = at::scalar_tensor(loss_sum / static_cast<double>(accumulation_steps),
+                             at::TensorOptions().dtype(at::kFloat).device(device));
   return r;
 }
 

@@ -20,6 +20,9 @@
 namespace titan::dist {
 class ProcessGroup;
 }
+namespace titan::pp {
+class PipelineSchedule;
+}
 
 namespace titan::train {
 
@@ -61,6 +64,16 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model, cons
                                         int64_t accumulation_steps, const c10::Device& device,
                                         const std::function<void(bool)>& set_gradient_sync = {},
                                         const LossFn& loss_fn = {});
+
+/// @brief accumulate_gradients under pipeline parallelism: each of
+/// `accumulation_steps` batches goes through one step of `schedule` (which
+/// cuts it into the schedule's micro-batches and runs their forwards and
+/// backwards across the stages), with each micro-batch's loss scaled by
+/// 1 / (micro-batches · accumulation_steps), so the gradients are again
+/// those of the mean loss over everything this rank read. The loss is the
+/// last stage's, known on every pipeline rank.
+AccumulationResult accumulate_pipeline_gradients(pp::PipelineSchedule& schedule, const BatchSource& next_batch,
+                                                 int64_t accumulation_steps, const c10::Device& device);
 
 /// @brief Clips the gradients of `params` to global norm `max_norm` (no
 /// clipping when max_norm <= 0; the norm is still computed for the log) and

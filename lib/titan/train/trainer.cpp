@@ -90,6 +90,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   args_.validate();
   if (dims_.tp_enabled())
     models::llama3::check_tp_job(args_, dims_.tp, cfg_.training.seq_len, models::llama3::tp_options(cfg_));
+  models::llama3::check_pipeline_job(cfg_, dims_, args_.n_layers, plan_.local_batch);
 
   tokenizer_ = data::load_tokenizer(cfg_.model.tokenizer_path);
   data::check_vocab_fits(*tokenizer_, args_.vocab_size);
@@ -136,7 +137,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   model_ = models::llama3::Transformer(args_, at::TensorOptions().device(device_).dtype(at::kFloat));
   model_->init_weights();
   model_->train();
-  parallelized_ = models::llama3::parallelize_llama(model_, dims_, mesh_.get(), cfg_);
+  parallelized_ = models::llama3::parallelize_llama(model_, dims_, mesh_.get(), cfg_, plan_.local_batch);
   params_ = parallelized_.params;
   optimizer_ = optim::build_optimizer(params_, optimizer_options(cfg_.optimizer));
   scheduler_ = std::make_unique<optim::LRScheduler>(*optimizer_, optim::LRSchedule(schedule_options(cfg_)));
@@ -240,8 +241,11 @@ StepResult Trainer::train_step() {
   const int64_t readers = static_cast<int64_t>(loaders_.size());
   int64_t next_reader = 0;
   auto next_batch = [&] { return loaders_[static_cast<size_t>(next_reader++ % readers)]->next(); };
-  AccumulationResult acc = accumulate_gradients(model_, next_batch, plan_.accumulation_steps * readers, device_,
-                                                parallelized_.set_gradient_sync, parallelized_.loss_fn);
+  AccumulationResult acc =
+      parallelized_.pipeline
+          ? accumulate_pipeline_gradients(*parallelized_.pipeline, next_batch, plan_.accumulation_steps * readers, device_)
+          : accumulate_gradients(model_, next_batch, plan_.accumulation_steps * readers, device_,
+                                 parallelized_.set_gradient_sync, parallelized_.loss_fn);
   if (parallelized_.finish_gradient_sync) parallelized_.finish_gradient_sync();
   // Job-wide numbers: every data-parallel rank saw its own batch, so the
   // loss is their mean and the tokens their sum. All ranks get the same

@@ -51,30 +51,11 @@ PipelineRun build_pipeline_run(const RunSpec& spec, std::shared_ptr<dist::Proces
 
 namespace {
 
-// Every rank knows every name and shape (from the model args); each adds
-// what it owns, so one all-reduce over the pipeline group assembles all.
 NamedTensors assemble(const RunSpec& spec, const std::map<std::string, at::Tensor>& owned,
                       const std::shared_ptr<dist::ProcessGroup>& group) {
-  models::llama3::Transformer shape_model(spec.model, at::TensorOptions().device(at::kMeta));
-  std::vector<std::pair<std::string, std::vector<int64_t>>> names;
-  std::vector<at::Tensor> flat;
-  for (const auto& item : shape_model->named_parameters()) {
-    names.emplace_back(item.key(), item.value().sizes().vec());
-    auto it = owned.find(item.key());
-    flat.push_back(it != owned.end() ? it->second.to(at::kCPU, at::kDouble).reshape(-1)
-                                     : at::zeros({item.value().numel()}, at::TensorOptions().dtype(at::kDouble)));
-  }
-  at::Tensor all = at::cat(flat).to(dist::world().device());
-  if (group) group->all_reduce(all);
-  all = all.cpu();
   NamedTensors out;
-  int64_t offset = 0;
-  for (const auto& [name, shape] : names) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    out.emplace_back(name, all.narrow(0, offset, n).view(shape).to(spec.dtype).clone());
-    offset += n;
-  }
+  for (auto& [name, t] : models::llama3::gather_pipeline_tensors(owned, spec.model, group.get(), dist::world().device()))
+    out.emplace_back(name, t.to(spec.dtype));
   return out;
 }
 

@@ -10,8 +10,10 @@
 #include <optional>
 
 #include "titan/dist/world.hpp"
+#include "titan/models/llama3/pipeline.hpp"
 #include "titan/models/llama3/tp_plan.hpp"
 #include "titan/parallel/parallel_dims.hpp"
+#include "titan/parallel/pipeline/runtime.hpp"
 #include "titan/parallel/tensor_parallel/loss_parallel.hpp"
 #include "titan/util/error.hpp"
 
@@ -27,7 +29,8 @@ at::ScalarType dtype_named(const std::string& name) {
 // FSDP per transformer block, then the root, as torchtitan's apply_fsdp:
 // each block is one all-gather / reduce-scatter unit, the root unit takes
 // the embeddings, final norm and output projection.
-void apply_fsdp(Transformer& model, const dist::DeviceMesh& mesh, const config::JobConfig& cfg, ParallelizedModel& r) {
+void apply_fsdp(Transformer& model, const dist::DeviceMesh& mesh, const config::JobConfig& cfg, bool pipelined,
+                ParallelizedModel& r) {
   fsdp::FullyShardOptions opts;
   opts.mp_policy.param_dtype = dtype_named(cfg.training.mixed_precision_param);
   opts.mp_policy.reduce_dtype = dtype_named(cfg.training.mixed_precision_reduce);
@@ -37,10 +40,14 @@ void apply_fsdp(Transformer& model, const dist::DeviceMesh& mesh, const config::
   for (size_t i = 0; i < blocks.size(); ++i) {
     // "default": the last block's backward runs first, right after forward,
     // so freeing its weights only to gather them again at once is waste.
-    opts.reshard_after_forward = reshard == "always" || (reshard == "default" && i + 1 < blocks.size());
+    // Under PP several micro-batches' forwards run before their backwards
+    // and share the unsharded weights: "default" keeps them (torchtitan's
+    // reshard_after_forward = not pp_enabled).
+    opts.reshard_after_forward =
+        reshard == "always" || (reshard == "default" && !pipelined && i + 1 < blocks.size());
     fsdp::fully_shard(*blocks[i], mesh, opts);
   }
-  opts.reshard_after_forward = reshard == "always" || reshard == "default";
+  opts.reshard_after_forward = reshard == "always" || (reshard == "default" && !pipelined);
   fsdp::fully_shard(*model, mesh, opts);
   r.full_state_dict = [model]() mutable { return fsdp::full_state_dict(*model); };
   r.description = std::string("FSDP per block + root, ") + cfg.training.mixed_precision_param + " params, " +
@@ -97,8 +104,11 @@ TpOptions tp_options(const config::JobConfig& cfg) {
   return o;
 }
 
-ParallelizedModel parallelize_llama(Transformer& model, const parallel::ParallelDims& dims, dist::DeviceMesh* mesh,
-                                    const config::JobConfig& cfg) {
+namespace {
+
+// One model (or one pipeline stage of it): TP, then FSDP / DDP.
+ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelDims& dims, dist::DeviceMesh* mesh,
+                                   const config::JobConfig& cfg) {
   ParallelizedModel r;
   // The plain model's weights are already whole: a detached copy of each.
   r.full_state_dict = [model]() mutable {
@@ -106,8 +116,8 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
     for (const auto& p : model->named_parameters()) out[p.key()] = p.value().detach().clone();
     return out;
   };
-  TITAN_CHECK(!dims.pp_enabled() && !dims.cp_enabled(),
-              "parallelize_llama: ", dims.describe(), " asks for pipeline or context parallelism, not built yet");
+  TITAN_CHECK(!dims.cp_enabled(), "parallelize_llama: ", dims.describe(),
+              " asks for context parallelism, not built yet");
   std::string tp_description;
   if (dims.tp_enabled()) {
     TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
@@ -120,7 +130,7 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
     const dist::DeviceMesh dp_mesh = dims.dp_replicate_enabled()
                                          ? (*mesh)[std::vector<std::string>{"dp_replicate", "dp_shard"}]
                                          : (*mesh)["dp_shard"];
-    apply_fsdp(model, dp_mesh, cfg, r);
+    apply_fsdp(model, dp_mesh, cfg, dims.pp_enabled(), r);
     // Gradients are shards over dp_shard (and equal across replicas), so
     // the global norm sums squares over the dp_shard group only.
     r.grad_shard_groups = {mesh->group("dp_shard").get()};
@@ -147,6 +157,84 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
       return tp::gather_tp_tensors(gather_dp(), placed, dist::world().device());
     };
   }
+  return r;
+}
+
+}  // namespace
+
+void check_pipeline_job(const config::JobConfig& cfg, const parallel::ParallelDims& dims, int64_t n_layers,
+                        int64_t local_batch) {
+  if (!dims.pp_enabled()) return;
+  plan_pipeline(cfg, n_layers, local_batch);
+  TITAN_CHECK(!dims.fsdp_enabled() || cfg.training.fsdp_reshard_after_forward != "always",
+              "[training] fsdp_reshard_after_forward = \"always\" does not work with pipeline parallelism: the "
+              "micro-batches in flight share each stage's unsharded weights (use \"default\" or \"never\")");
+}
+
+ParallelizedModel parallelize_llama(Transformer& model, const parallel::ParallelDims& dims, dist::DeviceMesh* mesh,
+                                    const config::JobConfig& cfg, int64_t local_batch) {
+  if (!dims.pp_enabled()) return parallelize_part(model, dims, mesh, cfg);
+  TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
+  TITAN_CHECK(local_batch > 0, "parallelize_llama: pipeline parallelism needs the local batch size");
+  const ModelArgs args = model->args();
+  check_pipeline_job(cfg, dims, args.n_layers, local_batch);
+  const PipelinePlan plan = plan_pipeline(cfg, args.n_layers, local_batch);
+  const int pp_rank = static_cast<int>(mesh->local_rank("pp"));
+  ParallelizedModel r;
+  r.pipeline_parts = pipeline_llama(model, plan, pp_rank);
+  // Only this rank's stages stay: the full model's other layers go now.
+  model = r.pipeline_parts.front();
+
+  // Between stages a micro-batch's hidden states: [microbatch, seq (/tp
+  // under SP), dim], in the dtype the stage computes in.
+  const TpOptions tp = tp_options(cfg);
+  const int64_t seq = cfg.training.seq_len / (dims.tp_enabled() && tp.sequence_parallel ? dims.tp : 1);
+  const std::vector<int64_t> shape = {cfg.experimental.pipeline_parallel_microbatch_size, seq, args.dim};
+  const at::ScalarType dtype = dims.fsdp_enabled() ? dtype_named(cfg.training.mixed_precision_param) : at::kFloat;
+  const std::vector<int> stage_ids = plan.spec.stages_of_rank(pp_rank);
+  std::vector<std::shared_ptr<pp::PipelineStage>> stages;
+  std::vector<ParallelizedModel> parts;
+  std::string description;
+  for (size_t k = 0; k < r.pipeline_parts.size(); ++k) {
+    Transformer part = r.pipeline_parts[k];
+    parts.push_back(parallelize_part(part, dims, mesh, cfg));
+    const ParallelizedModel& pm = parts.back();
+    pp::StageOptions so;
+    so.stage_index = stage_ids[k];
+    so.num_stages = plan.spec.num_stages();
+    so.forward = [part](const at::Tensor& x) mutable { return part->forward(x); };
+    so.loss_fn = pm.loss_fn;
+    so.input_shape = so.output_shape = shape;
+    so.dtype = dtype;
+    so.device = part->parameters().front().device();
+    so.before_weight_backward = pm.set_gradient_sync;
+    stages.push_back(std::make_shared<pp::PipelineStage>(so));
+    for (const at::Tensor& p : pm.params) r.params.push_back(p);
+    for (const at::Tensor& p : pm.grad_norm_params) r.grad_norm_params.push_back(p);
+    if (description.empty()) description = pm.description;
+  }
+  r.pipeline = std::make_shared<pp::PipelineSchedule>(plan.spec, stages, mesh->group("pp"));
+  // Every part was parallelised alike, so the first one's groups serve
+  // all; each pp rank holds different parameters, so the norm also sums
+  // over pp.
+  r.grad_shard_groups = parts.front().grad_shard_groups;
+  r.grad_shard_groups.push_back(mesh->group("pp").get());
+  r.finish_gradient_sync = [parts] {
+    for (const auto& pm : parts)
+      if (pm.finish_gradient_sync) pm.finish_gradient_sync();
+  };
+  auto pp_group = mesh->group("pp");
+  const c10::Device device = dist::world().device();
+  r.full_state_dict = [parts, args, pp_group, device] {
+    std::map<std::string, at::Tensor> owned;
+    for (const auto& pm : parts)
+      for (auto& [name, t] : pm.full_state_dict()) owned[name] = t;
+    std::map<std::string, at::Tensor> out;
+    for (auto& [name, t] : gather_pipeline_tensors(owned, args, pp_group.get(), device)) out[name] = t;
+    return out;
+  };
+  r.state = std::make_shared<std::vector<ParallelizedModel>>(parts);
+  r.description = "PP " + plan.describe() + (description.empty() ? "" : "; " + description);
   return r;
 }
 

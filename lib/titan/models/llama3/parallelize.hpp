@@ -25,6 +25,9 @@ class ProcessGroup;
 namespace titan::parallel {
 struct ParallelDims;
 }
+namespace titan::pp {
+class PipelineSchedule;
+}
 
 namespace titan::models::llama3 {
 
@@ -58,6 +61,12 @@ struct ParallelizedModel {
   std::string description;
   /// The DDP/FSDP state the hooks refer to; kept alive with the model.
   std::shared_ptr<void> state;
+  /// With pipeline parallelism: this rank's stages (the model cut by
+  /// pipeline_llama, each parallelised as above) and the schedule that
+  /// runs them; the train step calls pipeline->step instead of its
+  /// micro-batch loop. Null without PP.
+  std::shared_ptr<pp::PipelineSchedule> pipeline;
+  std::vector<Transformer> pipeline_parts;  ///< this rank's stages, in stage order (empty without PP)
 };
 
 /// @brief The tensor-parallel options a job's [training] section asks for
@@ -76,7 +85,23 @@ TpOptions tp_options(const config::JobConfig& cfg);
 /// (null on one rank).
 /// [training] mixed_precision_param / mixed_precision_reduce choose FSDP's
 /// MixedPrecisionPolicy. Collective: every rank calls it with the same model.
+///
+/// With pipeline parallelism (pp > 1) the model is first cut by
+/// pipeline_llama into the stages of plan_pipeline(cfg, n_layers,
+/// `local_batch`) that this rank's pp coordinate runs; each stage is then
+/// parallelised as above (FSDP's "default" reshard policy keeps the
+/// parameters unsharded between forward and backward, as torchtitan does
+/// under PP: several micro-batches are in flight), and `model` is replaced
+/// by the first of them, so that the layers this rank does not run are
+/// freed. The gradient norm then also sums over the pp group.
 ParallelizedModel parallelize_llama(Transformer& model, const parallel::ParallelDims& dims, dist::DeviceMesh* mesh,
-                                    const config::JobConfig& cfg);
+                                    const config::JobConfig& cfg, int64_t local_batch = 0);
+
+/// @brief Refuses, before any rank joins the job, a pipeline layout the
+/// job cannot run: the schedule's shape (plan_pipeline) and FSDP's
+/// reshard_after_forward = "always" (micro-batches in flight share the
+/// unsharded parameters). No-op without PP.
+void check_pipeline_job(const config::JobConfig& cfg, const parallel::ParallelDims& dims, int64_t n_layers,
+                        int64_t local_batch);
 
 }  // namespace titan::models::llama3

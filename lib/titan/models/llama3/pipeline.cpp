@@ -1,6 +1,9 @@
 #include "titan/models/llama3/pipeline.hpp"
 
+#include <ATen/ATen.h>
+
 #include "titan/config/job_config.hpp"
+#include "titan/dist/process_group.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::models::llama3 {
@@ -66,6 +69,34 @@ std::vector<Transformer> pipeline_llama(const Transformer& model, const Pipeline
   std::vector<Transformer> parts;
   for (int s : plan.spec.stages_of_rank(pp_rank)) parts.push_back(pipeline_part(model, plan, s));
   return parts;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> gather_pipeline_tensors(const std::map<std::string, at::Tensor>& owned,
+                                                                        const ModelArgs& args,
+                                                                        const dist::ProcessGroup* pp_group,
+                                                                        c10::Device device) {
+  Transformer shapes(args, at::TensorOptions().device(at::kMeta));
+  std::vector<std::pair<std::string, std::vector<int64_t>>> names;
+  std::vector<at::Tensor> flat;
+  for (const auto& item : shapes->named_parameters()) {
+    names.emplace_back(item.key(), item.value().sizes().vec());
+    auto it = owned.find(item.key());
+    // Double: x + 0 + ... is exact, so the owner's values come back bit for bit.
+    flat.push_back(it != owned.end() ? it->second.detach().to(at::kCPU, at::kDouble).reshape(-1)
+                                     : at::zeros({item.value().numel()}, at::TensorOptions().dtype(at::kDouble)));
+  }
+  at::Tensor all = at::cat(flat).to(device);
+  if (pp_group) pp_group->all_reduce(all);
+  all = all.cpu();
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  int64_t offset = 0;
+  for (const auto& [name, shape] : names) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    out.emplace_back(name, all.narrow(0, offset, n).view(shape).to(at::kFloat).clone());
+    offset += n;
+  }
+  return out;
 }
 
 }  // namespace titan::models::llama3

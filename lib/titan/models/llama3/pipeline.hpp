@@ -6,6 +6,8 @@
 /// this rank keeps the stages its schedule places on it.
 
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +18,9 @@
 
 namespace titan::config {
 struct JobConfig;
+}
+namespace titan::dist {
+class ProcessGroup;
 }
 
 namespace titan::models::llama3 {
@@ -51,5 +56,16 @@ Transformer pipeline_part(const Transformer& model, const PipelinePlan& plan, in
 
 /// @brief The parts this pipeline rank runs (plan.spec.stages_of_rank), in stage order.
 std::vector<Transformer> pipeline_llama(const Transformer& model, const PipelinePlan& plan, int pp_rank);
+
+/// @brief The whole model's tensors by name from the ones each pipeline
+/// rank holds (`owned`: this rank's stages' full tensors; every name has
+/// exactly one owner): one all-reduce over `pp_group` (null: one rank) of
+/// every tensor, zeros where not owned, on `device`. Returned as fp32 CPU
+/// tensors, in `args`' full model order. Collective over the pp group.
+/// (Sized for tests and exports of models that fit on one rank.)
+std::vector<std::pair<std::string, at::Tensor>> gather_pipeline_tensors(const std::map<std::string, at::Tensor>& owned,
+                                                                        const ModelArgs& args,
+                                                                        const dist::ProcessGroup* pp_group,
+                                                                        c10::Device device);
 
 }  // namespace titan::models::llama3
