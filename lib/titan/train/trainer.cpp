@@ -26,6 +26,7 @@
 #include "titan/models/llama3/flops.hpp"
 #include "titan/models/llama3/tp_plan.hpp"
 #include "titan/optim/optimizer.hpp"
+#include "titan/parallel/pipeline/runtime.hpp"
 #include "titan/train/determinism.hpp"
 #include "titan/train/device.hpp"
 #include "titan/train/stop_signal.hpp"
@@ -219,6 +220,10 @@ std::string Trainer::banner() const {
                  static_cast<long long>(plan_.local_batch), static_cast<long long>(cfg_.training.seq_len),
                  static_cast<long long>(plan_.accumulation_steps), static_cast<long long>(plan_.dp_degree),
                  metrics::with_thousands(static_cast<double>(plan_.global_batch * cfg_.training.seq_len)).c_str());
+  if (parallelized_.pipeline)
+    s += strprintf("            each cut into %d pipeline micro-batches of %lld sequence(s)\n",
+                   parallelized_.pipeline->spec().microbatches,
+                   static_cast<long long>(cfg_.experimental.pipeline_parallel_microbatch_size));
   s += strprintf("  optimizer %s lr %g, %lld warm-up steps, %s decay; %lld steps, seed %lld\n",
                  cfg_.optimizer.name.c_str(), cfg_.optimizer.lr, static_cast<long long>(scheduler_->schedule().warmup_steps()),
                  cfg_.lr_scheduler.decay_type.c_str(), static_cast<long long>(cfg_.training.steps),
