@@ -273,6 +273,8 @@ TEST(TrainerPipelineParallel, FsdpDdpAndTpInsideStagesMatchReference) {
   c.training.data_parallel_shard_degree = 1;
   c.experimental.pipeline_parallel_schedule = "1F1B";
   expect_matches_reference(c, "PP 2 x DDP 2 (1F1B)", pp_model(), kPpWeightTol);
+  c.experimental.pipeline_parallel_schedule = "InterleavedZeroBubble";  // DDP's sync on the last W
+  expect_matches_reference(c, "PP 2 x DDP 2 (InterleavedZeroBubble)", pp_model(), kPpWeightTol);
   c.training.data_parallel_replicate_degree = 1;
   c.training.data_parallel_shard_degree = 1;
   c.training.tensor_parallel_degree = 2;
@@ -280,4 +282,17 @@ TEST(TrainerPipelineParallel, FsdpDdpAndTpInsideStagesMatchReference) {
   c.experimental.pipeline_parallel_schedule = "Interleaved1F1B";
   c.training.steps = 5;  // this model needs a few more steps to start learning
   expect_matches_reference(c, "PP 2 x TP 2 (SP, loss parallel, Interleaved1F1B)", pp_model(true), kPpWeightTol);
+}
+
+TEST(TrainerPipelineParallel, ThreeDimensionsMatchReference) {
+  if (titan::testing::world().size() != 8) GTEST_SKIP() << "PP 2 x FSDP 2 x TP 2 needs 8 ranks";
+  titan::testing::ScratchDir dir("trainer_pp_fsdp_tp");
+  JobConfig c = base_config(dir);
+  c.training.steps = 5;
+  c.training.batch_size = 2;
+  c.training.tensor_parallel_degree = 2;
+  c.training.enable_loss_parallel = true;
+  c.experimental.pipeline_parallel_degree = 2;
+  c.experimental.pipeline_parallel_schedule = "1F1B";
+  expect_matches_reference(c, "PP 2 x FSDP 2 x TP 2 (the 405B layout's dims)", pp_model(true), kPpWeightTol);
 }
