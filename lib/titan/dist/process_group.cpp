@@ -385,6 +385,42 @@ std::shared_ptr<PendingWork> ProcessGroup::recv_async(at::Tensor& tensor, int sr
   return std::make_shared<PendingWork>(this, std::move(record), std::move(work), [tensor] {});
 }
 
+std::vector<std::shared_ptr<PendingWork>> ProcessGroup::batch_p2p(const std::vector<P2POp>& ops) const {
+  std::vector<std::shared_ptr<PendingWork>> sends;
+  if (ops.empty()) return sends;
+  for (const P2POp& op : ops)
+    TITAN_CHECK(op.tensor.is_contiguous(), (op.is_send ? "send" : "recv"), " on ", describe(),
+                " needs a contiguous tensor");
+  if (backend_->supportsCoalescing()) {
+    int64_t bytes = 0;
+    std::vector<at::Tensor> keep;
+    for (const P2POp& op : ops) bytes += nbytes(op.tensor), keep.push_back(op.tensor);
+    CommRecord record = start_record(CommOp::Send, bytes);
+    c10::intrusive_ptr<c10d::Work> work;
+    try {
+      backend_->startCoalescing();
+      for (const P2POp& op : ops) {
+        std::vector<at::Tensor> t{op.tensor};
+        if (op.is_send) backend_->send(t, op.peer, op.tag);
+        else backend_->recv(t, op.peer, op.tag);
+      }
+      work = backend_->endCoalescing();
+    } catch (const std::exception& e) {
+      fail("batch_p2p", e.what(), 0.0);
+    }
+    PendingWork(this, std::move(record), std::move(work), [keep] {}).wait();
+    return sends;
+  }
+  std::vector<std::shared_ptr<PendingWork>> recvs;
+  for (const P2POp& op : ops) {
+    at::Tensor t = op.tensor;
+    if (op.is_send) sends.push_back(send_async(t, op.peer, op.tag));
+    else recvs.push_back(recv_async(t, op.peer, op.tag));
+  }
+  for (auto& w : recvs) w->wait();
+  return sends;
+}
+
 void ProcessGroup::barrier() const {
   run(start_record(CommOp::Barrier, 0), [&] {
     c10d::BarrierOptions opts;

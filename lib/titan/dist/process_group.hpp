@@ -50,6 +50,14 @@ class FailureBoard {
 
 class ProcessGroup;
 
+/// @brief One point-to-point operation of ProcessGroup::batch_p2p.
+struct P2POp {
+  bool is_send = true;  ///< send `tensor` to `peer`, or receive into it from `peer`
+  at::Tensor tensor;    ///< contiguous; a receive fills it in place
+  int peer = 0;         ///< group rank
+  int tag = 0;          ///< matched with the peer's (Gloo; NCCL matches by order)
+};
+
 /// @brief An operation in flight (from an *_async call). wait() finishes it,
 /// records it in the CommLog and turns a backend failure into titan::Error.
 class PendingWork {
@@ -133,6 +141,15 @@ class ProcessGroup {
   std::shared_ptr<PendingWork> send_async(const at::Tensor& tensor, int dst, int tag = 0) const;
   /// Starts a receive into the contiguous `tensor`; valid after wait().
   std::shared_ptr<PendingWork> recv_async(at::Tensor& tensor, int src, int tag = 0) const;
+  /// Posts point-to-point ops together, as torch's batch_isend_irecv:
+  /// on a backend that coalesces (NCCL) as one group — a rank's sends and
+  /// receives on one communicator could otherwise block each other (1F1B's
+  /// "send this output, receive that gradient" on two neighbours would
+  /// deadlock) —, else (Gloo) each as its own asynchronous op, all posted
+  /// before any is waited. Returns once every receive has arrived; the
+  /// returned works are sends still in flight (wait them before the
+  /// buffers go; none with coalescing, where the group's work covers all).
+  std::vector<std::shared_ptr<PendingWork>> batch_p2p(const std::vector<P2POp>& ops) const;
   void barrier() const;
 
   /// Throws the titan::Error this group reports for a failed `op` (shared by

@@ -121,26 +121,56 @@ PipelineStepResult PipelineSchedule::step(const at::Tensor& inputs, const at::Te
   std::map<std::pair<int, int>, at::Tensor> stage_input, output_grad, to_send_fwd, to_send_bwd;
   std::vector<std::shared_ptr<dist::PendingWork>> sends;
   std::vector<at::Tensor> send_buffers;  // alive until their sends are waited
-  for (const Action& a : actions_) {
+  // Consecutive communication actions run as one batch_p2p (torch's
+  // batch_isend_irecv): posted together, so that on NCCL a rank's "send
+  // this output" and "receive that gradient" cannot block each other.
+  for (size_t k = 0; k < actions_.size();) {
+    if (!actions_[k].is_compute()) {
+      size_t end = k;
+      while (end < actions_.size() && !actions_[end].is_compute()) ++end;
+      const double start = now_us();
+      std::vector<dist::P2POp> ops;
+      for (size_t j = k; j < end; ++j) {
+        const Action& a = actions_[j];
+        if (options_.before_action) options_.before_action(a);
+        const int s = a.stage, i = a.microbatch;
+        const auto key = std::make_pair(s, i);
+        const StageOptions& o = stage(s).options();
+        switch (a.type) {
+          case ActionType::RecvForward:
+          case ActionType::RecvBackward: {
+            const bool bwd = a.type == ActionType::RecvBackward;
+            at::Tensor buf = at::empty(bwd ? o.output_shape : o.input_shape,
+                                       at::TensorOptions().dtype(o.dtype).device(o.device));
+            (bwd ? output_grad : stage_input)[key] = buf;
+            ops.push_back({false, buf, spec_.rank_of_stage(bwd ? s + 1 : s - 1), message_tag(bwd, s, i, spec_)});
+            break;
+          }
+          default: {  // SEND_F / SEND_B
+            const bool bwd = a.type == ActionType::SendBackward;
+            auto& pending = bwd ? to_send_bwd : to_send_fwd;
+            auto it = pending.find(key);
+            TITAN_CHECK(it != pending.end(), "pipeline rank ", rank_, ": ", a.str(), " has nothing to send");
+            send_buffers.push_back(it->second.contiguous());
+            pending.erase(it);
+            ops.push_back({true, send_buffers.back(), spec_.rank_of_stage(bwd ? s - 1 : s + 1),
+                           message_tag(bwd, bwd ? s - 1 : s + 1, i, spec_)});
+            break;
+          }
+        }
+      }
+      for (auto& w : group_->batch_p2p(ops)) sends.push_back(w);
+      if (options_.record_events)
+        for (size_t j = k; j < end; ++j) events_.push_back({rank_, actions_[j], start - t0, now_us() - t0});
+      k = end;
+      continue;
+    }
+    const Action& a = actions_[k++];
     if (options_.before_action) options_.before_action(a);
     const double start = now_us();
     const int s = a.stage, i = a.microbatch;
     const auto key = std::make_pair(s, i);
     switch (a.type) {
-      case ActionType::RecvForward: {
-        const StageOptions& o = stage(s).options();
-        at::Tensor buf = at::empty(o.input_shape, at::TensorOptions().dtype(o.dtype).device(o.device));
-        group_->recv(buf, spec_.rank_of_stage(s - 1), message_tag(false, s, i, spec_));
-        stage_input[key] = buf;
-        break;
-      }
-      case ActionType::RecvBackward: {
-        const StageOptions& o = stage(s).options();
-        at::Tensor buf = at::empty(o.output_shape, at::TensorOptions().dtype(o.dtype).device(o.device));
-        group_->recv(buf, spec_.rank_of_stage(s + 1), message_tag(true, s, i, spec_));
-        output_grad[key] = buf;
-        break;
-      }
       case ActionType::Forward: {
         PipelineStage& st = stage(s);
         at::Tensor x;
@@ -190,18 +220,7 @@ PipelineStepResult PipelineSchedule::step(const at::Tensor& inputs, const at::Te
         st.backward_weight(i);
         break;
       }
-      case ActionType::SendForward:
-      case ActionType::SendBackward: {
-        auto& pending = a.type == ActionType::SendForward ? to_send_fwd : to_send_bwd;
-        auto it = pending.find(key);
-        TITAN_CHECK(it != pending.end(), "pipeline rank ", rank_, ": ", a.str(), " has nothing to send");
-        send_buffers.push_back(it->second.contiguous());
-        pending.erase(it);
-        const bool bwd = a.type == ActionType::SendBackward;
-        sends.push_back(group_->send_async(send_buffers.back(), spec_.rank_of_stage(bwd ? s - 1 : s + 1),
-                                           message_tag(bwd, bwd ? s - 1 : s + 1, i, spec_)));
-        break;
-      }
+      default: break;  // communication: handled above
     }
     if (options_.record_events) events_.push_back({rank_, a, start - t0, now_us() - t0});
   }
