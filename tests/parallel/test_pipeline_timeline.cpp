@@ -65,17 +65,26 @@ TEST(PipelineTimeline, IdleIsBlank) {
 
 TEST(PipelineTimeline, NarrowCellsShortenTheirLabel) {
   using T = ActionType;
-  // Rank 0 runs stages 0 and 2 (multi-stage): labels carry the stage where they fit.
+  // Rank 0 runs stages 0 and 2 (multi-stage). Some cells are too narrow
+  // for "s2F0": no cell gets the stage, the second stage's cells get
+  // round brackets instead, and the narrowest the letter alone.
   std::vector<PipelineEvent> e = {ev(0, T::Forward, 0, 0, 0, 10), ev(0, T::Forward, 2, 0, 10, 13),
                                   ev(0, T::BackwardInput, 2, 0, 13, 15), ev(0, T::BackwardWeight, 2, 0, 15, 16),
                                   ev(0, T::Backward, 0, 0, 90, 100)};
   EXPECT_TRUE(has_multi_stage_ranks(e));
-  const std::string r0 = line_of(render_pipeline_ascii(e, 1, 100), 0);
-  EXPECT_EQ(r0.substr(0, 10), "[s0F0----]");
-  EXPECT_EQ(r0.substr(10, 3), "[F]");  // 3 columns: the letter only
-  EXPECT_EQ(r0.substr(13, 2), "[]");
+  const std::string chart = render_pipeline_ascii(e, 1, 100);
+  const std::string r0 = line_of(chart, 0);
+  EXPECT_EQ(r0.substr(0, 10), "[F0------]");
+  EXPECT_EQ(r0.substr(10, 3), "(F)");  // 3 columns: the letter only
+  EXPECT_EQ(r0.substr(13, 2), "()");
   EXPECT_EQ(r0.substr(15, 1), "W");
-  EXPECT_EQ(r0.substr(90, 10), "[s0B0----]");
+  EXPECT_EQ(r0.substr(90, 10), "[B0------]");
+  EXPECT_NE(chart.find("(..) its second"), std::string::npos);
+  // Wide cells: every label carries its stage.
+  std::vector<PipelineEvent> wide = {ev(0, T::Forward, 0, 0, 0, 10), ev(0, T::Forward, 2, 0, 10, 20),
+                                     ev(0, T::Backward, 2, 0, 20, 40), ev(0, T::Backward, 0, 0, 40, 60)};
+  EXPECT_EQ(line_of(render_pipeline_ascii(wide, 1, 60), 0),
+            "[s0F0----][s2F0----][s2B0--------------][s0B0--------------]");
   EXPECT_EQ(cell_label(Action{T::Forward, 4, 0}, true), "s4F0");
   EXPECT_EQ(cell_label(Action{T::BackwardInput, 4, 2}, false), "I2");
   EXPECT_FALSE(has_multi_stage_ranks(gpipe_events()));

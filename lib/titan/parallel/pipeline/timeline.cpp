@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <cstring>
 
 namespace titan::pp {
 namespace {
@@ -46,7 +47,7 @@ std::vector<PipelineEvent> by_rank_and_start(std::vector<PipelineEvent> events) 
 // in microseconds, "units" for a simulation), `per_unit` converts to it.
 std::string render(const std::vector<PipelineEvent>& all, int pp, int width, const char* unit, double per_unit) {
   width = std::max(width, 8);
-  const bool with_stage = has_multi_stage_ranks(all);
+  const bool multi = has_multi_stage_ranks(all);
   std::vector<PipelineEvent> events;
   for (const auto& e : by_rank_and_start(all))
     if (e.action.is_compute()) events.push_back(e);
@@ -54,38 +55,70 @@ std::string render(const std::vector<PipelineEvent>& all, int pp, int width, con
   for (const auto& e : events) t0 = std::min(t0, e.start_us), t1 = std::max(t1, e.end_us);
   if (t1 <= t0) t1 = t0 + 1;
   const double scale = static_cast<double>(width) / (t1 - t0);
+
+  // Layout first: the columns [a, z) of every cell (cells never overlap).
+  struct Cell {
+    const PipelineEvent* e;
+    int a, z;
+  };
+  std::vector<Cell> cells;
+  std::map<int, int> cursor;  // per rank: the first free column
+  for (const auto& e : events) {
+    if (e.rank < 0 || e.rank >= pp) continue;
+    int a = std::max(cursor[e.rank], static_cast<int>((e.start_us - t0) * scale));
+    int z = std::max(a + 1, static_cast<int>((e.end_us - t0) * scale));
+    if (a >= width) a = width - 1;  // a last sliver past the edge still shows
+    z = std::min(z, width);
+    if (z <= a) continue;
+    cursor[e.rank] = z;
+    cells.push_back({&e, a, z});
+  }
+  // Multi-stage ranks: the stage goes in the label when every cell has
+  // room for it; otherwise a rank's stages are told apart by their
+  // brackets, [..] for its first, (..) for its second, {..}, <..>.
+  bool with_stage = multi;
+  for (const Cell& c : cells)
+    with_stage = with_stage && static_cast<int>(cell_label(c.e->action, true).size()) + 2 <= c.z - c.a;
+  std::map<int, std::vector<int>> stages_of;  // rank -> its stages, in order
+  for (const auto& e : events) {
+    auto& v = stages_of[e.rank];
+    if (std::find(v.begin(), v.end(), e.action.stage) == v.end()) v.push_back(e.action.stage);
+  }
+  for (auto& [r, v] : stages_of) std::sort(v.begin(), v.end());
+  static const char* kBrackets[] = {"[]", "()", "{}", "<>"};
+  auto brackets = [&](const PipelineEvent& e) {
+    if (!multi || with_stage) return kBrackets[0];
+    const auto& v = stages_of[e.rank];
+    const auto i = std::find(v.begin(), v.end(), e.action.stage) - v.begin();
+    return kBrackets[std::min<long>(i, 3)];
+  };
+
+  std::vector<std::string> lines(static_cast<size_t>(pp), std::string(static_cast<size_t>(width), ' '));
+  for (const Cell& c : cells) {
+    const int w = c.z - c.a;
+    const char* br = brackets(*c.e);
+    const std::string letter = code_of(c.e->action.type);
+    std::string text;  // the longest label that fits: the chosen one, then the letter
+    for (const std::string& l : {cell_label(c.e->action, with_stage), letter})
+      if (static_cast<int>(l.size()) + 2 <= w) {
+        text = br[0] + l + std::string(static_cast<size_t>(w - 2) - l.size(), '-') + br[1];
+        break;
+      }
+    if (text.empty()) text = w == 2 ? std::string(br) : letter;
+    lines[static_cast<size_t>(c.e->rank)].replace(static_cast<size_t>(c.a), static_cast<size_t>(w), text);
+  }
   std::ostringstream os;
   for (int r = 0; r < pp; ++r) {
-    std::string line(static_cast<size_t>(width), ' ');
-    int cursor = 0;  // first free column: cells never overwrite each other
-    for (const auto& e : events) {
-      if (e.rank != r) continue;
-      int a = std::max(cursor, static_cast<int>((e.start_us - t0) * scale));
-      int z = std::max(a + 1, static_cast<int>((e.end_us - t0) * scale));
-      if (a >= width) a = width - 1;  // a last sliver past the edge still shows
-      z = std::min(z, width);
-      if (z <= a) continue;
-      cursor = z;
-      const int w = z - a;
-      // The longest label that fits: with the stage, without, the letter.
-      std::string text;
-      const std::string letter = code_of(e.action.type);
-      for (const std::string& l : {cell_label(e.action, with_stage), cell_label(e.action, false), letter})
-        if (static_cast<int>(l.size()) + 2 <= w) {
-          text = "[" + l + std::string(static_cast<size_t>(w - 2) - l.size(), '-') + "]";
-          break;
-        }
-      if (text.empty()) text = w == 2 ? "[]" : letter.substr(0, 1);
-      line.replace(static_cast<size_t>(a), static_cast<size_t>(w), text);
-    }
+    std::string& line = lines[static_cast<size_t>(r)];
     while (!line.empty() && line.back() == ' ') line.pop_back();
     os << "rank " << r << ": " << line << '\n';
   }
-  char scale_line[160];
   const double span = (t1 - t0) * per_unit;
-  std::snprintf(scale_line, sizeof scale_line, "        |0%*s%.*f %s|\n", width - 4 - (span >= 100 ? 3 : 2), "",
-                span >= 100 ? 0 : 1, span, unit);
-  os << scale_line;
+  char end[64];
+  std::snprintf(end, sizeof end, "%.*f %s|", span >= 100 ? 0 : 1, span, unit);
+  const int pad = std::max(1, width - 1 - static_cast<int>(std::strlen(end)));
+  os << "        |0" << std::string(static_cast<size_t>(pad), ' ') << end << '\n';
+  if (multi && !with_stage) os << "        [..] a rank's first stage, (..) its second (stages_of_rank order)\n";
   return os.str();
 }
 

@@ -34,9 +34,12 @@ std::vector<profiling::TimelineBar> timeline_bars(const std::vector<PipelineEven
 /// @brief The seed's ASCII chart of the compute events of a step, one line
 /// per rank ("rank 0: [F0][F1]      [B1][B0]"), time 0 .. the step's last
 /// event over `width` characters. Each cell spans the columns of its
-/// interval: "[" label "]" padded with '-' when the label fits, shorter
-/// labels (stage dropped, then the type letter alone) when it does not;
-/// idle time is blank. A scale line closes the chart.
+/// interval: "[" label "]" padded with '-' when the label fits, the type
+/// letter alone when it does not; idle time is blank. On multi-stage
+/// ranks the labels carry the stage ("[s4F0]") when every cell has room
+/// for it; otherwise a rank's second stage is drawn in round brackets
+/// ("(F0)"), a third in braces, and a legend line says so. A scale line
+/// closes the chart.
 std::string render_pipeline_ascii(const std::vector<PipelineEvent>& events, int pp, int width = 100);
 
 /// @brief A simulated run (simulate(spec, compute)) as events: rank r's
