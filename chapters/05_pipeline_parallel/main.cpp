@@ -336,7 +336,7 @@ int main(int argc, char** argv) {
 
     // ------------------------------------------------ (3) memory
     std::printf("3. peak activation memory per rank in the measured step (KiB above the step's start) and the\n"
-                "   micro-batches a rank holds at once (simulate)\n");
+                "   (stage, micro-batch) activations a rank holds at once (simulate; naive: its 1 micro-batch is the whole batch)\n");
     std::printf("   %-22s", "schedule");
     for (int r = 0; r < n; ++r) std::printf(" %12s", metrics::strprintf("rank %d", r).c_str());
     std::printf("   in flight per rank\n");
