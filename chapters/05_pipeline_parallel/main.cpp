@@ -193,6 +193,22 @@ int main(int argc, char** argv) {
                 opt.microbatches);
     const int m = static_cast<int>(opt.microbatches);
 
+    // The schedules, and a one-line error now for a shape one of them
+    // cannot run (rather than after the others have trained).
+    const std::vector<Variant> variants = {
+        {"naive", ScheduleKind::GPipe, 1},
+        {"GPipe", ScheduleKind::GPipe, m},
+        {"1F1B", ScheduleKind::OneFOneB, m},
+        {"Interleaved1F1B", ScheduleKind::Interleaved1F1B, m},
+        {"InterleavedZeroBubble", ScheduleKind::InterleavedZeroBubble, m},
+        {"ZBVZeroBubble", ScheduleKind::ZBVZeroBubble, m},
+    };
+    TITAN_CHECK(m >= n, "--microbatches ", m, " is fewer than the ", n,
+                " pipeline ranks: 1F1B and the interleaved and zero-bubble schedules need at least one per rank");
+    TITAN_CHECK(m % n == 0, "--microbatches ", m, " does not divide by the ", n,
+                " pipeline ranks, which Interleaved1F1B needs (Megatron's rule)");
+    for (const Variant& v : variants) models::llama3::plan_pipeline(opt.layers, v.kind, n, v.microbatches);
+
     if (chatty) {
       std::printf("Chapter 05: pipeline parallelism on %d emulated rank(s), fp32, device %s\n", n,
                   spec.device.str().c_str());
@@ -211,14 +227,6 @@ int main(int argc, char** argv) {
     if (rank == 0) ref = train_reference(spec);
 
     // ------------------------------------------------ the schedules
-    const std::vector<Variant> variants = {
-        {"naive", ScheduleKind::GPipe, 1},
-        {"GPipe", ScheduleKind::GPipe, m},
-        {"1F1B", ScheduleKind::OneFOneB, m},
-        {"Interleaved1F1B", ScheduleKind::Interleaved1F1B, m},
-        {"InterleavedZeroBubble", ScheduleKind::InterleavedZeroBubble, m},
-        {"ZBVZeroBubble", ScheduleKind::ZBVZeroBubble, m},
-    };
     // Pipeline tolerances as tests/parallel/test_pipeline.cpp: micro-batches
     // sum each gradient in another order than the one batch of the
     // reference — rounding only. Loss and gradients 1e-6 relative + 1e-7;
