@@ -25,6 +25,7 @@ char fill_of(const std::string& kind) {
   if (kind == "compute") return '#';
   if (kind == "comm") return '=';
   if (kind == "wait") return '!';
+  if (kind == "forward" || kind == "backward" || kind == "backward_input" || kind == "backward_weight") return '#';
   return '-';
 }
 
@@ -32,6 +33,11 @@ const char* colour_of(const std::string& kind) {
   if (kind == "compute") return "#4e79a7";
   if (kind == "comm") return "#f28e2b";
   if (kind == "wait") return "#e15759";
+  // Pipeline schedules (parallel/pipeline/timeline.hpp).
+  if (kind == "forward") return "#4e79a7";
+  if (kind == "backward") return "#59a14f";
+  if (kind == "backward_input") return "#76b7b2";
+  if (kind == "backward_weight") return "#b07aa1";
   return "#9c9c9c";
 }
 

@@ -14,7 +14,9 @@ struct TimelineBar {
   std::string row;    ///< e.g. "rank 0 compute", "rank 0 comm"
   std::string label;  ///< short text drawn on the bar ("mm 2", "ag")
   double start_us = 0, end_us = 0;
-  /// Picks the colour / ASCII fill: "compute", "comm", "wait", anything else.
+  /// Picks the colour / ASCII fill: "compute", "comm", "wait", the pipeline
+  /// actions "forward", "backward", "backward_input", "backward_weight"
+  /// (own colours, drawn as compute), anything else.
   std::string kind;
 };
 
