@@ -2,7 +2,8 @@
 // 8-layer Llama 3 trained three AdamW steps by every schedule, on 1, 2 and
 // 4 ranks (pp = world), must give the reference's loss, every gradient and
 // every weight; so must an uneven layer split, stages of a chosen layer
-// count, and, on 4 ranks, PP x FSDP and PP x TP (2 x 2 meshes).
+// count, a per-rank order given through ScheduleOptions::compute_actions,
+// and, on 4 ranks, PP x FSDP and PP x TP (2 x 2 meshes).
 //
 // Tolerances (fp32). The pipeline cuts the batch into micro-batches, so
 // each gradient is a sum of per-micro-batch sums (another order than the
