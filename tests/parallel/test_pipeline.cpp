@@ -2,7 +2,8 @@
 // 8-layer Llama 3 trained three AdamW steps by every schedule, on 1, 2 and
 // 4 ranks (pp = world), must give the reference's loss, every gradient and
 // every weight; so must an uneven layer split, stages of a chosen layer
-// count, and, on 4 ranks, PP x FSDP and PP x TP (2 x 2 meshes).
+// count, a per-rank order given through ScheduleOptions::compute_actions,
+// and, on 4 ranks, PP x FSDP and PP x TP (2 x 2 meshes).
 //
 // Tolerances (fp32). The pipeline cuts the batch into micro-batches, so
 // each gradient is a sum of per-micro-batch sums (another order than the
@@ -23,6 +24,7 @@
 #include "titan/models/llama3/tp_plan.hpp"
 #include "titan/parallel/fsdp/fully_shard.hpp"
 #include "titan/parallel/pipeline/runtime.hpp"
+#include "titan/util/error.hpp"
 #include "titan/verify/fsdp_technique.hpp"
 #include "titan/verify/pipeline_technique.hpp"
 #include "titan/verify/tp_technique.hpp"
@@ -151,6 +153,33 @@ TEST(Pipeline, ActivationMemoryGPipeHoldsEveryMicroBatch1F1BAtMostPp) {
               "m/(pp-r) = %.2f)\n",
               world().rank(), m, peak[0] / 1024.0, peak[1] / 1024.0, ratio, ideal);
   EXPECT_GE(ratio, 0.7 * ideal);
+}
+
+TEST(Pipeline, CustomComputeActionsRunAsGiven) {
+  // ScheduleOptions::compute_actions: GPipe's order handed to a 1F1B spec
+  // is what runs, and trains like one process; a list that misses a
+  // backward is refused by every rank before any message is sent.
+  const verify::RunSpec spec = pp_spec(8);
+  titan::pp::ScheduleSpec gpipe;
+  gpipe.kind = ScheduleKind::GPipe;
+  gpipe.pp = world().size();
+  gpipe.microbatches = 4;
+  verify::PipelineRunOptions o;
+  o.kind = ScheduleKind::OneFOneB;
+  o.microbatches = 4;
+  o.schedule.compute_actions = titan::pp::compute_actions(gpipe);
+  verify::PipelineRun run = verify::build_pipeline_run(spec, world().group(), o);
+  titan::pp::RankActions ran;
+  for (const auto& a : run.schedule->actions())
+    if (a.is_compute()) ran.push_back(a);
+  EXPECT_EQ(ran, o.schedule.compute_actions.at(static_cast<size_t>(world().rank())));
+  auto opt = verify::build_optimizer(spec, run.parameters());
+  const verify::Trajectory got =
+      verify::run_steps(spec, run.parts.front(), *opt, 0, 1, verify::pipeline_technique(run, spec));
+  expect_same_training(spec, got, "custom actions (GPipe order, 1F1B spec)");
+
+  o.schedule.compute_actions.back().pop_back();  // the last rank's last backward
+  EXPECT_THROW(verify::build_pipeline_run(spec, world().group(), o), titan::Error);
 }
 
 // ---------------------------------------------------------------- 3-D

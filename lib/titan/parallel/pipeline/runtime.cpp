@@ -9,6 +9,7 @@
 
 #include "titan/dist/process_group.hpp"
 #include "titan/metrics/tensor_memory.hpp"
+#include "titan/parallel/pipeline/simulate.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::pp {
@@ -44,7 +45,16 @@ PipelineSchedule::PipelineSchedule(ScheduleSpec spec, std::vector<std::shared_pt
     for (const auto& st : stages_) found = found || (st->index() == s && st->options().num_stages == spec_.num_stages());
     TITAN_CHECK(found, "pipeline rank ", rank_, " must run stage ", s, " of ", spec_.num_stages(), " but was not given it");
   }
-  actions_ = build_schedule(spec_).at(static_cast<size_t>(rank_));
+  if (options_.compute_actions.empty()) {
+    actions_ = build_schedule(spec_).at(static_cast<size_t>(rank_));
+  } else {
+    // A custom order: the simulator proves it complete and deadlock-free
+    // before any rank blocks on a receive that would never come.
+    TITAN_CHECK(options_.compute_actions.size() == static_cast<size_t>(spec_.pp), "pipeline: custom actions for ",
+                options_.compute_actions.size(), " ranks, the schedule has ", spec_.pp);
+    simulate(spec_, options_.compute_actions);
+    actions_ = add_communication(spec_, options_.compute_actions).at(static_cast<size_t>(rank_));
+  }
 }
 
 PipelineStage& PipelineSchedule::stage(int s) {

@@ -38,6 +38,14 @@ struct ScheduleOptions {
   bool measure_memory = false;
   /// Called before each action (tests inject failures here).
   std::function<void(const Action&)> before_action;
+  /// Every rank's compute actions (F, B, I, W; [pipeline rank] -> list) to
+  /// run instead of compute_actions(spec): a hand-written order (lab 05) or
+  /// one from another generator. Empty = the spec's schedule. The
+  /// constructor checks the lists with simulate() (every action on its
+  /// rank, every micro-batch through every stage once, no deadlock; a
+  /// one-line titan::Error otherwise) and adds the sends and receives with
+  /// add_communication(). All ranks must be given the same lists.
+  std::vector<RankActions> compute_actions;
 };
 
 /// @brief What one step measured on this rank.
