@@ -11,9 +11,8 @@
 #include "titan/util/error.hpp"
 
 namespace titan::pp {
-namespace {
 
-const char* type_code(ActionType t) {
+const char* action_code(ActionType t) {
   switch (t) {
     case ActionType::Forward: return "F";
     case ActionType::Backward: return "B";
@@ -26,6 +25,8 @@ const char* type_code(ActionType t) {
   }
   return "?";
 }
+
+namespace {
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -205,7 +206,7 @@ std::vector<RankActions> zero_bubble(const ScheduleSpec& spec) {
 
 }  // namespace
 
-std::string Action::str() const { return std::to_string(stage) + type_code(type) + std::to_string(microbatch); }
+std::string Action::str() const { return std::to_string(stage) + action_code(type) + std::to_string(microbatch); }
 
 bool Action::is_compute() const {
   return type == ActionType::Forward || type == ActionType::Backward || type == ActionType::BackwardInput ||

@@ -30,6 +30,10 @@ enum class ActionType {
   RecvBackward,    ///< "RECV_B": the gradient of this stage's output, from the next stage's rank
 };
 
+/// @brief The type's code in torch's schedule spelling: "F", "B", "I", "W",
+/// "SEND_F", "RECV_F", "SEND_B", "RECV_B".
+const char* action_code(ActionType type);
+
 /// @brief One step of one rank's list.
 struct Action {
   ActionType type = ActionType::Forward;

@@ -10,20 +10,6 @@
 namespace titan::pp {
 namespace {
 
-const char* code_of(ActionType t) {
-  switch (t) {
-    case ActionType::Forward: return "F";
-    case ActionType::Backward: return "B";
-    case ActionType::BackwardInput: return "I";
-    case ActionType::BackwardWeight: return "W";
-    case ActionType::SendForward: return "SEND_F";
-    case ActionType::RecvForward: return "RECV_F";
-    case ActionType::SendBackward: return "SEND_B";
-    case ActionType::RecvBackward: return "RECV_B";
-  }
-  return "?";
-}
-
 const char* kind_of(ActionType t) {
   switch (t) {
     case ActionType::Forward: return "forward";
@@ -97,7 +83,7 @@ std::string render(const std::vector<PipelineEvent>& all, int pp, int width, con
   for (const Cell& c : cells) {
     const int w = c.z - c.a;
     const char* br = brackets(*c.e);
-    const std::string letter = code_of(c.e->action.type);
+    const std::string letter = action_code(c.e->action.type);
     std::string text;  // the longest label that fits: the chosen one, then the letter
     for (const std::string& l : {cell_label(c.e->action, with_stage), letter})
       if (static_cast<int>(l.size()) + 2 <= w) {
@@ -133,7 +119,7 @@ bool has_multi_stage_ranks(const std::vector<PipelineEvent>& events) {
 }
 
 std::string cell_label(const Action& a, bool with_stage) {
-  return (with_stage ? "s" + std::to_string(a.stage) : std::string()) + code_of(a.type) +
+  return (with_stage ? "s" + std::to_string(a.stage) : std::string()) + action_code(a.type) +
          std::to_string(a.microbatch);
 }
 
