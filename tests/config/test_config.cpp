@@ -336,6 +336,8 @@ TEST(ConfigSupported, LaterFeaturesAreRefusedWithTheirChapter) {
   // Tensor, loss and pipeline parallelism have landed: the gate lets them through.
   EXPECT_NO_THROW(check_supported(parse({"--training.tensor_parallel_degree", "4", "--training.enable_loss_parallel",
                                          "--training.enable_async_tensor_parallel"})));
+  EXPECT_NO_THROW(check_supported(parse({"--activation_checkpoint.mode", "full"})));
+  EXPECT_NO_THROW(check_supported(parse({"--activation_checkpoint.mode", "selective", "--activation_checkpoint.selective_ac_option", "2"})));
   EXPECT_NO_THROW(check_supported(parse({"--experimental.pipeline_parallel_degree", "4",
                                          "--experimental.pipeline_parallel_schedule", "interleaved1f1b"})));
 
@@ -346,7 +348,7 @@ TEST(ConfigSupported, LaterFeaturesAreRefusedWithTheirChapter) {
   EXPECT_HAS(e, "[checkpoint] enable_checkpoint");
   EXPECT_HAS(e, "[profiling] enable_profiling");
   EXPECT_HAS(e, "[metrics] enable_tensorboard");
-  EXPECT_HAS(e, "[activation_checkpoint] mode");
+  EXPECT_HAS(e, "[activation_checkpoint] selective_ac_option");
   EXPECT_ONE_LINE(e);
   EXPECT_EQ(unsupported_features(b).size(), 4u);
 
@@ -360,7 +362,8 @@ TEST(ConfigSupported, LaterFeaturesAreRefusedWithTheirChapter) {
       {{"--profiling.enable_memory_snapshot"}, "chapter 09"},
       {{"--metrics.enable_tensorboard"}, "chapter 09"},
       {{"--training.context_parallel_degree", "2"}, "chapter 11"},
-      {{"--activation_checkpoint.mode", "selective"}, "activation checkpointing"},
+      {{"--activation_checkpoint.mode", "selective", "--activation_checkpoint.selective_ac_option", "op"},
+       "per-op selective activation checkpointing"},
       {{"--float8.enable_float8_linear"}, "float8"},
       {{"--model.norm_type", "layernorm"}, "only rmsnorm"},
   };

@@ -36,11 +36,13 @@ const std::vector<FeatureGate>& feature_gates() {
          return value_if(c, "training.context_parallel_degree", c.training.context_parallel_degree > 1);
        },
        "context parallelism arrives with chapter 11", "--training.context_parallel_degree 1"},
-      {"activation_checkpoint.mode",
+      {"activation_checkpoint.selective_ac_option",
        [](const JobConfig& c, int) {
-         return value_if(c, "activation_checkpoint.mode", c.activation_checkpoint.mode != "none");
+         return value_if(c, "activation_checkpoint.selective_ac_option",
+                         c.activation_checkpoint.mode == "selective" && c.activation_checkpoint.selective_ac_option == "op");
        },
-       "activation checkpointing arrives in a later issue", "--activation_checkpoint.mode none"},
+       "per-op selective activation checkpointing arrives in a later issue",
+       "--activation_checkpoint.selective_ac_option 2 (every 2nd block) or --activation_checkpoint.mode full"},
       {"float8.enable_float8_linear",
        [](const JobConfig& c, int) { return value_if(c, "float8.enable_float8_linear", c.float8.enable_float8_linear); },
        "float8 training arrives in a later issue", "--float8.enable_float8_linear=false"},

@@ -39,6 +39,29 @@ class ForwardHook {
   }
 };
 
+/// @brief Runs a module's whole forward (hooks included) given as `run`,
+/// e.g. without keeping its intermediates (activation checkpointing). It
+/// may call `run` again later, inside backward: `run` owns what it needs.
+using ForwardWrapper =
+    std::function<at::Tensor(const at::Tensor& input, std::function<at::Tensor(const at::Tensor&)> run)>;
+
+/// @brief True while a wrapped forward runs again inside backward (the
+/// recompute of activation checkpointing), on this thread. FSDP keeps the
+/// gathered weights then, since the block's backward follows at once.
+bool in_recompute();
+
+/// @brief Marks the current thread as recomputing while it lives.
+class RecomputeScope {
+ public:
+  RecomputeScope();
+  ~RecomputeScope();
+  RecomputeScope(const RecomputeScope&) = delete;
+  RecomputeScope& operator=(const RecomputeScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 /// @brief A Module whose forward runs registered ForwardHooks around it.
 class HookableModule : public torch::nn::Module {
  public:
@@ -46,15 +69,25 @@ class HookableModule : public torch::nn::Module {
   void add_forward_hook(std::shared_ptr<ForwardHook> hook);
   /// The hooks registered so far (FSDP finds its state here).
   const std::vector<std::shared_ptr<ForwardHook>>& forward_hooks() const { return hooks_; }
+  /// Wraps the whole forward, hooks included — as torch's
+  /// checkpoint_wrapper wraps a module that fully_shard then sees from
+  /// outside. Empty (the default) = no wrapper.
+  void set_forward_wrapper(ForwardWrapper wrapper) { wrapper_ = std::move(wrapper); }
+  bool has_forward_wrapper() const { return static_cast<bool>(wrapper_); }
 
  protected:
   /// Runs every pre hook on `input`, then `body`, then every post hook on
-  /// its result. Subclasses implement forward() as a call to this.
+  /// its result (all of it through the wrapper, when one is set: then
+  /// `body` may run again later and must not refer to the caller's locals).
+  /// Subclasses implement forward() as a call to this.
   at::Tensor call_with_hooks(const at::Tensor& input,
                              const std::function<at::Tensor(const at::Tensor&)>& body);
 
  private:
+  at::Tensor run_hooks(const at::Tensor& input, const std::function<at::Tensor(const at::Tensor&)>& body);
+
   std::vector<std::shared_ptr<ForwardHook>> hooks_;
+  ForwardWrapper wrapper_;
 };
 
 }  // namespace titan::ops

@@ -26,6 +26,7 @@
 #include "titan/models/llama3/flops.hpp"
 #include "titan/models/llama3/tp_plan.hpp"
 #include "titan/optim/optimizer.hpp"
+#include "titan/parallel/activation_checkpoint/checkpoint.hpp"
 #include "titan/parallel/pipeline/runtime.hpp"
 #include "titan/train/determinism.hpp"
 #include "titan/train/device.hpp"
@@ -92,6 +93,8 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   if (dims_.tp_enabled())
     models::llama3::check_tp_job(args_, dims_.tp, cfg_.training.seq_len, models::llama3::tp_options(cfg_));
   models::llama3::check_pipeline_job(cfg_, dims_, args_.n_layers, plan_.local_batch);
+  ac::blocks_to_checkpoint(cfg_.activation_checkpoint.mode, cfg_.activation_checkpoint.selective_ac_option,
+                           args_.n_layers);  // a bad option fails here, before the job starts
 
   tokenizer_ = data::load_tokenizer(cfg_.model.tokenizer_path);
   data::check_vocab_fits(*tokenizer_, args_.vocab_size);

@@ -4,6 +4,7 @@
 
 #include "titan/config/job_config.hpp"
 #include "titan/dist/device_mesh.hpp"
+#include "titan/parallel/activation_checkpoint/checkpoint.hpp"
 #include "titan/parallel/data_parallel.hpp"
 #include "titan/parallel/fsdp/fully_shard.hpp"
 
@@ -106,7 +107,16 @@ TpOptions tp_options(const config::JobConfig& cfg) {
 
 namespace {
 
-// One model (or one pipeline stage of it): TP, then FSDP / DDP.
+std::string apply_activation_checkpointing(Transformer& model, const config::JobConfig& cfg) {
+  const auto& a = cfg.activation_checkpoint;
+  const std::vector<bool> which = ac::blocks_to_checkpoint(a.mode, a.selective_ac_option, model->args().n_layers);
+  int64_t wrapped = 0;
+  for (const auto& block : model->blocks())
+    if (which.at(static_cast<size_t>(block->layer_id))) ac::checkpoint_module(*block), ++wrapped;
+  return ac::describe_ac(a.mode, a.selective_ac_option, wrapped, static_cast<int64_t>(model->blocks().size()));
+}
+
+// One model (or one pipeline stage of it): TP, AC, then FSDP / DDP.
 ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelDims& dims, dist::DeviceMesh* mesh,
                                    const config::JobConfig& cfg) {
   ParallelizedModel r;
@@ -123,6 +133,11 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
     TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
     tp_description = apply_tensor_parallel(model, *mesh, cfg, r);
   }
+  // Activation checkpointing after TP and before FSDP, as torchtitan: the
+  // checkpoint wraps each chosen block from outside its FSDP hooks, so the
+  // recompute gathers the weights again. Blocks are chosen by layer id, so
+  // a pipeline stage checkpoints the same layers as the whole model would.
+  const std::string ac_description = apply_activation_checkpointing(model, cfg);
   if (dims.fsdp_enabled()) {
     TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
     // HSDP: replicate over dp_replicate, shard within dp_shard (a 2-D mesh,
@@ -139,6 +154,7 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
     apply_ddp(model, *mesh, r);
   }
   r.params = model->parameters();
+  if (!ac_description.empty()) r.description = r.description.empty() ? ac_description : ac_description + "; " + r.description;
   if (dims.tp_enabled()) {
     // Norm membership is decided by name, since FSDP may since have swapped
     // the TP-local tensors for its own shards.

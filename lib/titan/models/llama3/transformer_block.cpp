@@ -21,7 +21,8 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t layer_id_, const ModelArgs& a
 
 at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos,
                                          const at::Tensor& sin) {
-  return call_with_hooks(x, [&](const at::Tensor& in) {
+  // By value: activation checkpointing runs this body again in backward.
+  return call_with_hooks(x, [this, cos, sin](const at::Tensor& in) {
     at::Tensor h = in + attention(attention_norm(in), cos, sin);
     return h + feed_forward(ffn_norm(h));
   });

@@ -88,8 +88,11 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
     // have changed since, start from them.
     if (live_ || freed_ || !full_.empty()) release_full();
     unshard();
-    // Prefetch: the next unit's all-gather runs while this unit computes.
-    if (next_forward) next_forward->issue_all_gather(/*prefetch=*/true);
+    // Prefetch: the next unit's all-gather runs while this unit computes —
+    // not in a recompute inside backward (activation checkpointing), where
+    // the next unit in forward order is done with this step: a gather
+    // issued now would hold its weights from before the optimizer step.
+    if (next_forward && !ops::in_recompute()) next_forward->issue_all_gather(/*prefetch=*/true);
   }
 
   // Fresh tensor objects over the gathered data: this forward's graph gets
@@ -129,7 +132,9 @@ at::Tensor FsdpUnit::post_forward(const at::Tensor& output) {
     if (graphs_in_flight_ == 0) release_full();  // else pending graphs share them
     return output;
   }
-  if (options_.reshard_after_forward && !is_root) free_full_storage();
+  // A recompute (activation checkpointing) is followed at once by this
+  // unit's backward: keep the gathered weights for it.
+  if (options_.reshard_after_forward && !is_root && !ops::in_recompute()) free_full_storage();
   auto node = std::shared_ptr<PreBackward>(new PreBackward(), torch::autograd::deleteNode);
   node->unit = shared_from_this();
   node->set_next_edges(torch::autograd::collect_next_edges(output));

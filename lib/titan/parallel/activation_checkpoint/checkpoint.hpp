@@ -1,0 +1,51 @@
+#pragma once
+/// @file
+/// @brief Activation checkpointing: run a module's forward without keeping
+/// its intermediate activations and recompute them inside backward — the
+/// C++ counterpart of torch.utils.checkpoint (LibTorch has none) and of
+/// torchtitan's apply_ac modes.
+///
+/// What is kept per checkpointed block: its input (one [batch, seq, dim]
+/// tensor) and the RNG state. What backward does: run the block's forward
+/// again with gradients on (its FSDP all-gather and TP collectives run
+/// again too, and are counted again in the CommLog), then its backward
+/// from the gradient that reached the block's output. Cost: one more
+/// forward per checkpointed block, i.e. about a third more compute for
+/// full AC (backward ≈ 2 forwards).
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "titan/ops/forward_hooks.hpp"
+
+namespace titan::ac {
+
+/// @brief fn(input) whose intermediates are not kept: run under no-grad
+/// now, and again (with the RNG state of now) when the result's gradient
+/// arrives, then backpropagated through. Gradients reach `input` and every
+/// parameter fn uses, as without checkpointing. Without grad mode it is
+/// just fn(input). `fn` must stay valid until backward.
+at::Tensor checkpoint(std::function<at::Tensor(const at::Tensor&)> fn, const at::Tensor& input);
+
+/// @brief Makes `module`'s whole forward (its hooks included, so FSDP
+/// gathers the weights again for the recompute) checkpointed.
+void checkpoint_module(ops::HookableModule& module);
+
+/// @brief Which blocks torchtitan's apply_ac wraps: mode "none" (none),
+/// "full" (all), "selective" with `selective_ac_option` a positive integer
+/// N (every N-th block: the N-th, 2N-th, ... counted from 1, as
+/// torchtitan's ac_freq). Throws a one-line titan::Error for another mode,
+/// an option that is neither an integer > 0 nor "op", and for "op" (per-op
+/// selective checkpointing is not built yet).
+std::vector<bool> blocks_to_checkpoint(const std::string& mode, const std::string& selective_ac_option,
+                                       int64_t n_blocks);
+
+/// @brief "full AC (6 of 6 blocks)" / "selective AC every 2nd block (3 of 6)" / "".
+std::string describe_ac(const std::string& mode, const std::string& selective_ac_option, int64_t wrapped,
+                        int64_t n_blocks);
+
+}  // namespace titan::ac

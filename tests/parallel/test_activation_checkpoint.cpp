@@ -1,0 +1,214 @@
+// Activation checkpointing against no checkpointing: the same tiny Llama 3
+// trained a few AdamW steps with every mode (full; selective every 2nd
+// block; selective every block) must give the same losses, gradients and
+// weights — bit for bit on one process, since the recompute repeats the
+// very same kernels — and under FSDP and TP the same as the
+// single-process reference, within the tolerances of those tests (the AC
+// run is compared with the reference exactly as the plain FSDP / TP run is,
+// and the two differences are printed side by side). It also checks what
+// AC is for: less activation memory; and what it costs: the recompute's
+// collectives under TP, the replayed RNG.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "support/dist_test.hpp"
+#include "titan/dist/comm_log.hpp"
+#include "titan/dist/device_mesh.hpp"
+#include "titan/metrics/tensor_memory.hpp"
+#include "titan/models/llama3/tp_plan.hpp"
+#include "titan/parallel/activation_checkpoint/checkpoint.hpp"
+#include "titan/parallel/fsdp/fully_shard.hpp"
+#include "titan/train/loss.hpp"
+#include "titan/verify/fsdp_technique.hpp"
+#include "titan/verify/tp_technique.hpp"
+
+namespace {
+
+using titan::dist::DeviceMesh;
+using titan::models::llama3::Transformer;
+using titan::testing::world;
+namespace verify = titan::verify;
+namespace ac = titan::ac;
+
+verify::RunSpec ac_spec() {
+  verify::RunSpec spec;
+  spec.model.n_layers = 4;
+  spec.device = world().device();
+  return spec;
+}
+
+struct Mode {
+  const char* mode;
+  const char* option;
+};
+const Mode kModes[] = {{"full", "2"}, {"selective", "2"}, {"selective", "1"}};
+
+int64_t apply(Transformer& model, const Mode& m) {
+  const auto which = ac::blocks_to_checkpoint(m.mode, m.option, model->args().n_layers);
+  int64_t n = 0;
+  for (auto& b : model->blocks())
+    if (which[static_cast<size_t>(b->layer_id)]) ac::checkpoint_module(*b), ++n;
+  return n;
+}
+
+double worst(const std::vector<verify::StepDiff>& diffs, bool* ok) {
+  double w = 0;
+  for (const auto& d : diffs) {
+    w = std::max({w, d.loss, d.grads.max_abs, d.params.max_abs});
+    *ok = *ok && d.ok();
+  }
+  return w;
+}
+
+TEST(ActivationCheckpoint, EveryModeTrainsBitForBitLikeNone) {
+  const verify::RunSpec spec = ac_spec();
+  const verify::Trajectory ref = verify::train_reference(spec);
+  for (const Mode& m : kModes) {
+    Transformer model = verify::build_model(spec, spec.model_seed);
+    const int64_t wrapped = apply(model, m);
+    auto opt = verify::build_optimizer(spec, model->parameters());
+    const verify::Trajectory got = verify::run_steps(spec, model, *opt, 0, 1);
+    bool ok = true;
+    const double d = worst(verify::compare(ref, got, verify::Tolerance{0, 0}, verify::Tolerance{0, 0}), &ok);
+    if (world().rank() == 0)
+      std::printf("[measured] AC %s %s (%lld of 4 blocks): max |diff| vs no AC over loss, grads, params = %.3g\n",
+                  m.mode, m.option, static_cast<long long>(wrapped), d);
+    EXPECT_TRUE(ok) << m.mode << " " << m.option << ": max diff " << d;
+  }
+}
+
+TEST(ActivationCheckpoint, KeepsLessActivationMemory) {
+  const verify::RunSpec spec = ac_spec();
+  auto peak_of = [&](const Mode* m) {
+    Transformer model = verify::build_model(spec, spec.model_seed);
+    if (m) apply(model, *m);
+    const auto mb = verify::local_micro_batches(spec, 1, 0, 1).front();
+    const c10::Device dev = spec.device;
+    for (int k = 0; k < 2; ++k) {  // the first pass allocates the RoPE table and .grad
+      titan::metrics::reset_tensor_memory_peak(dev);
+      const int64_t start = titan::metrics::tensor_memory(dev).current_bytes;
+      at::Tensor loss = titan::train::cross_entropy(model->forward(mb.inputs), mb.labels);
+      const int64_t after_forward = titan::metrics::tensor_memory(dev).current_bytes - start;
+      loss.backward();
+      if (k == 1) return after_forward;
+    }
+    return int64_t{0};
+  };
+  const int64_t none = peak_of(nullptr), full = peak_of(&kModes[0]), every2 = peak_of(&kModes[1]);
+  if (world().rank() == 0)
+    std::printf("[measured] activations held after forward: none %.1f KiB, selective every 2nd %.1f KiB, full %.1f KiB\n",
+                none / 1024.0, every2 / 1024.0, full / 1024.0);
+  EXPECT_LT(full, none / 3);  // a block's input instead of all its intermediates
+  EXPECT_LT(every2, none);
+  EXPECT_LT(full, every2);
+}
+
+TEST(ActivationCheckpoint, ReplaysTheRandomDrawsOfTheForward) {
+  // A forward that draws random numbers (as dropout would) must see the
+  // same draws when recomputed, or its gradient would be another one's.
+  at::manual_seed(3);
+  at::Tensor x = titan::testing::seeded(1, {64}).requires_grad_(true);
+  auto noisy = [](const at::Tensor& v) { return v * at::rand_like(v); };
+  at::manual_seed(5);
+  at::Tensor y = ac::checkpoint(noisy, x);
+  at::Tensor after_forward = at::rand({4});  // draws after the forward, before backward
+  y.sum().backward();
+  at::Tensor g = x.grad().clone();
+  at::manual_seed(5);
+  at::Tensor x2 = x.detach().clone().requires_grad_(true);
+  noisy(x2).sum().backward();
+  EXPECT_TRUE(at::equal(g, x2.grad())) << "recompute drew other random numbers";
+  // And the backward leaves the generator where it found it.
+  at::manual_seed(5);
+  (void)at::rand_like(x);
+  EXPECT_TRUE(at::equal(after_forward, at::rand({4})));
+}
+
+// Under FSDP and TP the AC run must equal the plain FSDP / TP run exactly
+// (the recompute repeats the same kernels and collectives on the same
+// data), and both the reference within those tests' tolerances (FSDP:
+// 1e-5 absolute, test_fsdp.cpp; TP: test_tensor_parallel.cpp's).
+TEST(ActivationCheckpoint, WithFsdpEqualsPlainFsdp) {
+  if (world().size() < 2) GTEST_SKIP() << "FSDP needs 2 ranks";
+  const verify::RunSpec spec = ac_spec();
+  const verify::Trajectory ref = verify::train_reference(spec);
+  DeviceMesh mesh(world(), {world().size()}, {"dp_shard"});
+  verify::Trajectory plain;
+  for (const Mode* m : {static_cast<const Mode*>(nullptr), &kModes[0], &kModes[1]}) {
+    Transformer model = verify::build_model(spec, spec.model_seed);
+    if (m) apply(model, *m);
+    titan::fsdp::FullyShardOptions fo;  // reshard after forward: the recompute must gather again
+    for (auto& b : model->blocks()) titan::fsdp::fully_shard(*b, mesh, fo);
+    titan::fsdp::fully_shard(*model, mesh, fo);
+    auto opt = verify::build_optimizer(spec, model->parameters());
+    titan::dist::CommLog::instance().clear();
+    const verify::Trajectory got = verify::run_steps(spec, model, *opt, world().rank(), world().size(),
+                                                     verify::fsdp_technique(*model, mesh.group(0)));
+    int64_t gathers = 0;
+    for (const auto& r : titan::dist::CommLog::instance().records())
+      gathers += r.step == 1 && r.op == titan::dist::CommOp::AllGather;
+    bool ok_ref = true, ok_plain = true;
+    const double d_ref = worst(verify::compare(ref, got, {0, 1e-5}, {0, 1e-5}), &ok_ref);
+    const double d_plain = m ? worst(verify::compare(plain, got, {0, 0}, {0, 0}), &ok_plain) : 0.0;
+    if (!m) plain = got;
+    if (world().rank() == 0)
+      std::printf("[measured] FSDP x%d %-12s vs reference %.3g, vs plain FSDP %.3g; all-gathers in step 1: %lld\n",
+                  world().size(), m ? (std::string(m->mode) + " " + m->option).c_str() : "no AC", d_ref, d_plain,
+                  static_cast<long long>(gathers));
+    EXPECT_TRUE(ok_ref);
+    EXPECT_TRUE(ok_plain) << "AC changed what FSDP computes";
+  }
+}
+
+TEST(ActivationCheckpoint, WithTensorParallelEqualsPlainTpAndRecomputesItsCollectives) {
+  if (world().size() < 2) GTEST_SKIP() << "TP needs 2 ranks";
+  verify::RunSpec spec = ac_spec();
+  spec.model.n_heads = 8, spec.model.n_kv_heads = 4;  // whole heads on 4 ranks
+  const verify::Trajectory ref = verify::train_reference(spec);
+  DeviceMesh mesh(world(), {world().size()}, {"tp"});
+  int64_t collectives[2] = {0, 0};
+  verify::Trajectory plain;
+  for (int with_ac = 0; with_ac < 2; ++with_ac) {
+    Transformer model = verify::build_model(spec, spec.model_seed);
+    titan::models::llama3::apply_tp(model, mesh, {});
+    if (with_ac) apply(model, kModes[0]);
+    auto opt = verify::build_optimizer(spec, model->parameters());
+    titan::dist::CommLog::instance().clear();
+    const verify::Trajectory got =
+        verify::run_steps(spec, model, *opt, 0, 1, verify::tp_technique(*model, world().device()));
+    for (const auto& r : titan::dist::CommLog::instance().records()) collectives[with_ac] += r.step == 1;
+    bool ok_ref = true, ok_plain = true;
+    const double d_ref = worst(verify::compare(ref, got, {1e-6, 2e-7}, verify::adam_param_tolerance(spec.optimizer.lr)), &ok_ref);
+    const double d_plain = with_ac ? worst(verify::compare(plain, got, {0, 0}, {0, 0}), &ok_plain) : 0.0;
+    if (!with_ac) plain = got;
+    if (world().rank() == 0)
+      std::printf("[measured] TP x%d (SP) %s vs reference %.3g, vs plain TP %.3g; collectives in step 1: %lld\n",
+                  world().size(), with_ac ? "full AC" : "no AC  ", d_ref, d_plain,
+                  static_cast<long long>(collectives[with_ac]));
+    EXPECT_TRUE(ok_ref);
+    EXPECT_TRUE(ok_plain) << "AC changed what TP computes";
+  }
+  // Each block's forward collectives (under SP an all-gather and a
+  // reduce-scatter for attention and again for the FFN) run once more in
+  // its recompute.
+  EXPECT_EQ(collectives[1] - collectives[0], 4 * spec.model.n_layers);
+}
+
+TEST(ActivationCheckpoint, BadOptionsAreOneLine) {
+  auto err = [](const char* mode, const char* opt) {
+    try {
+      ac::blocks_to_checkpoint(mode, opt, 4);
+    } catch (const titan::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(err("selective", "op").find("not built yet"), std::string::npos);
+  EXPECT_NE(err("selective", "0").find("positive integer"), std::string::npos);
+  EXPECT_NE(err("partial", "2").find("not one of none, selective, full"), std::string::npos);
+  EXPECT_EQ(ac::blocks_to_checkpoint("selective", "2", 4), (std::vector<bool>{false, true, false, true}));
+}
+
+}  // namespace
