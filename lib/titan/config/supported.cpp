@@ -28,9 +28,6 @@ const std::vector<FeatureGate>& feature_gates() {
          return value_if(c, "profiling.enable_memory_snapshot", c.profiling.enable_memory_snapshot);
        },
        "memory snapshots arrive with chapter 09", "--profiling.enable_memory_snapshot=false"},
-      {"metrics.enable_tensorboard",
-       [](const JobConfig& c, int) { return value_if(c, "metrics.enable_tensorboard", c.metrics.enable_tensorboard); },
-       "TensorBoard output arrives with chapter 09", "--metrics.enable_tensorboard=false"},
       {"training.context_parallel_degree",
        [](const JobConfig& c, int) {
          return value_if(c, "training.context_parallel_degree", c.training.context_parallel_degree > 1);

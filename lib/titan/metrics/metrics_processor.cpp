@@ -9,6 +9,7 @@
 
 #include "titan/metrics/format.hpp"
 #include "titan/metrics/mfu.hpp"
+#include "titan/metrics/tensorboard.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::metrics {
@@ -90,6 +91,36 @@ json to_json(const LogRecord& r) {
   return j;
 }
 
+void write_tensorboard(EventWriter& w, const LogRecord& r) {
+  const int64_t step = r.step;
+  w.add_scalar("loss_metrics/global_avg_loss", r.loss, step);
+  w.add_scalar("grad_norm", r.grad_norm, step);
+  w.add_scalar("lr", r.lr, step);
+  w.add_scalar("throughput(tps)", r.tps, step);
+  if (r.tflops > 0) w.add_scalar("tflops", r.tflops, step);
+  if (r.mfu_pct > 0) w.add_scalar("mfu(%)", r.mfu_pct, step);
+  w.add_scalar("time_metrics/end_to_end(s)", r.step_seconds, step);
+  w.add_scalar("time_metrics/data_loading(s)", r.data_seconds, step);
+  w.add_scalar("time_metrics/data_loading(%)", r.step_seconds > 0 ? 100.0 * r.data_seconds / r.step_seconds : 0.0,
+               step);
+  if (r.memory) {
+    const MemoryStats& m = *r.memory;
+    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+    const double cap = static_cast<double>(m.capacity_bytes);
+    w.add_scalar("memory/max_active(GiB)", static_cast<double>(m.max_allocated_bytes) / kGiB, step);
+    w.add_scalar("memory/max_reserved(GiB)", static_cast<double>(m.max_reserved_bytes) / kGiB, step);
+    if (cap > 0) {
+      w.add_scalar("memory/max_active(%)", 100.0 * static_cast<double>(m.max_allocated_bytes) / cap, step);
+      w.add_scalar("memory/max_reserved(%)", 100.0 * static_cast<double>(m.max_reserved_bytes) / cap, step);
+    }
+    w.add_scalar("memory/num_alloc_retries", static_cast<double>(m.num_alloc_retries), step);
+    w.add_scalar("memory/num_ooms", static_cast<double>(m.num_ooms), step);
+  }
+  // One flush per log line: TensorBoard shows it while the run goes on,
+  // and a crash loses at most the line in flight.
+  w.flush();
+}
+
 MetricsProcessor::MetricsProcessor(MetricsOptions options) : options_(std::move(options)) {
   TITAN_CHECK(options_.log_freq > 0, "metrics.log_freq must be > 0, got ", options_.log_freq);
   TITAN_CHECK(options_.num_ranks > 0, "MetricsProcessor: num_ranks must be > 0");
@@ -106,6 +137,7 @@ MetricsProcessor::MetricsProcessor(MetricsOptions options) : options_(std::move(
     jsonl_ = std::make_unique<std::ofstream>(options_.jsonl_path, std::ios::app);
     TITAN_CHECK(jsonl_->good(), "cannot open metrics file '", options_.jsonl_path, "' for writing");
   }
+  if (!options_.tensorboard_dir.empty()) tensorboard_ = std::make_unique<EventWriter>(options_.tensorboard_dir);
 }
 
 MetricsProcessor::~MetricsProcessor() {
@@ -184,6 +216,9 @@ std::optional<LogRecord> MetricsProcessor::record(const StepInput& in) {
   } else {
     write_jsonl(r);
   }
+  // The interval's values, as the console line: torchtitan's TensorBoard
+  // curves are its log lines.
+  if (tensorboard_) write_tensorboard(*tensorboard_, r);
   if (options_.console) {
     if (progress_pending_) out() << "\r\x1b[K";
     out() << format_log_line(r) << std::endl;

@@ -19,6 +19,8 @@
 
 namespace titan::metrics {
 
+class EventWriter;
+
 /// @brief Fixed facts of the run.
 struct MetricsOptions {
   /// A log line at step 1, every log_freq steps and at the last step (torchtitan's rule, plus the last step).
@@ -39,6 +41,10 @@ struct MetricsOptions {
   std::string jsonl_path;
   /// One JSONL record per step (true) or only per log line (false).
   bool jsonl_every_step = true;
+  /// TensorBoard folder (tensorboard_run_dir); empty = none. Each log line's
+  /// values are also written there as scalars under torchtitan's tags (see
+  /// write_tensorboard).
+  std::string tensorboard_dir;
   /// Print to the console (set false on all but one rank).
   bool console = true;
   /// Live `\r` progress line between log lines: -1 = when stdout is a
@@ -91,7 +97,16 @@ std::string format_progress_line(const LogRecord& r);
 /// JSON has no NaN).
 nlohmann::json to_json(const LogRecord& r);
 
-/// @brief Feed it every step; it logs, draws progress and writes JSONL.
+/// @brief Writes a log line's values to TensorBoard under torchtitan's tags:
+/// loss_metrics/global_avg_loss, grad_norm, lr, throughput(tps), tflops and
+/// mfu(%) (when known), time_metrics/end_to_end(s) (mean step time),
+/// time_metrics/data_loading(s) and (%), and with a memory reading
+/// memory/max_active(GiB) (CUDA max allocated; CPU peak RSS), (%),
+/// memory/max_reserved(GiB), (%), memory/num_alloc_retries, memory/num_ooms.
+void write_tensorboard(EventWriter& w, const LogRecord& r);
+
+/// @brief Feed it every step; it logs, draws progress and writes JSONL
+/// (and TensorBoard scalars at each log line).
 class MetricsProcessor {
  public:
   /// Opens the JSONL file (throws titan::Error naming it if it cannot).
@@ -116,6 +131,8 @@ class MetricsProcessor {
   void finish();
 
   const MetricsOptions& options() const { return options_; }
+  /// The TensorBoard event writer, or nullptr when tensorboard_dir is empty.
+  EventWriter* tensorboard() const { return tensorboard_.get(); }
 
  private:
   LogRecord make_record(const StepInput& in, int64_t steps, double seconds, double data_seconds,
@@ -127,6 +144,7 @@ class MetricsProcessor {
   bool progress_enabled_ = false;
   bool progress_pending_ = false;
   std::unique_ptr<std::ofstream> jsonl_;
+  std::unique_ptr<EventWriter> tensorboard_;
   // Since the previous log line.
   int64_t interval_steps_ = 0;
   double interval_seconds_ = 0;

@@ -32,6 +32,7 @@ std::string format_summary(const TrainSummary& s) {
     out += "\n";
   }
   if (!s.jsonl_path.empty()) out += "  metrics   " + s.jsonl_path + "\n";
+  if (!s.tensorboard_dir.empty()) out += "  tensorboard " + s.tensorboard_dir + "\n";
   return out;
 }
 

@@ -25,6 +25,7 @@ struct TrainSummary {
   double peak_flops = 0;        ///< the MFU denominator (FLOP/s per rank)
   std::string peak_source;      ///< where the peak came from, for the summary
   std::string jsonl_path;       ///< the JSON Lines metrics file ("" = none)
+  std::string tensorboard_dir;  ///< the TensorBoard event folder ("" = none)
 
   /// @brief Loss of step 1 (NaN when no step ran).
   double first_loss() const;
@@ -39,6 +40,7 @@ struct TrainSummary {
 ///   tokens/s  1,250 per rank (mean of steps 2-100)
 ///   compute   0.25 TFLOP/s, MFU 21.40% of 1.17 TFLOP/s (measured CPU GEMM peak)
 ///   metrics   ./outputs/metrics.jsonl
+///   tensorboard ./outputs/tb/20260101-1200 (when [metrics] enable_tensorboard)
 /// @endcode
 std::string format_summary(const TrainSummary& s);
 

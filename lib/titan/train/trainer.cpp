@@ -23,6 +23,7 @@
 #include "titan/metrics/memory.hpp"
 #include "titan/metrics/mfu.hpp"
 #include "titan/metrics/peak_flops.hpp"
+#include "titan/metrics/tensorboard.hpp"
 #include "titan/models/llama3/flops.hpp"
 #include "titan/models/llama3/tp_plan.hpp"
 #include "titan/optim/optimizer.hpp"
@@ -179,7 +180,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   TITAN_CHECK(data::files::make_directories(cfg_.job.dump_folder), "cannot create [job] dump_folder '",
               cfg_.job.dump_folder, "'");
   jsonl_path_ = cfg_.job.dump_folder + "/metrics.jsonl";
-  ::unlink(jsonl_path_.c_str());
+  if (rank_ == 0) ::unlink(jsonl_path_.c_str());
   metrics::MetricsOptions mopts;
   mopts.log_freq = cfg_.metrics.log_freq;
   mopts.total_steps = cfg_.training.steps;
@@ -187,10 +188,16 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   mopts.peak_flops = peak_flops_;
   mopts.num_ranks = static_cast<int>(dims_.world_size);
   mopts.device = device_;
-  mopts.jsonl_path = jsonl_path_;
-  // One log for the job: rank 0 prints, the others only compute (their
-  // values are the same job-wide ones).
-  if (rank_ != 0) options_.console = false;
+  // One log for the job: rank 0 prints and writes the metrics files, the
+  // others only compute (their values are the same job-wide ones; N ranks
+  // appending to one metrics.jsonl would repeat every step N times).
+  if (rank_ == 0) {
+    mopts.jsonl_path = jsonl_path_;
+    if (cfg_.metrics.enable_tensorboard)
+      mopts.tensorboard_dir = metrics::tensorboard_run_dir(cfg_.job.dump_folder, cfg_.metrics.save_tb_folder);
+  } else {
+    options_.console = false;
+  }
   mopts.console = options_.console;
   mopts.progress = options_.progress;
   mopts.out = options_.out;
@@ -287,6 +294,7 @@ TrainSummary Trainer::train() {
   s.peak_flops = peak_flops_;
   s.peak_source = peak_source_;
   s.jsonl_path = jsonl_path_;
+  if (metrics_->tensorboard()) s.tensorboard_dir = metrics_->tensorboard()->log_dir();
   if (options_.console) print(banner());
 
   std::optional<StopSignal> stop;

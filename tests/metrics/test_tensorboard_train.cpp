@@ -1,0 +1,66 @@
+// `titan train --metrics.enable_tensorboard` end to end: the event file the
+// run writes is read back by the Python tensorboard package
+// (tests/metrics/tensorboard_roundtrip.py, EventAccumulator) and every
+// scalar is compared with the metrics.jsonl beside it; on 2 ranks only rank
+// 0 writes.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "train/train_test_util.hpp"
+#include "support/run_command.hpp"
+
+namespace {
+
+using titan::testing::bin_path;
+using titan::testing::run_command;
+using titan::testing::ScratchDir;
+using titan::testing::source_path;
+
+#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "missing: " << (part) << "\n" << (text)
+
+std::string python() {
+  const char* p = std::getenv("TITAN_PYTHON");
+  return p && *p ? p : "python3";
+}
+
+// The debug model cut to a few tiny steps; log_freq 2 over 5 steps logs at
+// 1, 2, 4 and 5, so intervals of 1 and 2 steps are both checked.
+std::string train(const std::string& dump, const std::string& extra) {
+  return bin_path("titan") + " train --job.config_file " + source_path("train_configs/debug_model.toml") +
+         " --job.dump_folder " + dump + " --training.device cpu --training.seq_len 16 --training.batch_size 2" +
+         " --training.steps 5 --metrics.log_freq 2 --metrics.enable_tensorboard" + extra;
+}
+
+std::string roundtrip(const std::string& dump, const std::string& tb_folder = "tb") {
+  return python() + " " + source_path("tests/metrics/tensorboard_roundtrip.py") + " " + dump + " 2 5 " + tb_folder;
+}
+
+TEST(TensorboardTrain, EventFileMatchesJsonl) {
+  ScratchDir dir("tb_train");
+  const std::string dump = dir.path() + "/out";
+  auto r = run_command(train(dump, ""));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "tensorboard " + dump + "/tb/");
+  auto c = run_command(roundtrip(dump));
+  std::cout << c.output;
+  EXPECT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_HAS(c.output, "OK: ");
+}
+
+TEST(TensorboardTrain, TwoRanksOnlyRankZeroWrites) {
+  ScratchDir dir("tb_train2");
+  const std::string dump = dir.path() + "/out";
+  auto r = run_command(train(dump, " --nproc 2 --metrics.save_tb_folder board"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "on 2 data-parallel rank(s)");
+  // The script fails unless there is exactly one event file and one JSONL
+  // record per step.
+  auto c = run_command(roundtrip(dump, "board"));
+  std::cout << c.output;
+  EXPECT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_HAS(c.output, "OK: ");
+}
+
+}  // namespace
