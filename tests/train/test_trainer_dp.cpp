@@ -296,3 +296,52 @@ TEST(TrainerPipelineParallel, ThreeDimensionsMatchReference) {
   c.experimental.pipeline_parallel_schedule = "1F1B";
   expect_matches_reference(c, "PP 2 x FSDP 2 x TP 2 (the 405B layout's dims)", pp_model(true), kPpWeightTol);
 }
+
+// ---------------------------------------------------------------- AC
+
+// Activation checkpointing changes what is stored, not what is computed:
+// with FSDP (reshard after forward), and with PP x FSDP, every mode must
+// train exactly like no AC — bit for bit (the recompute runs the same
+// kernels on the same data).
+void expect_same_as_without_ac(JobConfig cfg, const std::string& what, const titan::models::llama3::ModelArgs& args) {
+  const std::string dump = cfg.job.dump_folder + "/rank" + std::to_string(titan::testing::world().rank());
+  cfg.job.dump_folder = dump + "_none";
+  cfg.activation_checkpoint.mode = "none";
+  const Run plain = train(cfg, 0, args);
+  for (const char* option : {"full", "2"}) {
+    cfg.job.dump_folder = dump + "_" + option;
+    cfg.activation_checkpoint.mode = std::string(option) == "full" ? "full" : "selective";
+    cfg.activation_checkpoint.selective_ac_option = std::string(option) == "full" ? "2" : option;
+    const Run got = train(cfg, 0, args);
+    double worst = 0;
+    for (const auto& [name, w] : plain.weights)
+      worst = std::max(worst, (got.weights.at(name).to(at::kDouble) - w.to(at::kDouble)).abs().max().item<double>());
+    std::printf("%s, AC %s: losses %s, grad norms %s, max |dweight| vs no AC %.3g\n", what.c_str(), option,
+                got.losses == plain.losses ? "identical" : "DIFFER", got.grad_norms == plain.grad_norms ? "identical" : "DIFFER",
+                worst);
+    EXPECT_EQ(got.losses, plain.losses) << what << " AC " << option;
+    EXPECT_EQ(got.grad_norms, plain.grad_norms) << what << " AC " << option;
+    EXPECT_EQ(worst, 0.0) << what << " AC " << option;
+  }
+}
+
+TEST(TrainerActivationCheckpoint, FullAndSelectiveTrainExactlyLikeNone) {
+  titan::testing::ScratchDir dir("trainer_ac");
+  JobConfig c = base_config(dir);
+  c.training.steps = 3;
+  c.training.fsdp_reshard_after_forward = "always";
+  auto args = titan::testing::tiny_model();
+  args.n_layers = 4;
+  expect_same_as_without_ac(c, "FSDP x" + std::to_string(titan::testing::world().size()), args);
+  c.training.data_parallel_replicate_degree = titan::testing::world().size();
+  c.training.data_parallel_shard_degree = 1;
+  expect_same_as_without_ac(c, "DDP x" + std::to_string(titan::testing::world().size()), args);
+  c.training.data_parallel_replicate_degree = 1;
+  c.training.data_parallel_shard_degree = -1;
+  if (titan::testing::world().size() == 4) {
+    c.training.fsdp_reshard_after_forward = "default";
+    c.experimental.pipeline_parallel_degree = 2;
+    c.experimental.pipeline_parallel_schedule = "Interleaved1F1B";
+    expect_same_as_without_ac(c, "PP 2 x FSDP 2 (Interleaved1F1B)", args);
+  }
+}

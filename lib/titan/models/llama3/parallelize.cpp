@@ -181,7 +181,15 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
 void check_pipeline_job(const config::JobConfig& cfg, const parallel::ParallelDims& dims, int64_t n_layers,
                         int64_t local_batch) {
   if (!dims.pp_enabled()) return;
-  plan_pipeline(cfg, n_layers, local_batch);
+  const PipelinePlan plan = plan_pipeline(cfg, n_layers, local_batch);
+  // The checkpoint's recompute runs a whole backward of its block (torch's
+  // reentrant checkpoint), so a zero-bubble schedule's input-gradient step
+  // would already produce the weight gradients that its W step then
+  // produces again.
+  TITAN_CHECK(!pp::splits_backward(plan.spec.kind) || cfg.activation_checkpoint.mode == "none",
+              "pipeline schedule ", pp::schedule_name(plan.spec.kind),
+              " splits backward into input and weight steps, which activation checkpointing ([activation_checkpoint] "
+              "mode = \"", cfg.activation_checkpoint.mode, "\") does not support yet: use 1F1B or Interleaved1F1B with it");
   TITAN_CHECK(!dims.fsdp_enabled() || cfg.training.fsdp_reshard_after_forward != "always",
               "[training] fsdp_reshard_after_forward = \"always\" does not work with pipeline parallelism: the "
               "micro-batches in flight share each stage's unsharded weights (use \"default\" or \"never\")");
