@@ -6,6 +6,7 @@
 #include "titan/dist/device_mesh.hpp"
 #include "titan/parallel/activation_checkpoint/checkpoint.hpp"
 #include "titan/parallel/data_parallel.hpp"
+#include "titan/parallel/float8/float8_linear.hpp"
 #include "titan/parallel/fsdp/fully_shard.hpp"
 
 #include <optional>
@@ -137,6 +138,16 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
   // checkpoint wraps each chosen block from outside its FSDP hooks, so the
   // recompute gathers the weights again. Blocks are chosen by layer id, so
   // a pipeline stage checkpoints the same layers as the whole model would.
+  // Float8 after TP (the GEMMs of the TP-local weights go float8) and
+  // before AC and FSDP, as torchtitan converts the model first.
+  std::string f8_description;
+  if (cfg.float8.enable_float8_linear) {
+    TITAN_CHECK(!(dims.tp_enabled() && cfg.training.enable_async_tensor_parallel),
+                "[float8] enable_float8_linear with enable_async_tensor_parallel: async TP replaces the matmuls "
+                "float8 would run (not supported together yet)");
+    const auto converted = float8::convert_to_float8_training(*model);
+    f8_description = "float8 linear (" + std::to_string(converted.size()) + " layers, tensorwise scaling)";
+  }
   const std::string ac_description = apply_activation_checkpointing(model, cfg);
   if (dims.fsdp_enabled()) {
     TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
@@ -155,6 +166,7 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
   }
   r.params = model->parameters();
   if (!ac_description.empty()) r.description = r.description.empty() ? ac_description : ac_description + "; " + r.description;
+  if (!f8_description.empty()) r.description = r.description.empty() ? f8_description : f8_description + "; " + r.description;
   if (dims.tp_enabled()) {
     // Norm membership is decided by name, since FSDP may since have swapped
     // the TP-local tensors for its own shards.

@@ -1,0 +1,56 @@
+#pragma once
+/// @file
+/// @brief Float8 training of linear layers with dynamic tensorwise scaling
+/// (torchao's Float8Linear as torchtitan's `[float8] enable_float8_linear`
+/// uses it): every forward the input and the weight are scaled so that
+/// their largest magnitude maps to float8 e4m3's largest value (448), cast
+/// to e4m3, and multiplied by at::_scaled_mm; in backward the output
+/// gradient is scaled and cast to e5m2 (largest 57344: more range, less
+/// precision, for gradients) and both gradient GEMMs run in float8 too.
+/// The weights, their gradients and the optimizer stay in their own dtype
+/// (fp32 master weights, or FSDP's bf16 copies): only the GEMM operands are
+/// float8.
+///
+/// at::_scaled_mm runs on Hopper's float8 tensor cores on CUDA; on the CPU
+/// ATen 2.11 has an emulated kernel (`_scaled_mm_out_cpu_emulated`: it
+/// upcasts the float8 operands and multiplies in fp32), so CPU runs see
+/// exactly float8's rounding of the operands but not its speed.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace torch::nn {
+class Module;
+}
+
+namespace titan::float8 {
+
+/// @brief A tensor cast to float8 with its scale: data ≈ x · scale.
+struct Scaled {
+  at::Tensor data;   ///< float8 (e4m3fn or e5m2), same shape as x
+  at::Tensor scale;  ///< fp32 scalar: float8 max / amax(x)
+};
+
+/// @brief Tensorwise dynamic scaling: scale = max(dtype) / amax(|x|)
+/// (amax clamped below at 1e-12, so a zero tensor gets a finite scale),
+/// data = clamp(x · scale, ±max(dtype)) cast to `dtype`.
+Scaled scale_tensorwise(const at::Tensor& x, at::ScalarType dtype);
+
+/// @brief y = x Wᵀ with float8 operands (autograd-aware): x [..., in] in
+/// any float dtype, w [out, in]; y has x's dtype. Backward: grad_x =
+/// g·W and grad_W = gᵀ·x with g in e5m2 and x, W in e4m3 (the forward's
+/// casts, kept for backward instead of x itself).
+at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w);
+
+/// @brief Makes every ops::Linear under `root` compute with float8_linear,
+/// except those whose name (relative to root) is in `skip_fqns` or ends
+/// with "." + one of them (torchtitan's filter_fqns, default ["output"]),
+/// and those with a dimension not divisible by 16 (what float8 tensor
+/// cores need; torchtitan skips them too). Returns the names converted.
+std::vector<std::string> convert_to_float8_training(torch::nn::Module& root,
+                                                    const std::vector<std::string>& skip_fqns = {"output"});
+
+}  // namespace titan::float8

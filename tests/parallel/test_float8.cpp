@@ -1,0 +1,105 @@
+// Float8 linear training against fp32.
+//
+// 1. The scaling: amax maps to the float8 maximum (448 for e4m3, 57344 for
+//    e5m2), so the cast uses the whole range.
+// 2. float8_linear's forward and both gradients equal the same products
+//    computed here independently — operands quantised by hand (scale,
+//    clamp, cast, back to fp32, unscale) and multiplied in fp64 — to fp32
+//    rounding: this checks that the kernel (at::_scaled_mm) is given the
+//    right operands, layouts and scales.
+// 3. Against plain fp32 the error is float8's: e4m3 keeps 3 mantissa bits
+//    (relative rounding up to 2^-4 per operand), e5m2 2 bits (2^-3).
+//    Measured relative Frobenius errors (printed): y 3.75e-2, grad_x
+//    5.85e-2, grad_W 6.19e-2 on N(0,1) data; bounds 6e-2 / 1.2e-1. Against
+//    the hand-quantised products: <= 1.6e-7 (bound 1e-6).
+// 4. Which layers convert: every block Linear, not the output projection.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "titan/models/llama3/transformer.hpp"
+#include "titan/parallel/float8/float8_linear.hpp"
+#include "titan/verify/reference_run.hpp"
+
+namespace {
+
+using titan::float8::float8_linear;
+using titan::float8::scale_tensorwise;
+
+at::Tensor randn(uint64_t seed, std::vector<int64_t> shape, double scale = 1.0) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  return (at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble)) * scale).to(at::kFloat);
+}
+
+// Independent quantise-dequantise: what float8 keeps of t, in fp64.
+at::Tensor through_float8(const at::Tensor& t, at::ScalarType dtype, double fmax) {
+  const double amax = std::max(t.abs().max().item<double>(), 1e-12);
+  const double scale = static_cast<float>(fmax / amax);  // fp32, as the kernel's scale
+  return (t.to(at::kDouble) * scale).clamp(-fmax, fmax).to(at::kFloat).to(dtype).to(at::kDouble) / scale;
+}
+
+double rel(const at::Tensor& a, const at::Tensor& ref) {
+  return (a.to(at::kDouble) - ref.to(at::kDouble)).norm().item<double>() / ref.to(at::kDouble).norm().item<double>();
+}
+
+TEST(Float8, TensorwiseScalingUsesTheWholeRange) {
+  at::Tensor x = randn(1, {64, 32}, 3.0);
+  auto q = scale_tensorwise(x, at::kFloat8_e4m3fn);
+  EXPECT_EQ(q.data.scalar_type(), at::kFloat8_e4m3fn);
+  EXPECT_FLOAT_EQ(q.data.to(at::kFloat).abs().max().item<float>(), 448.0f);
+  auto g = scale_tensorwise(x * 1e-6, at::kFloat8_e5m2);  // tiny gradients still use the range
+  EXPECT_FLOAT_EQ(g.data.to(at::kFloat).abs().max().item<float>(), 57344.0f);
+  auto z = scale_tensorwise(at::zeros({4}), at::kFloat8_e4m3fn);
+  EXPECT_TRUE(std::isfinite(z.scale.item<float>()));
+}
+
+TEST(Float8, LinearEqualsHandQuantisedProductsAndIsWithinFloat8OfFp32) {
+  const int64_t n = 48, in = 64, out = 32;
+  at::Tensor x = randn(2, {3, n / 3, in}).requires_grad_(true);
+  at::Tensor w = randn(3, {out, in}, 0.05).requires_grad_(true);
+  at::Tensor gy = randn(4, {3, n / 3, out});
+  at::Tensor y = float8_linear(x, w);
+  y.backward(gy);
+  ASSERT_EQ(y.sizes(), (std::vector<int64_t>{3, n / 3, out}));
+
+  // The same products with the operands float8 keeps, in fp64.
+  at::Tensor x2 = x.detach().reshape({n, in}), g2 = gy.reshape({n, out});
+  at::Tensor xq = through_float8(x2, at::kFloat8_e4m3fn, 448), wq = through_float8(w.detach(), at::kFloat8_e4m3fn, 448);
+  at::Tensor gq = through_float8(g2, at::kFloat8_e5m2, 57344);
+  at::Tensor y_hand = at::matmul(xq, wq.t()).view({3, n / 3, out});
+  at::Tensor gx_hand = at::matmul(gq, wq).view({3, n / 3, in});
+  at::Tensor gw_hand = at::matmul(gq.t(), xq);
+  const double e_y = rel(y, y_hand), e_gx = rel(x.grad(), gx_hand), e_gw = rel(w.grad(), gw_hand);
+
+  // Against plain fp32.
+  at::Tensor xr = x.detach().clone().requires_grad_(true), wr = w.detach().clone().requires_grad_(true);
+  at::Tensor yr = at::linear(xr, wr);
+  yr.backward(gy);
+  const double f_y = rel(y, yr), f_gx = rel(x.grad(), xr.grad()), f_gw = rel(w.grad(), wr.grad());
+  std::printf("[measured] float8 vs hand-quantised products: y %.2g, grad_x %.2g, grad_W %.2g\n", e_y, e_gx, e_gw);
+  std::printf("[measured] float8 vs fp32 (relative Frobenius): y %.3g, grad_x %.3g, grad_W %.3g\n", f_y, f_gx, f_gw);
+  EXPECT_LT(e_y, 1e-6);
+  EXPECT_LT(e_gx, 1e-6);
+  EXPECT_LT(e_gw, 1e-6);
+  EXPECT_LT(f_y, 6e-2);
+  EXPECT_LT(f_gx, 1.2e-1);
+  EXPECT_LT(f_gw, 1.2e-1);
+  EXPECT_GT(f_y, 1e-3) << "no float8 rounding seen: is the float8 path running at all?";
+}
+
+TEST(Float8, ConvertsTheBlockLinearsButNotTheOutput) {
+  titan::verify::RunSpec spec;
+  titan::models::llama3::Transformer model = titan::verify::build_model(spec, 1);
+  const auto names = titan::float8::convert_to_float8_training(*model);
+  // 2 layers x (wq wk wv wo w1 w2 w3); dims 64 / 32 / 128 / 192 divide by 16.
+  EXPECT_EQ(names.size(), 14u);
+  for (const auto& n : names) EXPECT_EQ(n.find("output"), std::string::npos) << n;
+  // And the model still trains: a forward and backward run through it.
+  const auto mb = titan::verify::local_micro_batches(spec, 1, 0, 1).front();
+  at::Tensor logits = model->forward(mb.inputs);
+  logits.sum().backward();
+  EXPECT_TRUE(model->blocks()[0]->attention->wq->weight.grad().defined());
+}
+
+}  // namespace
