@@ -26,9 +26,10 @@
 ///    Each timed round also reads the process's CPU time: a round in which
 ///    the measuring threads got less than `min_cpu_share` of
 ///    wall time × threads (they were preempted by another process) is not
-///    "clean". A calibration without enough clean rounds is retried; if it
-///    stays contended it is used for this run only (CpuPeak::clean false,
-///    and the trainer says so) and not written.
+///    "clean". A calibration without a majority of clean rounds is retried;
+///    if it stays contended it is used for this run only (CpuPeak::clean
+///    false, and the trainer says so), corrected to the rate per CPU-second
+///    the threads got, and not written.
 /// 4. **The cache is keyed and validated.** The key holds the CPU model, the
 ///    online core count, the thread count, the dtype, n and the LibTorch
 ///    version; an entry is re-measured when the file's schema is older (v1
@@ -37,7 +38,9 @@
 ///    invalidated (invalidate_cpu_peak: a run achieved more than it), or is
 ///    inconsistent with its neighbours (another thread count shows a higher
 ///    per-thread rate, or more threads are slower than fewer: the low one
-///    was measured under contention).
+///    was measured under contention). A fresh clean figure drops the
+///    neighbours it disagrees with, so two entries never keep each other
+///    stale.
 ///
 /// The measurement itself takes the best of many rounds (each >= ~50 ms,
 /// at least `min_seconds` in all, after a warm-up) of a 1024³ GEMM, which is
