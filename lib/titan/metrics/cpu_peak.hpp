@@ -36,9 +36,8 @@
 ///    files kept contended figures), the entry is older than
 ///    `max_age_days`, was measured with a smaller budget than asked, was
 ///    invalidated (invalidate_cpu_peak: a run achieved more than it), or is
-///    inconsistent with its neighbours (another thread count shows a higher
-///    per-thread rate, or more threads are slower than fewer: the low one
-///    was measured under contention). A fresh clean figure drops the
+///    inconsistent with its neighbours (more threads show a higher rate per
+///    thread: the figure for fewer threads was measured under contention). A fresh clean figure drops the
 ///    neighbours it disagrees with, so two entries never keep each other
 ///    stale.
 ///
