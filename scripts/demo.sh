@@ -3,6 +3,9 @@
 #   1. train the Llama 3 debug model on the built-in corpus with FSDP over 4
 #      emulated ranks (4 CPU processes over Gloo; no download; about a minute
 #      on 2 idle cores; the loss falls from ~8.1 to ~6) and print the summary;
+#      on the first run rank 0 calibrates the CPU GEMM peak for MFU (~1 s,
+#      the other ranks wait; cached in ~/.cache/titan/cpu_peak.json, or
+#      $TITAN_CPU_PEAK_CACHE; see docs/mfu.md);
 #   2. run the collectives emulated on CPU (4 ranks over Gloo on loopback).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -113,6 +113,11 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
     if (!dp_name.empty() && dims_.dp_degree() > 1) dp_group_ = mesh_->group(dp_name);
   }
 
+  // The CPU peak is calibrated here: every rank has joined (the rendezvous
+  // above is a barrier), and none has started loading data or building the
+  // model, so nothing of this job computes while it is measured.
+  if (!options_.peak_flops && !device_.is_cuda()) calibrate_cpu_peak(env);
+
   // Data: this rank's shard of the documents, or (the reference) the shards
   // of every emulated rank.
   const int64_t dp_rank = dp_group_ ? dp_group_->rank() : 0;
@@ -160,19 +165,20 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
     peak_flops_ = p.flops;
     peak_source_ = p.matched + " " + p.precision;
     if (!p.known) peak_source_ += "; " + p.warning;
-  } else {
-    metrics::CpuPeak p = metrics::cpu_peak_flops();
-    peak_flops_ = p.flops;
-    peak_source_ = strprintf("measured CPU GEMM peak, %d threads%s", p.threads, p.from_cache ? ", cached" : "");
+  } else if (cpu_peak_flops_ > 0) {
+    peak_flops_ = cpu_peak_flops_;
     // Emulated ranks share the machine's cores: with more threads on the
     // node than cores, a rank gets only its share of the measured peak, or
-    // MFU would be overstated by the oversubscription.
+    // MFU would be overstated by the oversubscription. The peak was measured
+    // with the rank's own thread count, alone on the machine, so
+    // peak(t) · cores / (ranks · t) is an upper bound of what one of the
+    // ranks sharing the cores can do (one core runs one thread at a time).
     const long cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
-    const double wanted = static_cast<double>(env.local_world_size) * p.threads;
+    const double wanted = static_cast<double>(env.local_world_size) * cpu_peak_threads_;
     if (wanted > static_cast<double>(cores)) {
       peak_flops_ *= static_cast<double>(cores) / wanted;
       peak_source_ += strprintf("; x%.2f: %d ranks x %d threads share %ld cores", static_cast<double>(cores) / wanted,
-                                env.local_world_size, p.threads, cores);
+                                env.local_world_size, cpu_peak_threads_, cores);
     }
   }
 
@@ -205,6 +211,65 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::calibrate_cpu_peak(const dist::LaunchEnv& env) {
+  // One process per node measures (local rank 0, between two barriers: the
+  // others wait there without computing) and every rank receives its
+  // figure through the world group, so ranks never calibrate at the same
+  // time and never depend on the cache file being writable. Across jobs the
+  // cache's file lock queues concurrent calibrations.
+  const bool joined = env.world_size > 1 && dist::is_initialized();
+  const bool measures = !joined || env.local_rank == 0;
+  const auto group = joined ? dist::world().group() : nullptr;
+  if (group) group->barrier();
+  metrics::CpuPeak p;
+  if (measures) p = metrics::cpu_peak_flops();
+  if (group) {
+    // The job-wide maximum of the nodes' figures (one per node; the
+    // others contribute 0): identical CPUs give the same figure, and a
+    // mixed job is judged against its fastest node, which keeps MFU low
+    // rather than high.
+    at::Tensor t = at::tensor({measures ? p.flops : 0.0, measures ? static_cast<double>(p.threads) : 0.0},
+                              at::TensorOptions().dtype(at::kDouble));
+    group->all_reduce(t, dist::ReduceOp::Max);
+    if (!measures) {
+      p.flops = t[0].item<double>();
+      p.threads = at::get_num_threads();
+      p.from_cache = true;  // what this rank reports: it did not measure
+    }
+  }
+  cpu_peak_flops_ = p.flops;
+  cpu_peak_threads_ = p.threads;
+  if (measures) {
+    cpu_peak_cache_path_ = p.cache_path;
+    cpu_peak_key_ = p.key;
+  }
+  peak_source_ = strprintf("measured CPU GEMM peak, %d threads%s", p.threads,
+                           p.from_cache ? ", cached" : (p.clean ? ", measured now" : ""));
+  if (measures && !p.clean)
+    peak_source_ += strprintf("; the machine was busy while measuring (CPU share %.0f%%): corrected for it and not "
+                              "cached, MFU may be off",
+                              100 * p.cpu_share);
+}
+
+void Trainer::check_mfu(const metrics::LogRecord& r) {
+  // MFU above 100 % means the run achieved more than the peak: the peak is
+  // wrong (a calibration the cache validation did not catch, a faster
+  // machine state than at calibration). The figure is logged as measured,
+  // not clamped (a clamped 100 % would hide a wrong denominator), the
+  // user is told once, and the cache entry is invalidated so that the next
+  // run re-measures.
+  if (mfu_over_100_warned_ || r.mfu_pct <= 100.0) return;
+  mfu_over_100_warned_ = true;
+  bool invalidated = false;
+  if (!cpu_peak_key_.empty())
+    invalidated = metrics::invalidate_cpu_peak(
+        cpu_peak_cache_path_, cpu_peak_key_,
+        strprintf("a run achieved %.3g FLOP/s per rank, MFU %.1f%%", r.tflops * 1e12, r.mfu_pct));
+  print(strprintf("warning: MFU %.1f%% > 100%%: the peak (%s) is lower than what this run achieves%s", r.mfu_pct,
+                  peak_source_.c_str(),
+                  invalidated ? "; the cached calibration is invalidated and will be re-measured next run" : ""));
+}
 
 void Trainer::print(const std::string& line) {
   if (options_.console) metrics_->print(line);
@@ -309,7 +374,7 @@ TrainSummary Trainer::train() {
       metrics::StepInput in;
       in.step = r.step, in.loss = r.loss, in.grad_norm = r.grad_norm, in.lr = r.lr;
       in.tokens = r.tokens, in.step_seconds = r.step_seconds, in.data_seconds = r.data_seconds;
-      metrics_->record(in);
+      if (auto logged = metrics_->record(in)) check_mfu(*logged);
       s.losses.push_back(r.loss);
       if (s.losses.size() == 1) {
         first_tps = r.tokens / r.step_seconds;  // the rate reported if no second step runs

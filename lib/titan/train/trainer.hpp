@@ -27,6 +27,7 @@
 #include "titan/config/job_config.hpp"
 #include "titan/config/validate.hpp"
 #include "titan/data/dataloader.hpp"
+#include "titan/dist/launch_env.hpp"
 #include "titan/metrics/metrics_processor.hpp"
 #include "titan/models/llama3/transformer.hpp"
 #include "titan/models/llama3/parallelize.hpp"
@@ -139,6 +140,11 @@ class Trainer {
 
  private:
   void print(const std::string& line);
+  /// Sets cpu_peak_flops_/threads_ and peak_source_: measured once per node
+  /// while the other ranks wait (see metrics/cpu_peak.hpp for the design).
+  void calibrate_cpu_peak(const dist::LaunchEnv& env);
+  /// Warns once, and invalidates the calibration, when a logged MFU > 100 %.
+  void check_mfu(const metrics::LogRecord& r);
   std::string banner() const;
 
   config::JobConfig cfg_;
@@ -164,6 +170,15 @@ class Trainer {
   double flops_per_token_ = 0;
   double peak_flops_ = 0;
   std::string peak_source_;
+  /// The CPU peak of one rank's threads alone on the machine, and that
+  /// thread count (calibrate_cpu_peak; 0 when not calibrated).
+  double cpu_peak_flops_ = 0;
+  int cpu_peak_threads_ = 0;
+  /// The calibration cache entry behind peak_flops_ (CPU runs), so that a
+  /// run which beats the peak can invalidate it; empty when none.
+  std::string cpu_peak_cache_path_, cpu_peak_key_;
+  /// Warned (and invalidated) once that an interval's MFU exceeded 100 %.
+  bool mfu_over_100_warned_ = false;
   std::string jsonl_path_;
   int64_t step_ = 0;
 };
