@@ -30,5 +30,13 @@ cd "$BUILD"
 TITAN_TEST_DEVICE=cuda ctest -R "_np1$" --output-on-failure 2>&1 | tee "$OUT/ctest_cuda_np1.log" || status=1
 # Everything else, as on CPU.
 ctest -E "_np[0-9]+$" --output-on-failure 2>&1 | tee "$OUT/ctest_rest.log" || status=1
+# Float8 on the GPU's tensor cores: a few debug-model steps with and
+# without it, tokens/s side by side (docs/float8.md).
+cd ..
+for f8 in false true; do
+  "$BUILD/bin/titan" train --job.config_file train_configs/debug_model.toml --training.device cuda \
+    --float8.enable_float8_linear=$f8 --training.steps 30 --metrics.log_freq 10 \
+    --job.dump_folder "$OUT/float8_$f8" 2>&1 | tee "$OUT/float8_$f8.log" | grep -E "parallel|tokens/s|loss  " || status=1
+done
 echo "gpu_check: status $status"
 exit $status
