@@ -43,13 +43,18 @@ struct Mode {
   const char* mode;
   const char* option;
 };
-const Mode kModes[] = {{"full", "2"}, {"selective", "2"}, {"selective", "1"}};
+const Mode kModes[] = {{"full", "2"}, {"selective", "2"}, {"selective", "1"}, {"selective", "op"}};
 
 int64_t apply(Transformer& model, const Mode& m) {
   const auto which = ac::blocks_to_checkpoint(m.mode, m.option, model->args().n_layers);
+  const bool per_op = std::string(m.option) == "op" && std::string(m.mode) == "selective";
   int64_t n = 0;
   for (auto& b : model->blocks())
-    if (which[static_cast<size_t>(b->layer_id)]) ac::checkpoint_module(*b), ++n;
+    if (which[static_cast<size_t>(b->layer_id)]) {
+      if (per_op) ac::checkpoint_module_selective_op(*b);
+      else ac::checkpoint_module(*b);
+      ++n;
+    }
   return n;
 }
 
@@ -96,10 +101,14 @@ TEST(ActivationCheckpoint, KeepsLessActivationMemory) {
     }
     return int64_t{0};
   };
-  const int64_t none = peak_of(nullptr), full = peak_of(&kModes[0]), every2 = peak_of(&kModes[1]);
+  const int64_t none = peak_of(nullptr), full = peak_of(&kModes[0]), every2 = peak_of(&kModes[1]),
+                op = peak_of(&kModes[3]);
   if (world().rank() == 0)
-    std::printf("[measured] activations held after forward: none %.1f KiB, selective every 2nd %.1f KiB, full %.1f KiB\n",
-                none / 1024.0, every2 / 1024.0, full / 1024.0);
+    std::printf("[measured] activations held after forward: none %.1f KiB, selective op %.1f KiB, selective every 2nd "
+                "%.1f KiB, full %.1f KiB\n",
+                none / 1024.0, op / 1024.0, every2 / 1024.0, full / 1024.0);
+  EXPECT_LT(op, none);
+  EXPECT_GT(op, full);
   EXPECT_LT(full, none / 3);  // a block's input instead of all its intermediates
   EXPECT_LT(every2, none);
   EXPECT_LT(full, every2);
@@ -136,7 +145,7 @@ TEST(ActivationCheckpoint, WithFsdpEqualsPlainFsdp) {
   const verify::Trajectory ref = verify::train_reference(spec);
   DeviceMesh mesh(world(), {world().size()}, {"dp_shard"});
   verify::Trajectory plain;
-  for (const Mode* m : {static_cast<const Mode*>(nullptr), &kModes[0], &kModes[1]}) {
+  for (const Mode* m : {static_cast<const Mode*>(nullptr), &kModes[0], &kModes[1], &kModes[3]}) {
     Transformer model = verify::build_model(spec, spec.model_seed);
     if (m) apply(model, *m);
     titan::fsdp::FullyShardOptions fo;  // reshard after forward: the recompute must gather again
@@ -205,7 +214,7 @@ TEST(ActivationCheckpoint, BadOptionsAreOneLine) {
     }
     return std::string();
   };
-  EXPECT_NE(err("selective", "op").find("not built yet"), std::string::npos);
+  EXPECT_EQ(ac::blocks_to_checkpoint("selective", "op", 4), std::vector<bool>(4, true));
   EXPECT_NE(err("selective", "0").find("positive integer"), std::string::npos);
   EXPECT_NE(err("partial", "2").find("not one of none, selective, full"), std::string::npos);
   EXPECT_EQ(ac::blocks_to_checkpoint("selective", "2", 4), (std::vector<bool>{false, true, false, true}));

@@ -308,7 +308,7 @@ void expect_same_as_without_ac(JobConfig cfg, const std::string& what, const tit
   cfg.job.dump_folder = dump + "_none";
   cfg.activation_checkpoint.mode = "none";
   const Run plain = train(cfg, 0, args);
-  for (const char* option : {"full", "2"}) {
+  for (const char* option : {"full", "2", "op"}) {
     cfg.job.dump_folder = dump + "_" + option;
     cfg.activation_checkpoint.mode = std::string(option) == "full" ? "full" : "selective";
     cfg.activation_checkpoint.selective_ac_option = std::string(option) == "full" ? "2" : option;

@@ -33,13 +33,6 @@ const std::vector<FeatureGate>& feature_gates() {
          return value_if(c, "training.context_parallel_degree", c.training.context_parallel_degree > 1);
        },
        "context parallelism arrives with chapter 11", "--training.context_parallel_degree 1"},
-      {"activation_checkpoint.selective_ac_option",
-       [](const JobConfig& c, int) {
-         return value_if(c, "activation_checkpoint.selective_ac_option",
-                         c.activation_checkpoint.mode == "selective" && c.activation_checkpoint.selective_ac_option == "op");
-       },
-       "per-op selective activation checkpointing arrives in a later issue",
-       "--activation_checkpoint.selective_ac_option 2 (every 2nd block) or --activation_checkpoint.mode full"},
       {"model.norm_type",
        [](const JobConfig& c, int) { return value_if(c, "model.norm_type", c.model.norm_type != "rmsnorm"); },
        "only rmsnorm is implemented", "--model.norm_type rmsnorm"},

@@ -112,8 +112,16 @@ std::string apply_activation_checkpointing(Transformer& model, const config::Job
   const auto& a = cfg.activation_checkpoint;
   const std::vector<bool> which = ac::blocks_to_checkpoint(a.mode, a.selective_ac_option, model->args().n_layers);
   int64_t wrapped = 0;
-  for (const auto& block : model->blocks())
-    if (which.at(static_cast<size_t>(block->layer_id))) ac::checkpoint_module(*block), ++wrapped;
+  const bool per_op = a.mode == "selective" && a.selective_ac_option == "op";
+  TITAN_CHECK(!per_op || (!cfg.float8.enable_float8_linear && !cfg.training.enable_async_tensor_parallel),
+              "[activation_checkpoint] selective_ac_option = \"op\" keeps the matmuls' outputs, which float8 and "
+              "async TP compute their own way: not supported together yet (use mode = \"full\" with them)");
+  for (const auto& block : model->blocks()) {
+    if (!which.at(static_cast<size_t>(block->layer_id))) continue;
+    if (per_op) ac::checkpoint_module_selective_op(*block);
+    else ac::checkpoint_module(*block);
+    ++wrapped;
+  }
   return ac::describe_ac(a.mode, a.selective_ac_option, wrapped, static_cast<int64_t>(model->blocks().size()));
 }
 

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "titan/ops/linear.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::ac {
@@ -100,8 +101,7 @@ std::vector<bool> blocks_to_checkpoint(const std::string& mode, const std::strin
   if (mode == "full") return std::vector<bool>(static_cast<size_t>(n_blocks), true);
   TITAN_CHECK(mode == "selective", "[activation_checkpoint] mode '", mode,
               "' is not one of none, selective, full");
-  TITAN_CHECK(option != "op", "[activation_checkpoint] selective_ac_option = \"op\" (per-op selective "
-              "checkpointing) is not built yet; use an integer N (every N-th block) or mode = \"full\"");
+  if (option == "op") return std::vector<bool>(static_cast<size_t>(n_blocks), true);
   char* end = nullptr;
   const long long every = std::strtoll(option.c_str(), &end, 10);
   TITAN_CHECK(!option.empty() && end && *end == '\0' && every > 0, "[activation_checkpoint] selective_ac_option '",
@@ -111,9 +111,102 @@ std::vector<bool> blocks_to_checkpoint(const std::string& mode, const std::strin
   return out;
 }
 
+namespace {
+
+// The matmul outputs of one checkpointed forward: recorded by its first
+// (no-grad) run, consumed in order by its recompute.
+struct MatmulCache {
+  std::vector<at::Tensor> outputs;
+  size_t next = 0;
+  bool recorded = false;
+};
+
+thread_local MatmulCache* t_cache = nullptr;
+
+// Marks the forward of one op-checkpointed module on this thread.
+class CacheScope {
+ public:
+  explicit CacheScope(MatmulCache* cache) : previous_(t_cache) {
+    t_cache = cache;
+    cache->next = 0;
+  }
+  ~CacheScope() {
+    t_cache->recorded = true;
+    t_cache = previous_;
+  }
+
+ private:
+  MatmulCache* previous_;
+};
+
+// y = x Wᵀ whose value is given (kept from the forward) and whose backward
+// is linear's: grad_x = g W, grad_W = gᵀ x.
+struct CachedLinear : public torch::autograd::Function<CachedLinear> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            const at::Tensor& y) {
+    ctx->save_for_backward({x, w});
+    return y;
+  }
+  static variable_list backward(torch::autograd::AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& w = saved[1];
+    const at::Tensor g = grads[0];
+    at::Tensor grad_x = at::matmul(g, w);
+    at::Tensor grad_w = at::matmul(g.reshape({-1, g.size(-1)}).t(), x.reshape({-1, x.size(-1)}));
+    return {grad_x, grad_w, at::Tensor()};
+  }
+};
+
+// On each Linear of an op-checkpointed module: records its output in the
+// forward, hands it back (with linear's backward) in the recompute.
+class MatmulCacheHook : public ops::ForwardHook {
+ public:
+  explicit MatmulCacheHook(ops::LinearImpl* linear) : linear_(linear) {}
+  at::Tensor forward_override(const at::Tensor& x) override {
+    MatmulCache* cache = t_cache;
+    if (!cache) return {};  // not inside an op-checkpointed forward
+    if (!cache->recorded) {
+      at::Tensor y = at::linear(x, linear_->weight);
+      cache->outputs.push_back(y.detach());
+      return y;
+    }
+    TITAN_CHECK(cache->next < cache->outputs.size(), "activation checkpoint (op): the recompute ran more matmuls (",
+                cache->next + 1, ") than the forward (", cache->outputs.size(), ")");
+    at::Tensor y = cache->outputs[cache->next];
+    cache->outputs[cache->next++] = at::Tensor();  // the graph holds it now
+    return CachedLinear::apply(x, linear_->weight, y);
+  }
+
+ private:
+  ops::LinearImpl* linear_;  // the module owns this hook
+};
+
+}  // namespace
+
+void checkpoint_module_selective_op(ops::HookableModule& module) {
+  for (const auto& item : module.named_modules("", /*include_self=*/false))
+    if (auto* linear = dynamic_cast<ops::LinearImpl*>(item.value().get())) {
+      for (const auto& h : linear->forward_hooks())
+        TITAN_CHECK(dynamic_cast<MatmulCacheHook*>(h.get()) == nullptr, "activation checkpoint (op): ", item.key(),
+                    " is wrapped twice");
+      linear->add_forward_hook(std::make_shared<MatmulCacheHook>(linear));
+    }
+  module.set_forward_wrapper([](const at::Tensor& input, std::function<at::Tensor(const at::Tensor&)> run) {
+    auto cache = std::make_shared<MatmulCache>();
+    return checkpoint(
+        [cache, run](const at::Tensor& x) {
+          CacheScope scope(cache.get());
+          return run(x);
+        },
+        input);
+  });
+}
+
 std::string describe_ac(const std::string& mode, const std::string& option, int64_t wrapped, int64_t n_blocks) {
   const std::string counts = " (" + std::to_string(wrapped) + " of " + std::to_string(n_blocks) + " blocks)";
   if (mode == "full") return "full AC" + counts;
+  if (mode == "selective" && option == "op") return "selective per-op AC (matmul outputs kept)" + counts;
   if (mode == "selective") return "selective AC every " + option + " block(s)" + counts;
   return "";
 }

@@ -35,12 +35,24 @@ at::Tensor checkpoint(std::function<at::Tensor(const at::Tensor&)> fn, const at:
 /// gathers the weights again for the recompute) checkpointed.
 void checkpoint_module(ops::HookableModule& module);
 
+/// @brief Per-op selective checkpointing of `module` (torchtitan's
+/// selective_ac_option = "op"): like checkpoint_module, but the outputs of
+/// its matmuls — every ops::Linear inside it (a block's wq, wk, wv, wo, w1,
+/// w2, w3) — are kept from the forward and reused by the recompute, which
+/// then redoes only the cheap parts: norms, RoPE, attention's softmax
+/// product, SiLU and the products and sums around them. (torchtitan's op
+/// policy also keeps the attention kernel's outputs and recomputes every
+/// other matmul; titan keeps all matmuls and recomputes attention, whose
+/// backward inputs are device-specific kernels' internals.) Not with
+/// float8 or async TP, which replace those matmuls themselves.
+void checkpoint_module_selective_op(ops::HookableModule& module);
+
 /// @brief Which blocks torchtitan's apply_ac wraps: mode "none" (none),
 /// "full" (all), "selective" with `selective_ac_option` a positive integer
 /// N (every N-th block: the N-th, 2N-th, ... counted from 1, as
-/// torchtitan's ac_freq). Throws a one-line titan::Error for another mode,
-/// an option that is neither an integer > 0 nor "op", and for "op" (per-op
-/// selective checkpointing is not built yet).
+/// torchtitan's ac_freq), or with "op" all of them (each through
+/// checkpoint_module_selective_op). Throws a one-line titan::Error for
+/// another mode or an option that is neither an integer > 0 nor "op".
 std::vector<bool> blocks_to_checkpoint(const std::string& mode, const std::string& selective_ac_option,
                                        int64_t n_blocks);
 
