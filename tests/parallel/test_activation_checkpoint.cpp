@@ -177,25 +177,26 @@ TEST(ActivationCheckpoint, WithTensorParallelEqualsPlainTpAndRecomputesItsCollec
   spec.model.n_heads = 8, spec.model.n_kv_heads = 4;  // whole heads on 4 ranks
   const verify::Trajectory ref = verify::train_reference(spec);
   DeviceMesh mesh(world(), {world().size()}, {"tp"});
-  int64_t collectives[2] = {0, 0};
+  int64_t collectives[3] = {0, 0, 0};
+  const Mode* modes[3] = {nullptr, &kModes[0], &kModes[3]};  // none, full, op
   verify::Trajectory plain;
-  for (int with_ac = 0; with_ac < 2; ++with_ac) {
+  for (int k = 0; k < 3; ++k) {
     Transformer model = verify::build_model(spec, spec.model_seed);
     titan::models::llama3::apply_tp(model, mesh, {});
-    if (with_ac) apply(model, kModes[0]);
+    if (modes[k]) apply(model, *modes[k]);
     auto opt = verify::build_optimizer(spec, model->parameters());
     titan::dist::CommLog::instance().clear();
     const verify::Trajectory got =
         verify::run_steps(spec, model, *opt, 0, 1, verify::tp_technique(*model, world().device()));
-    for (const auto& r : titan::dist::CommLog::instance().records()) collectives[with_ac] += r.step == 1;
+    for (const auto& r : titan::dist::CommLog::instance().records()) collectives[k] += r.step == 1;
     bool ok_ref = true, ok_plain = true;
     const double d_ref = worst(verify::compare(ref, got, {1e-6, 2e-7}, verify::adam_param_tolerance(spec.optimizer.lr)), &ok_ref);
-    const double d_plain = with_ac ? worst(verify::compare(plain, got, {0, 0}, {0, 0}), &ok_plain) : 0.0;
-    if (!with_ac) plain = got;
+    const double d_plain = k ? worst(verify::compare(plain, got, {0, 0}, {0, 0}), &ok_plain) : 0.0;
+    if (k == 0) plain = got;
     if (world().rank() == 0)
-      std::printf("[measured] TP x%d (SP) %s vs reference %.3g, vs plain TP %.3g; collectives in step 1: %lld\n",
-                  world().size(), with_ac ? "full AC" : "no AC  ", d_ref, d_plain,
-                  static_cast<long long>(collectives[with_ac]));
+      std::printf("[measured] TP x%d (SP) %-8s vs reference %.3g, vs plain TP %.3g; collectives in step 1: %lld\n",
+                  world().size(), k == 0 ? "no AC" : (k == 1 ? "full AC" : "op AC"), d_ref, d_plain,
+                  static_cast<long long>(collectives[k]));
     EXPECT_TRUE(ok_ref);
     EXPECT_TRUE(ok_plain) << "AC changed what TP computes";
   }
@@ -203,6 +204,7 @@ TEST(ActivationCheckpoint, WithTensorParallelEqualsPlainTpAndRecomputesItsCollec
   // reduce-scatter for attention and again for the FFN) run once more in
   // its recompute.
   EXPECT_EQ(collectives[1] - collectives[0], 4 * spec.model.n_layers);
+  EXPECT_EQ(collectives[2] - collectives[0], 4 * spec.model.n_layers);  // op keeps matmuls, not collectives
 }
 
 TEST(ActivationCheckpoint, BadOptionsAreOneLine) {
