@@ -54,7 +54,7 @@ namespace {
 
 struct Options {
   int64_t steps = 3;    // timed steps per (model, mode) and round
-  int64_t warmup = 1;   // untimed steps first, each round
+  int64_t warmup = 1;   // untimed steps first, in the first round only
   int64_t rounds = 3;   // the modes alternate within each round
   int64_t batch = 8;    // sequences per step
   int64_t seq = 256;    // tokens per sequence
@@ -111,8 +111,8 @@ struct Model {
   double expected_per_block = 0;  // F_block / 3F
 };
 
-// One round of one mode: set the checkpoint wrappers, run warm-up and timed
-// steps on the same batch, record times and the memory of the last one.
+// One round of one mode: set the checkpoint wrappers, run (in the first
+// round) warm-up and then timed steps on the same batch, record times and the memory of the last one.
 void run_mode(Model& m, Row& row, const Options& o, bool first_round) {
   const int64_t n = m.spec.model.n_layers;
   const std::vector<bool> which = ac::blocks_to_checkpoint(row.mode.mode, row.mode.option, n);
@@ -128,7 +128,8 @@ void run_mode(Model& m, Row& row, const Options& o, bool first_round) {
   const verify::MicroBatch mb = verify::local_micro_batches(m.spec, 1, 0, 1).front();
   const c10::Device dev = m.spec.device;
   const std::vector<at::Tensor> params = m.model->parameters();
-  for (int64_t step = 0; step < o.warmup + o.steps; ++step) {
+  const int64_t warmup = first_round ? o.warmup : 0;
+  for (int64_t step = 0; step < warmup + o.steps; ++step) {
     for (const at::Tensor& p : params)
       if (p.grad().defined()) p.mutable_grad().zero_();
     metrics::reset_tensor_memory_peak(dev);
@@ -140,11 +141,11 @@ void run_mode(Model& m, Row& row, const Options& o, bool first_round) {
     loss.backward();
     const double t2 = now_ms();
     const int64_t peak = metrics::tensor_memory(dev).peak_bytes - start;
-    if (step < o.warmup) continue;
+    if (step < warmup) continue;
     row.fwd_ms.push_back(t1 - t0);
     row.step_ms.push_back(t2 - t0);
     row.held = held, row.peak = peak;
-    if (first_round && step + 1 == o.warmup + o.steps) {
+    if (first_round && step + 1 == warmup + o.steps) {
       row.loss = loss.item<double>();
       double sq = 0;
       for (const at::Tensor& p : params)
@@ -165,7 +166,7 @@ int main(int argc, char** argv) {
     OptionParser p("bench_activation_checkpoint",
                    "activation checkpointing modes side by side: activation memory, step time, recompute vs FLOPs");
     p.add("--steps", &o.steps, "timed steps per model, mode and round");
-    p.add("--warmup", &o.warmup, "untimed steps before them, each round");
+    p.add("--warmup", &o.warmup, "untimed steps before them, in the first round (later rounds find the model warm)");
     p.add("--rounds", &o.rounds, "rounds (every mode runs once per round, so machine noise hits them alike)");
     p.add("--batch", &o.batch, "sequences per step");
     p.add("--seq", &o.seq, "tokens per sequence");
@@ -222,9 +223,9 @@ int main(int argc, char** argv) {
         for (Row& r : m.rows) run_mode(m, r, o, round == 0);
 
     std::printf("activation checkpointing, 1 process, %d intra-op thread(s), batch %lld x %lld tokens, %lld rounds x "
-                "(%lld warm-up + %lld timed steps), medians; step = forward + backward (no optimizer)\n",
+                "%lld timed steps after %lld warm-up, medians; step = forward + backward (no optimizer)\n",
                 at::get_num_threads(), static_cast<long long>(o.batch), static_cast<long long>(o.seq),
-                static_cast<long long>(o.rounds), static_cast<long long>(o.warmup), static_cast<long long>(o.steps));
+                static_cast<long long>(o.rounds), static_cast<long long>(o.steps), static_cast<long long>(o.warmup));
     bool all_equal = true;
     for (const Model& m : models) {
       const llama3::ModelArgs& a = m.spec.model;

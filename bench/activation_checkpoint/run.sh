@@ -6,8 +6,9 @@
 # and peak over forward + backward, median forward and step time as ratios
 # to no AC, and the step-time ratio the recompute should cost in FLOPs.
 # Usage: bench/activation_checkpoint/run.sh [BUILD_DIR] [extra flags]
-# (about 6 minutes on 2 shared cores; the memory columns are exact, the
+# (rounds of one step each, so that the modes interleave finely; about 5
+# minutes on 2 shared cores under load; the memory columns are exact, the
 # times are medians of a noisy machine.)
 set -euo pipefail
 BUILD="${1:-build}"; shift || true
-"$BUILD/bin/bench_activation_checkpoint" --rounds 3 --warmup 1 --steps 2 "$@" 2>&1 | grep -v '^RESULT'
+"$BUILD/bin/bench_activation_checkpoint" --rounds 12 --warmup 1 --steps 1 "$@" 2>&1 | grep -v '^RESULT'
