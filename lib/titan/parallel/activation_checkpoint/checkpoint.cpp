@@ -187,10 +187,11 @@ class MatmulCacheHook : public ops::ForwardHook {
 void checkpoint_module_selective_op(ops::HookableModule& module) {
   for (const auto& item : module.named_modules("", /*include_self=*/false))
     if (auto* linear = dynamic_cast<ops::LinearImpl*>(item.value().get())) {
-      for (const auto& h : linear->forward_hooks())
-        TITAN_CHECK(dynamic_cast<MatmulCacheHook*>(h.get()) == nullptr, "activation checkpoint (op): ", item.key(),
-                    " is wrapped twice");
-      linear->add_forward_hook(std::make_shared<MatmulCacheHook>(linear));
+      // Once per Linear (wrapping again is harmless); outside an
+      // op-checkpointed forward the hook does nothing.
+      bool present = false;
+      for (const auto& h : linear->forward_hooks()) present = present || dynamic_cast<MatmulCacheHook*>(h.get());
+      if (!present) linear->add_forward_hook(std::make_shared<MatmulCacheHook>(linear));
     }
   module.set_forward_wrapper([](const at::Tensor& input, std::function<at::Tensor(const at::Tensor&)> run) {
     auto cache = std::make_shared<MatmulCache>();
