@@ -58,8 +58,11 @@ def main():
         secs = sum(x["step_time_s"] for x in interval)
         data = sum(x["data_time_s"] for x in interval)
         rate = lambda key: sum(x[key] * x["step_time_s"] for x in interval) / secs
+        if r["max_loss"] < r["loss"] * (1 - 1e-7):
+            fail("step %d: max_loss %r below the mean loss %r" % (s, r["max_loss"], r["loss"]))
         e = {
             "loss_metrics/global_avg_loss": r["loss"],
+            "loss_metrics/global_max_loss": r["max_loss"],
             "grad_norm": r["grad_norm"],
             "lr": r["lr"],
             "throughput(tps)": rate("tps"),
@@ -91,7 +94,7 @@ def main():
     # A value copied from the record must be its float32 rounding exactly;
     # one recomputed here from per-step records (another summation order)
     # within a float32 ulp or two.
-    copied = {"loss_metrics/global_avg_loss", "grad_norm", "lr"}
+    copied = {"loss_metrics/global_avg_loss", "loss_metrics/global_max_loss", "grad_norm", "lr"}
     worst = 0.0
     for tag in want_tags:
         points = acc.Scalars(tag)

@@ -62,6 +62,7 @@ json to_json(const LogRecord& r) {
   json j = {
       {"step", r.step},
       {"loss", number(r.loss)},
+      {"max_loss", number(r.max_loss)},
       {"grad_norm", number(r.grad_norm)},
       {"lr", number(r.lr)},
       {"tps", number(r.tps)},
@@ -94,6 +95,7 @@ json to_json(const LogRecord& r) {
 void write_tensorboard(EventWriter& w, const LogRecord& r) {
   const int64_t step = r.step;
   w.add_scalar("loss_metrics/global_avg_loss", r.loss, step);
+  if (!std::isnan(r.max_loss)) w.add_scalar("loss_metrics/global_max_loss", r.max_loss, step);
   w.add_scalar("grad_norm", r.grad_norm, step);
   w.add_scalar("lr", r.lr, step);
   w.add_scalar("throughput(tps)", r.tps, step);
@@ -160,6 +162,7 @@ LogRecord MetricsProcessor::make_record(const StepInput& in, int64_t steps, doub
   r.step = in.step;
   r.total_steps = options_.total_steps;
   r.loss = in.loss;
+  r.max_loss = in.max_loss;
   r.grad_norm = in.grad_norm;
   r.lr = in.lr;
   r.interval_steps = steps;

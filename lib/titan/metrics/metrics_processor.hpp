@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iosfwd>
 #include <memory>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -59,6 +60,9 @@ struct MetricsOptions {
 struct StepInput {
   int64_t step = 0;  ///< 1-based training step
   double loss = 0;
+  /// The largest of the data-parallel ranks' losses (torchtitan's
+  /// global_max_loss); NaN = not known (then not logged).
+  double max_loss = std::numeric_limits<double>::quiet_NaN();
   double grad_norm = 0;
   double lr = 0;
   int64_t tokens = 0;         ///< tokens the whole job trained on this step
@@ -72,6 +76,7 @@ struct LogRecord {
   int64_t step = 0;
   int64_t total_steps = 0;
   double loss = 0, grad_norm = 0, lr = 0;
+  double max_loss = std::numeric_limits<double>::quiet_NaN();  ///< NaN = not known
   int64_t interval_steps = 0;   ///< steps the rates below average over
   double interval_seconds = 0;
   double tps = 0;               ///< tokens/s per rank

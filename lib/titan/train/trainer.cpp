@@ -336,6 +336,13 @@ StepResult Trainer::train_step() {
   const at::Tensor host = loss_and_tokens.cpu();  // the step's one host-device sync
   const double ranks = dp_group_ ? static_cast<double>(dp_group_->size()) : 1.0;
   r.loss = host[0].item<double>() / ranks;
+  // torchtitan's global_max_loss: the worst data-parallel rank's loss.
+  r.max_loss = host[0].item<double>();
+  if (dp_group_) {
+    at::Tensor max = acc.loss.to(at::kDouble).reshape({1}).clone();
+    dp_group_->all_reduce(max, dist::ReduceOp::Max);
+    r.max_loss = max.cpu().item<double>();
+  }
   r.tokens = static_cast<int64_t>(host[1].item<double>());
   r.data_seconds = acc.data_seconds;
   // Stop before the optimizer turns the weights into NaN: what was trained
@@ -372,7 +379,7 @@ TrainSummary Trainer::train() {
     while (step_ < cfg_.training.steps) {
       StepResult r = train_step();
       metrics::StepInput in;
-      in.step = r.step, in.loss = r.loss, in.grad_norm = r.grad_norm, in.lr = r.lr;
+      in.step = r.step, in.loss = r.loss, in.max_loss = r.max_loss, in.grad_norm = r.grad_norm, in.lr = r.lr;
       in.tokens = r.tokens, in.step_seconds = r.step_seconds, in.data_seconds = r.data_seconds;
       if (auto logged = metrics_->record(in)) check_mfu(*logged);
       s.losses.push_back(r.loss);

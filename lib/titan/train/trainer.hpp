@@ -49,6 +49,7 @@ namespace titan::train {
 struct StepResult {
   int64_t step = 0;         ///< 1-based
   double loss = 0;          ///< mean loss over the step's global batch
+  double max_loss = 0;      ///< the largest data-parallel rank's loss (= loss on one rank)
   double grad_norm = 0;     ///< global gradient norm before clipping
   double lr = 0;            ///< the learning rate this step applied
   int64_t tokens = 0;       ///< tokens trained on in this step, all ranks
