@@ -153,7 +153,10 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
     TITAN_CHECK(!(dims.tp_enabled() && cfg.training.enable_async_tensor_parallel),
                 "[float8] enable_float8_linear with enable_async_tensor_parallel: async TP replaces the matmuls "
                 "float8 would run (not supported together yet)");
-    const auto converted = float8::convert_to_float8_training(*model);
+    // Under TP every converted layer takes its amaxes over the tp group, so
+    // its pieces scale as the whole layer would.
+    const auto converted = float8::convert_to_float8_training(
+        *model, {"output"}, dims.tp_enabled() && mesh ? mesh->group("tp") : nullptr);
     f8_description = "float8 linear (" + std::to_string(converted.size()) + " layers, tensorwise scaling)";
   }
   const std::string ac_description = apply_activation_checkpointing(model, cfg);

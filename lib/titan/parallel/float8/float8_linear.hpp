@@ -19,11 +19,15 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace torch::nn {
 class Module;
+}
+namespace titan::dist {
+class ProcessGroup;
 }
 
 namespace titan::float8 {
@@ -36,21 +40,30 @@ struct Scaled {
 
 /// @brief Tensorwise dynamic scaling: scale = max(dtype) / amax(|x|)
 /// (amax clamped below at 1e-12, so a zero tensor gets a finite scale),
-/// data = clamp(x · scale, ±max(dtype)) cast to `dtype`.
-Scaled scale_tensorwise(const at::Tensor& x, at::ScalarType dtype);
+/// data = clamp(x · scale, ±max(dtype)) cast to `dtype`. With
+/// `amax_group`, x is this rank's piece of a tensor split over the group
+/// (or a copy of it): amax is the max over the group (one all-reduce), so
+/// every piece gets the scale the whole tensor would.
+Scaled scale_tensorwise(const at::Tensor& x, at::ScalarType dtype, const dist::ProcessGroup* amax_group = nullptr);
 
 /// @brief y = x Wᵀ with float8 operands (autograd-aware): x [..., in] in
 /// any float dtype, w [out, in]; y has x's dtype. Backward: grad_x =
 /// g·W and grad_W = gᵀ·x with g in e5m2 and x, W in e4m3 (the forward's
 /// casts, kept for backward instead of x itself).
-at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w);
+/// With `amax_group` (the TP group of a sharded Linear) the three amaxes
+/// (x, W, grad) are taken over the group, so the TP pieces quantise as the
+/// unsharded layer would (torchao does this for DTensor weights).
+at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const dist::ProcessGroup* amax_group = nullptr);
 
 /// @brief Makes every ops::Linear under `root` compute with float8_linear,
 /// except those whose name (relative to root) is in `skip_fqns` or ends
 /// with "." + one of them (torchtitan's filter_fqns, default ["output"]),
 /// and those with a dimension not divisible by 16 (what float8 tensor
 /// cores need; torchtitan skips them too). Returns the names converted.
+/// With `tp_group`, the converted layers take their amaxes over it (call
+/// after tensor parallelism was applied; the group must outlive the model).
 std::vector<std::string> convert_to_float8_training(torch::nn::Module& root,
-                                                    const std::vector<std::string>& skip_fqns = {"output"});
+                                                    const std::vector<std::string>& skip_fqns = {"output"},
+                                                    std::shared_ptr<dist::ProcessGroup> tp_group = nullptr);
 
 }  // namespace titan::float8
