@@ -1,6 +1,8 @@
 // CPU peak calibration (small GEMMs here: the test must stay fast) and its
 // cache; CPU memory readings.
 #include <gtest/gtest.h>
+
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
@@ -276,11 +278,21 @@ TEST(CpuPeak, ContendedFigureIsNotCached) {
   o.min_cpu_share = 0.9;
   o.attempts = 2;
   o.min_seconds = 0.3;
+  // The scheduler decides whether the spinners really take the cores
+  // during the calibration's rounds (in one CI run 2 per core did not:
+  // share 0.95), so add spinners until the contention shows; a machine
+  // where even 8 per core do not is reported as a skip, not a pass.
   CpuPeak p;
-  {
-    Spinners busy(2 * static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)));
-    p = cpu_peak_flops(o);
+  const int cores = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  for (int per_core : {2, 4, 8}) {
+    {
+      Spinners busy(per_core * cores);
+      p = cpu_peak_flops(o);
+    }
+    if (p.cpu_share < 0.9) break;
+    std::remove(cache.c_str());  // a clean figure was (rightly) cached: start over
   }
+  if (p.cpu_share >= 0.9) GTEST_SKIP() << "could not make the calibration contended (share " << p.cpu_share << ")";
   EXPECT_FALSE(p.clean);
   EXPECT_FALSE(p.from_cache);
   EXPECT_LT(p.cpu_share, 0.9);
