@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/util/measure.hpp"
 #include "titan/launch/options.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/metrics/tensor_memory.hpp"
@@ -67,23 +68,6 @@ struct Options {
   std::string models = "debugmodel,wide";
   std::string modes = "none,full,selective:2,selective:op";
 };
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 struct Mode {
   std::string mode, option;  // blocks_to_checkpoint's arguments
@@ -188,11 +172,11 @@ int main(int argc, char** argv) {
     metrics::track_cpu_tensor_memory();  // before any model exists, so all of a step is counted
 
     std::vector<Mode> modes;
-    for (const std::string& s : split(o.modes)) modes.push_back(parse_mode(s));
+    for (const std::string& s : split_commas(o.modes)) modes.push_back(parse_mode(s));
     TITAN_CHECK(!modes.empty() && modes.front().mode == "none", "--modes must start with none (the baseline)");
 
     std::vector<Model> models;
-    for (const std::string& name : split(o.models)) {
+    for (const std::string& name : split_commas(o.models)) {
       Model m;
       m.name = name;
       m.spec.model = llama3::flavor_args("debugmodel");

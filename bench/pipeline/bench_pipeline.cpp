@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "titan/util/measure.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/launch/options.hpp"
 #include "titan/launch/program.hpp"
@@ -48,23 +49,6 @@ struct Options {
   std::string schedules = "GPipe,1F1B,Interleaved1F1B,LoopedBFS,InterleavedZeroBubble,ZBVZeroBubble";
   std::string microbatches = "4,8,16";
 };
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 struct Row {
   std::string schedule;
@@ -158,8 +142,8 @@ int main(int argc, char** argv) {
     const dist::World& world = dist::init_distributed({});
 
     std::vector<std::pair<std::string, int>> shapes;
-    for (const std::string& ms : split(o.microbatches))
-      for (const std::string& name : split(o.schedules)) shapes.emplace_back(name, std::stoi(ms));
+    for (const std::string& ms : split_commas(o.microbatches))
+      for (const std::string& name : split_commas(o.schedules)) shapes.emplace_back(name, std::stoi(ms));
     std::vector<Row> rows(shapes.size());
     for (int64_t round = 0; round < o.rounds; ++round)
       for (size_t k = 0; k < shapes.size(); ++k) run_one(rows[k], shapes[k].first, shapes[k].second, o, world);

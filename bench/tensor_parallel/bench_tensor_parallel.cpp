@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/util/measure.hpp"
 #include "titan/dist/comm_log.hpp"
 #include "titan/dist/device_mesh.hpp"
 #include "titan/dist/world.hpp"
@@ -54,11 +55,6 @@ struct Sample {
   std::vector<double> step_ms, exposed_ms;
   double bytes_per_step = 0;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 void run_mode(const std::string& mode, const Options& o, const dist::DeviceMesh& mesh, Sample& out) {
   models::llama3::ModelArgs args = models::llama3::flavor_args("debugmodel");

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/util/measure.hpp"
 #include "titan/dist/comm_log.hpp"
 #include "titan/dist/device_mesh.hpp"
 #include "titan/dist/world.hpp"
@@ -137,11 +138,6 @@ Run train_run(const Options& o, const dist::DeviceMesh* mesh, bool async_tp) {
   for (const auto& p : model->named_parameters()) local[p.key()] = p.value().detach();
   run.weights = mesh ? tp::gather_tp_tensors(local, placed, dist::world().device()) : local;
   return run;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 // One block's forward on this rank, sync or async: the bars of its
