@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "../train/train_test_util.hpp"
@@ -99,6 +100,49 @@ TEST(ProfilingTrainer, TraceHoldsTheStepsRangesNested) {
   EXPECT_GE(mm_in_forward, 2 * 7) << "two blocks of 7 projections";
   std::printf("trace %s: %zu events; step %.0f us, forward %.0f us, %d matmuls in forward\n", path.c_str(),
               events.size(), step->dur, fwd.dur, mm_in_forward);
+}
+
+TEST(MemorySnapshot, TimelineAccountsForTheTrainersTensors) {
+  ScratchDir dir("memory_timeline");
+  titan::config::JobConfig cfg = titan::testing::tiny_config(dir.path(), 4);
+  cfg.profiling.enable_memory_snapshot = true;
+  cfg.profiling.profile_freq = 2;
+  titan::train::TrainerOptions o;
+  o.model_args = titan::testing::tiny_model();
+  o.console = false, o.handle_signals = false, o.peak_flops = 0;
+  titan::train::Trainer t(cfg, o);
+  t.train();
+  int64_t param_bytes = 0;
+  for (const auto& p : t.trained_parameters()) param_bytes += p.numel() * 4;
+  for (int step : {2, 4}) {
+    const std::string base = dir.path() + "/memory_snapshot/iteration_" + std::to_string(step) + "/rank0_memory_timeline";
+    std::ifstream in(base + ".json");
+    ASSERT_TRUE(in.good()) << base;
+    const nlohmann::json marks = nlohmann::json::parse(in);
+    ASSERT_EQ(marks.size(), 4u);
+    std::map<std::string, nlohmann::json> by;
+    for (const auto& m : marks) by[m.at("phase").get<std::string>()] = m;
+    // Exact accounting of what the trainer owns (fp32, one process).
+    for (const auto& [phase, m] : by) EXPECT_EQ(m.at("parameters").get<int64_t>(), param_bytes) << phase;
+    EXPECT_EQ(by["step start"].at("gradients").get<int64_t>(), 0);  // zero_grad(set_to_none)
+    EXPECT_EQ(by["forward + backward"].at("gradients").get<int64_t>(), param_bytes);
+    EXPECT_EQ(by["optimizer"].at("optimizer_state").get<int64_t>(), 2 * param_bytes);  // Adam's two moments
+    // The counting allocator sees at least what the trainer names, and the
+    // activations of forward + backward as the phase's peak above its end.
+    for (const auto& [phase, m] : by) EXPECT_GE(m.at("other").get<int64_t>(), 0) << phase;
+    EXPECT_GT(by["forward + backward"].at("peak_in_phase").get<int64_t>(),
+              by["forward + backward"].at("total").get<int64_t>());
+    std::ifstream svg(base + ".svg");
+    std::string text((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("<svg"), std::string::npos);
+    EXPECT_NE(text.find("forward + backward"), std::string::npos);
+    if (step == 2)
+      std::printf("step 2: parameters %lld B, forward + backward peak %lld B, after optimizer %lld B\n",
+                  static_cast<long long>(param_bytes),
+                  static_cast<long long>(by["forward + backward"].at("peak_in_phase").get<int64_t>()),
+                  static_cast<long long>(by["optimizer"].at("total").get<int64_t>()));
+  }
+  EXPECT_FALSE(titan::data::files::exists(dir.path() + "/memory_snapshot/iteration_1"));
 }
 
 TEST(ProfilingCli, EveryRankWritesItsTraceWithCollectives) {

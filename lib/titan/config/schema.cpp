@@ -41,7 +41,8 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(profiling, profile_freq, "steps between traces (> 0)"),
       TITAN_FIELD(profiling, profiler_warmup, "steps the profiler warms up before it records (>= 0)"),
       TITAN_FIELD(profiling, profiler_active, "steps recorded per trace (>= 1; warmup + active <= profile_freq)"),
-      TITAN_FIELD(profiling, enable_memory_snapshot, "record allocator memory snapshots"),
+      TITAN_FIELD(profiling, enable_memory_snapshot,
+                  "write memory timelines (and CUDA allocator snapshots) every profile_freq steps"),
       TITAN_FIELD(profiling, save_memory_snapshot_folder, "snapshot folder, under dump_folder"),
 
       TITAN_FIELD(metrics, log_freq, "steps between metric lines (> 0)"),

@@ -17,11 +17,6 @@ std::string value_if(const JobConfig& cfg, const char* name, bool on) {
 
 const std::vector<FeatureGate>& feature_gates() {
   static const std::vector<FeatureGate> gates = {
-      {"profiling.enable_memory_snapshot",
-       [](const JobConfig& c, int) {
-         return value_if(c, "profiling.enable_memory_snapshot", c.profiling.enable_memory_snapshot);
-       },
-       "memory snapshots arrive with chapter 09", "--profiling.enable_memory_snapshot=false"},
       {"training.context_parallel_degree",
        [](const JobConfig& c, int) {
          return value_if(c, "training.context_parallel_degree", c.training.context_parallel_degree > 1);

@@ -30,6 +30,7 @@
 #include "titan/optim/optimizer.hpp"
 #include "titan/parallel/activation_checkpoint/checkpoint.hpp"
 #include "titan/parallel/pipeline/runtime.hpp"
+#include "titan/profiling/memory_snapshot.hpp"
 #include "titan/profiling/range.hpp"
 #include "titan/profiling/trace_profiler.hpp"
 #include "titan/train/determinism.hpp"
@@ -152,6 +153,12 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // single-process reference does; parallelize_llama then keeps only this
   // rank's part. (Initialising each shard in place, for models that do not
   // fit on one rank, needs offset-based random draws: a later issue.)
+  // Memory snapshots count tensors from here on, so that the model,
+  // gradients and optimizer state are all seen.
+  if (cfg_.profiling.enable_memory_snapshot)
+    memory_ = std::make_unique<profiling::MemoryRecorder>(
+        cfg_.profiling.profile_freq, cfg_.job.dump_folder + "/" + cfg_.profiling.save_memory_snapshot_folder, rank_,
+        device_, [this](const std::string& line) { print(line); });
   set_determinism(cfg_.training.seed, cfg_.training.deterministic, device_);
   model_ = models::llama3::Transformer(args_, at::TensorOptions().device(device_).dtype(at::kFloat));
   model_->init_weights();
@@ -362,6 +369,7 @@ StepResult Trainer::train_step() {
   r.lr = scheduler_->current_lr();
 
   optimizer_->zero_grad(/*set_to_none=*/true);
+  if (memory_) memory_->mark(r.step, "step start", params_, optimizer_.get());
   // The reference of N emulated ranks takes rank 0's micro-batch, then rank
   // 1's, ..., N times as many micro-batches as one rank: the mean of their
   // losses is the mean the N ranks' averaged gradients descend.
@@ -374,6 +382,7 @@ StepResult Trainer::train_step() {
           : accumulate_gradients(model_, next_batch, plan_.accumulation_steps * readers, device_,
                                  parallelized_.set_gradient_sync, parallelized_.loss_fn);
   if (parallelized_.finish_gradient_sync) parallelized_.finish_gradient_sync();
+  if (memory_) memory_->mark(r.step, "forward + backward", params_, optimizer_.get());
   // Job-wide numbers: every data-parallel rank saw its own batch, so the
   // loss is their mean and the tokens their sum. All ranks get the same
   // values, so a NaN stops every rank at the same step.
@@ -400,11 +409,13 @@ StepResult Trainer::train_step() {
                                parallelized_.grad_norm_params);
   TITAN_CHECK(std::isfinite(r.grad_norm), "step ", r.step, ": gradient norm is ", nonfinite_name(r.grad_norm),
               " (loss ", r.loss, "); stopping (lower [optimizer] lr or [training] max_norm)");
+  if (memory_) memory_->mark(r.step, "clip", params_, optimizer_.get());
   {
     TITAN_PROFILE_RANGE("titan::optimizer");
     optimizer_->step();
     scheduler_->step();
   }
+  if (memory_) memory_->mark(r.step, "optimizer", params_, optimizer_.get());
   step_ = r.step;
   r.step_seconds = seconds_since(t0);
   return r;
@@ -438,8 +449,15 @@ TrainSummary Trainer::train() {
   try {
     while (step_ < cfg_.training.steps) {
       if (profiler_) profiler_->step_begin(step_ + 1);
-      StepResult r = train_step();
+      StepResult r;
+      try {
+        r = train_step();
+      } catch (...) {
+        if (memory_) memory_->on_failure(step_ + 1);  // e.g. out of memory: what the step held, for memory_viz
+        throw;
+      }
       if (profiler_) profiler_->step_end(r.step);
+      if (memory_) memory_->step_end(r.step);
       metrics::StepInput in;
       in.step = r.step, in.loss = r.loss, in.max_loss = r.max_loss, in.grad_norm = r.grad_norm, in.lr = r.lr;
       in.tokens = r.tokens, in.step_seconds = r.step_seconds, in.data_seconds = r.data_seconds;

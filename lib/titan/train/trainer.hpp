@@ -42,6 +42,7 @@ namespace titan::checkpoint {
 class CheckpointManager;
 }
 namespace titan::profiling {
+class MemoryRecorder;
 class TraceProfiler;
 }
 namespace titan::dist {
@@ -194,6 +195,8 @@ class Trainer {
   std::unique_ptr<checkpoint::CheckpointManager> checkpoint_;
   /// Kineto traces on [profiling]'s schedule; null when profiling is off.
   std::unique_ptr<profiling::TraceProfiler> profiler_;
+  /// Memory timelines (and CUDA snapshots) every profile_freq steps; null when off.
+  std::unique_ptr<profiling::MemoryRecorder> memory_;
   /// Lines logged before the banner (the resume message): printed after it.
   std::vector<std::string> early_lines_;
   bool banner_printed_ = false;

@@ -1,0 +1,17 @@
+// The CUDA half of memory_snapshot.hpp (built only with TITAN_HAS_CUDA):
+// torch's C++ entry points of torch.cuda.memory._record_memory_history and
+// _snapshot(), the ones torchtitan's MemoryProfiler calls from Python.
+#include <torch/csrc/cuda/memory_snapshot.h>
+
+#include "titan/profiling/memory_snapshot.hpp"
+
+namespace titan::profiling::detail {
+
+void cuda_start_memory_history() {
+  // torchtitan records up to 100,000 allocator events (MEMORY_SNAPSHOT_MAX_ENTRIES).
+  torch::cuda::_record_memory_history(std::string("all"), std::string("all"), "all", 100000);
+}
+
+std::string cuda_memory_snapshot_pickle() { return torch::cuda::_memory_snapshot_pickled(); }
+
+}  // namespace titan::profiling::detail
