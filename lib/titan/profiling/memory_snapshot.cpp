@@ -65,8 +65,11 @@ void MemoryRecorder::mark(int64_t step, const std::string& phase, const std::vec
                           torch::optim::Optimizer* optimizer) {
   if (!records(step)) return;
   if (marks_step_ != step) {
+    // The step's first mark: its peak window starts here (what came before
+    // belongs to earlier, unrecorded steps).
     marks_.clear();
     marks_step_ = step;
+    metrics::reset_tensor_memory_peak(device_);
   }
   MemoryMark m;
   m.phase = phase;

@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <set>
 
@@ -52,6 +53,10 @@ TraceProfiler::TraceProfiler(ProfileSchedule schedule, std::string folder, int r
                              std::function<void(const std::string&)> log)
     : schedule_(schedule), folder_(std::move(folder)), rank_(rank), cuda_(cuda), log_(std::move(log)) {
   schedule_.validate();
+  // A CPU job with the CUDA build of LibTorch: Kineto would probe for GPUs
+  // and log "gpuGetDeviceCount failed" as an error. Its log level comes from
+  // the environment, read once when Kineto starts (the user's setting wins).
+  if (!cuda_) ::setenv("KINETO_LOG_LEVEL", "5", /*overwrite=*/0);  // 5: fatal only
 }
 
 TraceProfiler::~TraceProfiler() {
