@@ -170,4 +170,20 @@ TEST(ProfilingCli, EveryRankWritesItsTraceWithCollectives) {
   }
 }
 
+TEST(ProfilingCli, PipelineActionsAreRanges) {
+  ScratchDir dir("profiling_pp");
+  const auto r = titan::testing::run_command(
+      titan::testing::bin_path("titan") + " train --nproc 2 --job.config_file " +
+      titan::testing::source_path("train_configs/debug_model.toml") + " --job.dump_folder " + dir.path() +
+      " --training.device cpu --training.seq_len 16 --training.batch_size 2 --training.steps 2"
+      " --experimental.pipeline_parallel_degree 2 --profiling.enable_profiling --profiling.profile_freq 2"
+      " --profiling.profiler_warmup 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The last stage (rank 1) runs forward and backward of both micro-batches
+  // and exchanges activations and gradients with rank 0.
+  const std::vector<Event> events = read_trace(dir.path() + "/profile_trace/iteration_2/rank1_trace.json");
+  for (const char* name : {"pp::1F0", "pp::1F1", "pp::1B0", "pp::1B1", "c10d::batch_p2p pp"})
+    EXPECT_NE(find(events, name), nullptr) << name;
+}
+
 }  // namespace

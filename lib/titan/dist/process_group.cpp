@@ -393,6 +393,9 @@ std::shared_ptr<PendingWork> ProcessGroup::recv_async(at::Tensor& tensor, int sr
 std::vector<std::shared_ptr<PendingWork>> ProcessGroup::batch_p2p(const std::vector<P2POp>& ops) const {
   std::vector<std::shared_ptr<PendingWork>> sends;
   if (ops.empty()) return sends;
+  // Pipeline stages exchange activations and gradients here: one range per
+  // batch (sends issued, receives waited), e.g. "c10d::batch_p2p pp".
+  TITAN_PROFILE_RANGE("c10d::batch_p2p " + name_);
   for (const P2POp& op : ops)
     TITAN_CHECK(op.tensor.is_contiguous(), (op.is_send ? "send" : "recv"), " on ", describe(),
                 " needs a contiguous tensor");

@@ -10,6 +10,7 @@
 #include "titan/dist/process_group.hpp"
 #include "titan/metrics/tensor_memory.hpp"
 #include "titan/parallel/pipeline/simulate.hpp"
+#include "titan/profiling/range.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::pp {
@@ -177,6 +178,8 @@ PipelineStepResult PipelineSchedule::step(const at::Tensor& inputs, const at::Te
     }
     const Action& a = actions_[k++];
     if (options_.before_action) options_.before_action(a);
+    // Each compute action as a trace range, spelled as torch writes it: "pp::2F0".
+    TITAN_PROFILE_RANGE("pp::" + a.str());
     const double start = now_us();
     const int s = a.stage, i = a.microbatch;
     const auto key = std::make_pair(s, i);
