@@ -38,5 +38,16 @@ for f8 in false true; do
     --float8.enable_float8_linear=$f8 --training.steps 30 --metrics.log_freq 10 \
     --job.dump_folder "$OUT/float8_$f8" 2>&1 | tee "$OUT/float8_$f8.log" | grep -E "parallel|tokens/s|loss  " || status=1
 done
+# Checkpoints on the GPU: an async_with_pinned_mem save (page-locked host
+# buffers, device-to-host copies) and the resume from it; profiling: a CUDA
+# Kineto trace and the allocator snapshot for memory_viz (docs/checkpoint.md,
+# docs/profiling.md).
+T="$BUILD/bin/titan train --job.config_file train_configs/debug_model.toml --training.device cuda --metrics.log_freq 5"
+$T --training.steps 10 --checkpoint.enable_checkpoint --checkpoint.interval 5 \
+  --checkpoint.async_mode async_with_pinned_mem --profiling.enable_profiling --profiling.profile_freq 5 \
+  --profiling.enable_memory_snapshot --job.dump_folder "$OUT/ckpt" 2>&1 | tee "$OUT/ckpt.log" | grep -E "checkpoint|profiling|memory" || status=1
+$T --training.steps 12 --checkpoint.enable_checkpoint --checkpoint.interval 5 \
+  --job.dump_folder "$OUT/ckpt" 2>&1 | tee "$OUT/ckpt_resume.log" | grep -E "resumed|training done" || status=1
+ls -la "$OUT/ckpt/profile_trace/iteration_5" "$OUT/ckpt/memory_snapshot/iteration_5" 2>&1 | tee -a "$OUT/ckpt.log"
 echo "gpu_check: status $status"
 exit $status
