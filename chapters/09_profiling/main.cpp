@@ -46,6 +46,7 @@
 #include "titan/launch/options.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/metrics/format.hpp"
+#include "titan/profiling/trace_reader.hpp"
 #include "titan/train/trainer.hpp"
 
 using namespace titan;
@@ -53,20 +54,7 @@ using metrics::strprintf;
 
 namespace {
 
-struct Event {
-  std::string name;
-  double ts = 0, dur = 0;
-};
-
-std::vector<Event> read_trace(const std::string& path) {
-  std::ifstream in(path);
-  TITAN_CHECK(in.good(), "no trace at ", path);
-  const nlohmann::json trace = nlohmann::json::parse(in);
-  std::vector<Event> out;
-  for (const auto& e : trace.at("traceEvents"))
-    if (e.value("ph", "") == "X") out.push_back({e.value("name", ""), e.value("ts", 0.0), e.value("dur", 0.0)});
-  return out;
-}
+using profiling::TraceEvent;
 
 // "fsdp::all_gather layers.0" -> "fsdp::all_gather", "c10d::all_reduce dp_shard" -> "c10d::all_reduce".
 std::string range_kind(const std::string& name) { return name.substr(0, name.find(' ')); }
@@ -139,8 +127,8 @@ int main(int argc, char** argv) {
       std::printf("   Open a trace in https://ui.perfetto.dev (or chrome://tracing); the SVGs in a browser.\n\n");
 
       // ------------------------------------------------ (2) the ranges
-      const std::vector<Event> events = read_trace(dump + "/profile_traces" + it + "/rank0_trace.json");
-      const Event* step = nullptr;
+      const std::vector<TraceEvent> events = profiling::read_trace_events(dump + "/profile_traces" + it + "/rank0_trace.json");
+      const TraceEvent* step = nullptr;
       for (const auto& e : events)
         if (e.name == "ProfilerStep#" + std::to_string(steps)) step = &e;
       ok = ok && step != nullptr;

@@ -15,6 +15,7 @@
 #include "support/run_command.hpp"
 #include "titan/data/files.hpp"
 #include "titan/profiling/trace_profiler.hpp"
+#include "titan/profiling/trace_reader.hpp"
 #include "titan/train/trainer.hpp"
 
 namespace {
@@ -22,32 +23,15 @@ namespace {
 using titan::profiling::ProfileSchedule;
 using titan::testing::ScratchDir;
 
-struct Event {
-  std::string name;
-  double ts = 0, dur = 0;
-};
+using Event = titan::profiling::TraceEvent;
 
-std::vector<Event> read_trace(const std::string& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "no trace " << path;
-  const nlohmann::json trace = nlohmann::json::parse(in);
-  std::vector<Event> out;
-  for (const auto& e : trace.at("traceEvents")) {
-    if (e.value("ph", "") != "X") continue;  // complete events: name, ts, dur
-    out.push_back({e.value("name", ""), e.value("ts", 0.0), e.value("dur", 0.0)});
-  }
-  return out;
-}
+std::vector<Event> read_trace(const std::string& path) { return titan::profiling::read_trace_events(path); }
 
 const Event* find(const std::vector<Event>& events, const std::string& name) {
-  for (const auto& e : events)
-    if (e.name == name) return &e;
-  return nullptr;
+  return titan::profiling::find_event(events, name);
 }
 
-bool inside(const Event& inner, const Event& outer) {
-  return inner.ts >= outer.ts && inner.ts + inner.dur <= outer.ts + outer.dur;
-}
+bool inside(const Event& inner, const Event& outer) { return outer.contains(inner); }
 
 TEST(ProfileSchedule, FollowsTorchtitansWindows) {
   const ProfileSchedule s{10, 3, 1};
