@@ -1,0 +1,190 @@
+// Chapter 10 — FLOPs and MFU.
+//
+// Model FLOPs Utilisation (PaLM, Chowdhery et al. 2022) is the share of the
+// hardware's peak that the model's own arithmetic uses:
+//
+//   MFU = (model FLOPs per token × tokens per second) / peak FLOP/s
+//
+// "Model FLOPs" are what the model needs, not what the kernels happen to
+// do: recomputation (activation checkpointing) and attention kernels that
+// redo work in their backward do not raise MFU. torchtitan counts them
+// analytically per token:
+//
+//   6 · (N − N_embedding)        every weight: a multiply-add per token in
+//                                forward (2 FLOPs), two in backward (dX, dW)
+//   + 12 · L · H · Q · T         attention's QKᵀ and scores·V, forward 2 × 2·T·H·Q,
+//                                × 3 for forward + backward, the full T × T square
+//
+// This program checks the formula against the work really done: it records
+// one training step with the profiler and counts, from the trace, the FLOPs
+// of every matmul (2·M·K·N from each op's input shapes) and of the
+// attention kernels — a count that does not use the formula — and then
+// computes MFU from the measured step time and this machine's peak.
+//
+//   ./build/bin/ch10_mfu
+//   ./build/bin/ch10_mfu --seq-len 512 --dim 512
+//   ./build/bin/ch10_mfu --quick      # CTest
+//
+// Exit status 0 when the counted matmul FLOPs equal 6 · (N − N_embedding −
+// N_norms) per token (the norm weights do no matmul), to 1e-9.
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "titan/data/files.hpp"
+#include "titan/launch/options.hpp"
+#include "titan/launch/program.hpp"
+#include "titan/metrics/format.hpp"
+#include "titan/metrics/mfu.hpp"
+#include "titan/models/llama3/flops.hpp"
+#include "titan/train/trainer.hpp"
+
+using namespace titan;
+using metrics::strprintf;
+
+namespace {
+
+struct Counted {
+  double matmul = 0;     // aten::mm / addmm / bmm
+  double attention = 0;  // SDPA forward and backward kernels, counted as model FLOPs
+  double step_us = 0;
+  int matmuls = 0, attention_calls = 0;
+};
+
+double prod(const std::vector<int64_t>& v) {
+  double p = 1;
+  for (int64_t x : v) p *= static_cast<double>(x);
+  return p;
+}
+
+// FLOPs of the ops in a trace, from their recorded input shapes.
+Counted count_trace(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  TITAN_CHECK(in.good(), "no trace at ", path);
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  Counted c;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.value("ph", "") != "X") continue;
+    const std::string name = e.value("name", "");
+    if (name == "ProfilerStep#" + std::to_string(step)) c.step_us = e.value("dur", 0.0);
+    if (!e.contains("args") || !e["args"].contains("Input Dims")) continue;
+    const auto& dims = e["args"]["Input Dims"];
+    auto dim = [&](size_t i) { return dims.at(i).get<std::vector<int64_t>>(); };
+    if (name == "aten::mm") {  // [M, K] x [K, N]
+      const auto a = dim(0), b = dim(1);
+      c.matmul += 2.0 * a[0] * a[1] * b[1], ++c.matmuls;
+    } else if (name == "aten::addmm") {  // bias, [M, K] x [K, N]
+      const auto a = dim(1), b = dim(2);
+      c.matmul += 2.0 * a[0] * a[1] * b[1], ++c.matmuls;
+    } else if (name == "aten::bmm") {  // [B, M, K] x [B, K, N]
+      const auto a = dim(0), b = dim(1);
+      c.matmul += 2.0 * a[0] * a[1] * a[2] * b[2], ++c.matmuls;
+    } else if (name == "aten::_scaled_dot_product_flash_attention_for_cpu") {
+      // q [B, H, T, Q]: QKᵀ and P·V, 2·T·Q per score each, the full square.
+      const auto q = dim(0);
+      c.attention += 2 * 2.0 * q[0] * q[1] * q[2] * q[2] * q[3], ++c.attention_calls;
+    } else if (name == "aten::_scaled_dot_product_flash_attention_for_cpu_backward") {
+      // Model FLOPs of the backward: twice the forward's (dQ, dK and dV
+      // from two products each). The kernel also recomputes QKᵀ: hardware
+      // work that MFU does not count.
+      const auto q = dim(1);
+      c.attention += 2 * 2 * 2.0 * q[0] * q[1] * q[2] * q[2] * q[3], ++c.attention_calls;
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_main(argc, argv, [](int argc, char** argv) {
+    int64_t dim = 256, layers = 4, seq_len = 256, batch = 2;
+    bool quick = false;
+    OptionParser parser("ch10_mfu", "FLOPs per token two ways (formula, counted from a trace) and MFU");
+    parser.add("--dim", &dim, "model width");
+    parser.add("--layers", &layers, "transformer layers");
+    parser.add("--seq-len", &seq_len, "tokens per sequence (T)");
+    parser.add("--batch", &batch, "sequences per step");
+    parser.flag("--quick", &quick, "small model (CTest)");
+    parser.parse(argc, argv);
+    if (quick) dim = 64, layers = 2, seq_len = 64;
+
+    models::llama3::ModelArgs a = models::llama3::flavor_args("debugmodel");
+    a.dim = dim, a.n_layers = layers;
+    a.max_seq_len = seq_len;
+    const std::string dump = data::files::temp_dir() + "/titan_ch10";
+    data::files::remove_all(dump);
+    config::JobConfig cfg;
+    cfg.job.dump_folder = dump;
+    cfg.training.device = "cpu";
+    cfg.training.seq_len = seq_len;
+    cfg.training.batch_size = batch;
+    cfg.training.steps = 3;
+    cfg.metrics.log_freq = 3;
+    cfg.profiling.enable_profiling = true;
+    cfg.profiling.profile_freq = 3, cfg.profiling.profiler_warmup = 1, cfg.profiling.profiler_active = 1;
+    train::TrainerOptions o;
+    o.model_args = a;
+    o.console = false;
+    o.handle_signals = false;
+    train::Trainer trainer(cfg, o);
+    const train::TrainSummary summary = trainer.train();
+
+    // ------------------------------------------------ (1) the formula
+    const double n = static_cast<double>(models::llama3::count_parameters(trainer.model()->args()));
+    const double n_emb = static_cast<double>(models::llama3::count_embedding_parameters(trainer.model()->args()));
+    const double H = static_cast<double>(a.n_heads), Q = static_cast<double>(dim / a.n_heads);
+    const double linear = 6 * (n - n_emb), attention = 12 * layers * H * Q * seq_len;
+    const double per_token = models::llama3::flops_per_token(trainer.model()->args(), seq_len);
+    std::printf("1. the formula, per token (N = %s parameters, of which embedding %s; T = %lld):\n",
+                metrics::with_thousands(n).c_str(), metrics::with_thousands(n_emb).c_str(),
+                static_cast<long long>(seq_len));
+    std::printf("   6 · (N − N_embedding)   %14.4g\n   12 · L · H · Q · T      %14.4g\n   total                   %14.4g"
+                "   (titan's flops_per_token: %.4g)\n\n",
+                linear, attention, linear + attention, per_token);
+
+    // ------------------------------------------------ (2) counted
+    const Counted c = count_trace(dump + "/profile_traces/iteration_3/rank0_trace.json", 3);
+    const double tokens = static_cast<double>(batch * seq_len);
+    const double mm_ratio = c.matmul / tokens / linear;
+    // The formula's N includes the RMSNorm weights (D per norm, 2 per
+    // layer + the final one), which multiply elementwise, not in a matmul.
+    const double n_norm = static_cast<double>((2 * layers + 1) * dim);
+    const double exact = c.matmul / tokens / (6 * (n - n_emb - n_norm));
+    const double att_ratio = c.attention / tokens / attention;
+    std::printf("2. counted from the trace of step 3 (%g tokens), from each op's input shapes:\n", tokens);
+    std::printf("   %d matmuls (aten::mm / addmm / bmm, 2·M·K·N)  %14.4g per token = %.5f × 6·(N − N_embedding)\n",
+                c.matmuls, c.matmul / tokens, mm_ratio);
+    std::printf("   %*s = %.9f × 6·(N − N_embedding − N_norms): the %s norm weights are the difference\n",
+                47, "", exact, metrics::with_thousands(n_norm).c_str());
+    std::printf("   %d attention kernels (flash fwd + bwd)        %14.4g per token = %.5f × 12·L·H·Q·T\n",
+                c.attention_calls, c.attention / tokens, att_ratio);
+    std::printf("   The matmuls are the weights' work exactly: forward X·Wᵀ, backward dY·W and dYᵀ·X per\n"
+                "   linear layer, the output projection included and the embedding (a lookup) not.\n"
+                "   Attention is counted as model FLOPs (the kernel also recomputes QKᵀ in backward,\n"
+                "   and skips part of the causal square: hardware work that MFU does not count).\n\n");
+
+    // ------------------------------------------------ (3) MFU
+    const double step_s = c.step_us / 1e6;
+    const double model_flops = per_token * tokens;
+    std::printf("3. MFU of the recorded step: %.4g model FLOPs in %.1f ms = %.3g FLOP/s", model_flops,
+                step_s * 1e3, model_flops / step_s);
+    if (summary.peak_flops > 0)
+      std::printf(", against a peak of %.3g FLOP/s (%s): MFU %.1f%%\n", summary.peak_flops, summary.peak_source.c_str(),
+                  100 * model_flops / step_s / summary.peak_flops);
+    else
+      std::printf(" (no peak known)\n");
+    std::printf("   The recorded step runs under the profiler (slower than the others); the trainer's log line\n"
+                "   reports MFU from unprofiled steps: %.1f%% over steps 2-3 here.\n\n", summary.mfu_pct);
+
+    const bool ok = std::abs(exact - 1) < 1e-9;
+    std::printf("%s\n", ok ? "OK: the counted matmul FLOPs equal 6 · (N − N_embedding − N_norms) per token"
+                           : "FAIL: the counted matmul FLOPs differ from the formula");
+    data::files::remove_all(dump);
+    return ok ? 0 : 1;
+  });
+}
