@@ -27,8 +27,6 @@
 //
 // Exit status 0 when the counted matmul FLOPs equal 6 · (N − N_embedding −
 // N_norms) per token (the norm weights do no matmul), to 1e-9.
-#include <nlohmann/json.hpp>
-
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -41,64 +39,12 @@
 #include "titan/metrics/format.hpp"
 #include "titan/metrics/mfu.hpp"
 #include "titan/models/llama3/flops.hpp"
+#include "titan/profiling/trace_flops.hpp"
+#include "titan/profiling/trace_reader.hpp"
 #include "titan/train/trainer.hpp"
 
 using namespace titan;
 using metrics::strprintf;
-
-namespace {
-
-struct Counted {
-  double matmul = 0;     // aten::mm / addmm / bmm
-  double attention = 0;  // SDPA forward and backward kernels, counted as model FLOPs
-  double step_us = 0;
-  int matmuls = 0, attention_calls = 0;
-};
-
-double prod(const std::vector<int64_t>& v) {
-  double p = 1;
-  for (int64_t x : v) p *= static_cast<double>(x);
-  return p;
-}
-
-// FLOPs of the ops in a trace, from their recorded input shapes.
-Counted count_trace(const std::string& path, int64_t step) {
-  std::ifstream in(path);
-  TITAN_CHECK(in.good(), "no trace at ", path);
-  const nlohmann::json trace = nlohmann::json::parse(in);
-  Counted c;
-  for (const auto& e : trace.at("traceEvents")) {
-    if (e.value("ph", "") != "X") continue;
-    const std::string name = e.value("name", "");
-    if (name == "ProfilerStep#" + std::to_string(step)) c.step_us = e.value("dur", 0.0);
-    if (!e.contains("args") || !e["args"].contains("Input Dims")) continue;
-    const auto& dims = e["args"]["Input Dims"];
-    auto dim = [&](size_t i) { return dims.at(i).get<std::vector<int64_t>>(); };
-    if (name == "aten::mm") {  // [M, K] x [K, N]
-      const auto a = dim(0), b = dim(1);
-      c.matmul += 2.0 * a[0] * a[1] * b[1], ++c.matmuls;
-    } else if (name == "aten::addmm") {  // bias, [M, K] x [K, N]
-      const auto a = dim(1), b = dim(2);
-      c.matmul += 2.0 * a[0] * a[1] * b[1], ++c.matmuls;
-    } else if (name == "aten::bmm") {  // [B, M, K] x [B, K, N]
-      const auto a = dim(0), b = dim(1);
-      c.matmul += 2.0 * a[0] * a[1] * a[2] * b[2], ++c.matmuls;
-    } else if (name == "aten::_scaled_dot_product_flash_attention_for_cpu") {
-      // q [B, H, T, Q]: QKᵀ and P·V, 2·T·Q per score each, the full square.
-      const auto q = dim(0);
-      c.attention += 2 * 2.0 * q[0] * q[1] * q[2] * q[2] * q[3], ++c.attention_calls;
-    } else if (name == "aten::_scaled_dot_product_flash_attention_for_cpu_backward") {
-      // Model FLOPs of the backward: twice the forward's (dQ, dK and dV
-      // from two products each). The kernel also recomputes QKᵀ: hardware
-      // work that MFU does not count.
-      const auto q = dim(1);
-      c.attention += 2 * 2 * 2.0 * q[0] * q[1] * q[2] * q[2] * q[3], ++c.attention_calls;
-    }
-  }
-  return c;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   return run_main(argc, argv, [](int argc, char** argv) {
@@ -148,7 +94,10 @@ int main(int argc, char** argv) {
                 linear, attention, linear + attention, per_token);
 
     // ------------------------------------------------ (2) counted
-    const Counted c = count_trace(dump + "/profile_traces/iteration_3/rank0_trace.json", 3);
+    const std::string trace = dump + "/profile_traces/iteration_3/rank0_trace.json";
+    const profiling::TraceFlops c = profiling::count_trace_flops(trace);
+    const profiling::TraceEvent* step = profiling::find_event(profiling::read_trace_events(trace), "ProfilerStep#3");
+    TITAN_CHECK(step != nullptr, "no ProfilerStep#3 in ", trace);
     const double tokens = static_cast<double>(batch * seq_len);
     const double mm_ratio = c.matmul / tokens / linear;
     // The formula's N includes the RMSNorm weights (D per norm, 2 per
@@ -158,18 +107,18 @@ int main(int argc, char** argv) {
     const double att_ratio = c.attention / tokens / attention;
     std::printf("2. counted from the trace of step 3 (%g tokens), from each op's input shapes:\n", tokens);
     std::printf("   %d matmuls (aten::mm / addmm / bmm, 2·M·K·N)  %14.4g per token = %.5f × 6·(N − N_embedding)\n",
-                c.matmuls, c.matmul / tokens, mm_ratio);
+                c.matmul_ops, c.matmul / tokens, mm_ratio);
     std::printf("   %*s = %.9f × 6·(N − N_embedding − N_norms): the %s norm weights are the difference\n",
                 47, "", exact, metrics::with_thousands(n_norm).c_str());
     std::printf("   %d attention kernels (flash fwd + bwd)        %14.4g per token = %.5f × 12·L·H·Q·T\n",
-                c.attention_calls, c.attention / tokens, att_ratio);
+                c.attention_ops, c.attention / tokens, att_ratio);
     std::printf("   The matmuls are the weights' work exactly: forward X·Wᵀ, backward dY·W and dYᵀ·X per\n"
                 "   linear layer, the output projection included and the embedding (a lookup) not.\n"
                 "   Attention is counted as model FLOPs (the kernel also recomputes QKᵀ in backward,\n"
                 "   and skips part of the causal square: hardware work that MFU does not count).\n\n");
 
     // ------------------------------------------------ (3) MFU
-    const double step_s = c.step_us / 1e6;
+    const double step_s = step->dur / 1e6;
     const double model_flops = per_token * tokens;
     std::printf("3. MFU of the recorded step: %.4g model FLOPs in %.1f ms = %.3g FLOP/s", model_flops,
                 step_s * 1e3, model_flops / step_s);

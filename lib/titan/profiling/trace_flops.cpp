@@ -1,0 +1,49 @@
+#include "titan/profiling/trace_flops.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <vector>
+
+#include "titan/util/error.hpp"
+
+namespace titan::profiling {
+
+TraceFlops count_trace_flops(const std::string& path, double from_us, double to_us) {
+  std::ifstream in(path);
+  TITAN_CHECK(in.good(), "trace: cannot open ", path);
+  nlohmann::json trace;
+  try {
+    trace = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("trace: " + path + " is not valid JSON (" + e.what() + ")");
+  }
+  TraceFlops c;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.value("ph", "") != "X" || !e.contains("args") || !e["args"].contains("Input Dims")) continue;
+    const double ts = e.value("ts", 0.0);
+    if ((from_us >= 0 && ts < from_us) || (to_us >= 0 && ts > to_us)) continue;
+    const std::string name = e.value("name", "");
+    const auto& dims = e["args"]["Input Dims"];
+    auto dim = [&](size_t i) { return dims.at(i).get<std::vector<int64_t>>(); };
+    if (name == "aten::mm") {  // [M, K] x [K, N]
+      const auto a = dim(0), b = dim(1);
+      c.matmul += 2.0 * a[0] * a[1] * b[1], ++c.matmul_ops;
+    } else if (name == "aten::addmm") {  // bias, [M, K] x [K, N]
+      const auto a = dim(1), b = dim(2);
+      c.matmul += 2.0 * a[0] * a[1] * b[1], ++c.matmul_ops;
+    } else if (name == "aten::bmm") {  // [B, M, K] x [B, K, N]
+      const auto a = dim(0), b = dim(1);
+      c.matmul += 2.0 * a[0] * a[1] * a[2] * b[2], ++c.matmul_ops;
+    } else if (name == "aten::_scaled_dot_product_flash_attention_for_cpu") {
+      const auto q = dim(0);  // [B, H, T, Q]
+      c.attention += 2 * 2.0 * q[0] * q[1] * q[2] * q[2] * q[3], ++c.attention_ops;
+    } else if (name == "aten::_scaled_dot_product_flash_attention_for_cpu_backward") {
+      const auto q = dim(1);  // (grad_out, q, k, v, ...)
+      c.attention += 2 * 2 * 2.0 * q[0] * q[1] * q[2] * q[2] * q[3], ++c.attention_ops;
+    }
+  }
+  return c;
+}
+
+}  // namespace titan::profiling
