@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <vector>
+
 // LibTorch's CPU library links MKL statically and exports its BLAS symbols.
 // Declared weak: where a build of LibTorch does not export them, the
 // address is null and the tiles go through at::addmm_out instead.
@@ -10,15 +12,10 @@ void sgemm_(const char* transa, const char* transb, const int* m, const int* n, 
             const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c,
             const int* ldc) __attribute__((weak));
 int MKL_Set_Num_Threads_Local(int n) __attribute__((weak));
-void cblas_gemm_bf16bf16f32(int layout, int transa, int transb, int m, int n, int k, float alpha,
-                            const uint16_t* a, int lda, const uint16_t* b, int ldb, float beta, float* c, int ldc)
-    __attribute__((weak));
 }
 
 namespace titan::ops {
 namespace {
-
-constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112;
 
 // A row-major tile as a strided tensor view (no copy).
 at::Tensor view(const void* p, bool trans, int64_t rows, int64_t cols, int64_t ld, at::ScalarType t) {
@@ -57,7 +54,7 @@ SingleThreadedBlas::~SingleThreadedBlas() {
   if (MKL_Set_Num_Threads_Local != nullptr) MKL_Set_Num_Threads_Local(previous_);
 }
 
-bool tile_blas_available(bool bf16) { return bf16 ? cblas_gemm_bf16bf16f32 != nullptr : sgemm_ != nullptr; }
+bool tile_blas_available() { return sgemm_ != nullptr; }
 
 void tile_gemm(TileGemm engine, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
@@ -76,12 +73,24 @@ void tile_gemm(TileGemm engine, bool ta, bool tb, int64_t m, int64_t n, int64_t 
 void tile_gemm(TileGemm engine, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                const c10::BFloat16* a, int64_t lda, const c10::BFloat16* b, int64_t ldb, float beta, float* c,
                int64_t ldc) {
-  if (engine == TileGemm::blas && cblas_gemm_bf16bf16f32 != nullptr) {
-    cblas_gemm_bf16bf16f32(kCblasRowMajor, ta ? kCblasTrans : kCblasNoTrans, tb ? kCblasTrans : kCblasNoTrans,
-                           static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha,
-                           reinterpret_cast<const uint16_t*>(a), static_cast<int>(lda),
-                           reinterpret_cast<const uint16_t*>(b), static_cast<int>(ldb), beta, c,
-                           static_cast<int>(ldc));
+  if (engine == TileGemm::blas && sgemm_ != nullptr) {
+    // MKL's own bf16 GEMM (cblas_gemm_bf16bf16f32) did not follow the
+    // per-thread limit of SingleThreadedBlas and oversubscribed the cores
+    // (measured 0.01x of ATen at seq 1024; 0.84x with MKL_NUM_THREADS=1);
+    // widening the two tiles to fp32 costs (rows + cols) · k
+    // conversions per 2 · rows · cols · k flops and keeps the fast sgemm.
+    thread_local std::vector<float> wa, wb;
+    auto widen = [](const c10::BFloat16* x, bool trans, int64_t rows, int64_t cols, int64_t ld,
+                    std::vector<float>& w) {
+      // The stored matrix: cols×rows when transposed; copied densely.
+      const int64_t r = trans ? cols : rows, c = trans ? rows : cols;
+      w.resize(static_cast<size_t>(r * c));
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = 0; j < c; ++j) w[i * c + j] = static_cast<float>(x[i * ld + j]);
+      return c;
+    };
+    const int64_t la = widen(a, ta, m, k, lda, wa), lb = widen(b, tb, k, n, ldb, wb);
+    tile_gemm(engine, ta, tb, m, n, k, alpha, wa.data(), la, wb.data(), lb, beta, c, ldc);
     return;
   }
   aten_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, at::kBFloat16);

@@ -6,9 +6,9 @@
 ///
 /// Two engines, so the choice is measured rather than assumed
 /// (bench/attention): the BLAS that LibTorch's CPU library already carries
-/// (MKL's sgemm_ and cblas_gemm_bf16bf16f32, looked up as weak symbols, so
-/// a LibTorch without them still links and falls back), and at::addmm_out
-/// on views of the tile (one dispatcher call per tile).
+/// (MKL's sgemm_, looked up as a weak symbol, so a LibTorch without it
+/// still links and falls back; bf16 tiles are widened to fp32 first), and
+/// at::addmm_out on views of the tile (one dispatcher call per tile).
 
 #include <c10/util/BFloat16.h>
 
@@ -39,16 +39,17 @@ class SingleThreadedBlas {
   int previous_ = 0;
 };
 
-/// @brief True when LibTorch exports the BLAS entry points the `blas` engine
-/// uses for `bf16` (cblas_gemm_bf16bf16f32) or fp32 (sgemm_) inputs.
-bool tile_blas_available(bool bf16);
+/// @brief True when LibTorch exports the BLAS entry point (sgemm_) the
+/// `blas` engine uses.
+bool tile_blas_available();
 
 /// @brief C[m×n] = alpha · op(A) · op(B) + beta · C, all row-major with
 /// leading dimensions lda/ldb/ldc; op(X) = Xᵀ when the flag is set.
 void tile_gemm(TileGemm engine, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-/// @brief The same with bf16 inputs and an fp32 result (fp32 accumulation).
+/// @brief The same with bf16 inputs and an fp32 result (fp32 accumulation;
+/// the blas engine widens the two tiles to fp32 and calls sgemm).
 void tile_gemm(TileGemm engine, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const c10::BFloat16* a, int64_t lda, const c10::BFloat16* b, int64_t ldb, float beta, float* c,
                int64_t ldc);
