@@ -33,6 +33,7 @@ struct Options {
   int64_t batch = 1, heads = 4, kv_heads = -1, dim = 64, reps = 3, math_max = 4096;
   bool causal = true;
   at::ScalarType dtype = at::kFloat;
+  titan::ops::FlashOptions flash;  // tile sizes (--q-tile, --kv-tile)
 };
 
 Options parse(int argc, char** argv) {
@@ -63,6 +64,10 @@ Options parse(int argc, char** argv) {
       o.reps = std::stoll(next());
     } else if (a == "--math-max") {
       o.math_max = std::stoll(next());
+    } else if (a == "--q-tile") {
+      o.flash.q_tile = std::stoll(next());
+    } else if (a == "--kv-tile") {
+      o.flash.kv_tile = std::stoll(next());
     } else if (a == "--full") {
       o.causal = false;
     } else if (a == "--dtype") {
@@ -102,7 +107,8 @@ int main(int argc, char** argv) {
               o.causal ? "causal" : "full", o.dtype == at::kFloat ? "fp32" : "bf16",
               static_cast<long long>(o.batch), static_cast<long long>(o.heads), static_cast<long long>(o.kv_heads),
               static_cast<long long>(o.dim), at::get_num_threads(), static_cast<long long>(o.reps));
-  std::printf("tile BLAS (MKL sgemm_) available: %d\n", ops::tile_blas_available());
+  std::printf("tile BLAS (MKL sgemm_) available: %d; tiles %lld queries x %lld keys\n", ops::tile_blas_available(),
+              static_cast<long long>(o.flash.q_tile), static_cast<long long>(o.flash.kv_tile));
   std::printf("%6s | %9s %9s %9s %6s | %9s %9s %9s %6s | %9s | %8s %8s %8s\n", "seq", "ours fwd", "aten fwd",
               "math fwd", "speed", "ours f+b", "aten f+b", "math f+b", "speed", "ours/mm", "MiB ours", "MiB aten",
               "MiB math");
@@ -117,10 +123,10 @@ int main(int argc, char** argv) {
     const at::Tensor kr = gqa ? k.repeat_interleave(o.heads / o.kv_heads, 1) : k;
     const at::Tensor vr = gqa ? v.repeat_interleave(o.heads / o.kv_heads, 1) : v;
     const bool with_math = s <= o.math_max;
-    ops::FlashOptions mm;
+    ops::FlashOptions mm = o.flash;
     mm.gemm = ops::TileGemm::aten;
 
-    auto ours_fwd = [&] { ops::flash_attention_forward(q, k, v, o.causal); };
+    auto ours_fwd = [&] { ops::flash_attention_forward(q, k, v, o.causal, std::nullopt, o.flash); };
     auto ours_fb = [&](const ops::FlashOptions& opts) {
       const ops::FlashForward f = ops::flash_attention_forward(q, k, v, o.causal, std::nullopt, opts);
       ops::flash_attention_backward(dout, q, k, v, f.out, f.lse, o.causal, std::nullopt, opts);
@@ -142,11 +148,11 @@ int main(int argc, char** argv) {
 
     std::vector<double> t_of, t_af, t_mf, t_ob, t_ab, t_mb, t_om;
     // One untimed warm-up of each (thread pools, page faults, BLAS init).
-    ours_fb({}), aten_fb();
+    ours_fb(o.flash), aten_fb();
     for (int64_t r = 0; r < o.reps; ++r) {
       t_of.push_back(time_ms(ours_fwd));
       t_af.push_back(time_ms(aten_fwd));
-      t_ob.push_back(time_ms([&] { ours_fb({}); }));
+      t_ob.push_back(time_ms([&] { ours_fb(o.flash); }));
       t_ab.push_back(time_ms(aten_fb));
       t_om.push_back(time_ms([&] { ours_fb(mm); }));
       if (with_math) {

@@ -42,15 +42,17 @@ TEST(FlashMemory, PeakExtraGrowsLinearlyNotQuadratically) {
                 static_cast<long long>(s), fwd[i] / 1048576.0, bwd[i] / 1048576.0, math[i] / 1048576.0);
   }
   // Four times the length: linear growth is ×4 (plus a constant of tile
-  // scratch, which makes it less), quadratic ×16. Measured: flash ×3.6
-  // forward (0.6 → 2.1 MiB) and ×3.5 backward (1.5 → 5.3 MiB), math ×14.3
+  // scratch, which makes it less; per-thread buffers, whose peaks overlap
+  // differently from run to run, can make it a little more), quadratic ×16.
+  // Measured over several runs on 2 threads: flash ×3.3–3.7 forward
+  // (0.6 → 2.2 MiB) and ×3.3–4.3 backward (1.5 → 6.5 MiB), math ×14.3
   // (9.5 → 136 MiB).
   const double fwd_growth = static_cast<double>(fwd[2]) / fwd[0];
   const double bwd_growth = static_cast<double>(bwd[2]) / bwd[0];
   const double math_growth = static_cast<double>(math[2]) / math[0];
   std::printf("growth over 4x length: flash fwd x%.2f, flash bwd x%.2f, math x%.2f\n", fwd_growth, bwd_growth,
               math_growth);
-  EXPECT_LT(fwd_growth, 5.0);
-  EXPECT_LT(bwd_growth, 5.0);
+  EXPECT_LT(fwd_growth, 6.0);
+  EXPECT_LT(bwd_growth, 6.0);
   EXPECT_GT(math_growth, 10.0);  // the measurement does see the S × S matrix
 }

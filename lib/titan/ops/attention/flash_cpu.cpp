@@ -45,9 +45,32 @@ Problem problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, b
 }
 
 // Run-time choice of the compiled kernel, like ATen's DispatchStub.
-bool use_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
+enum class Isa { avx512, avx2, portable };
+Isa isa() {
+  static const Isa best = [] {
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+      return Isa::avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::avx2;
+    return Isa::portable;
+  }();
+  return best;
+}
+
+void run_forward(const flash_detail::ForwardArgs& a) {
+  switch (isa()) {
+    case Isa::avx512: return flash_detail::AVX512::forward(a);
+    case Isa::avx2: return flash_detail::AVX2::forward(a);
+    case Isa::portable: return flash_detail::DEFAULT::forward(a);
+  }
+}
+
+void run_backward(const flash_detail::BackwardArgs& a) {
+  switch (isa()) {
+    case Isa::avx512: return flash_detail::AVX512::backward(a);
+    case Isa::avx2: return flash_detail::AVX2::backward(a);
+    case Isa::portable: return flash_detail::DEFAULT::backward(a);
+  }
 }
 
 }  // namespace
@@ -65,7 +88,7 @@ FlashForward flash_attention_forward(const at::Tensor& q_in, const at::Tensor& k
   a.qs = strides_of(q), a.ks = strides_of(k), a.vs = strides_of(v);
   a.out = out.data_ptr(), a.os = strides_of(out);
   a.lse = lse.data_ptr<float>();
-  if (a.p.sq > 0 && a.p.sk > 0) (use_avx2() ? flash_detail::AVX2::forward : flash_detail::DEFAULT::forward)(a);
+  if (a.p.sq > 0 && a.p.sk > 0) run_forward(a);
   return {out, lse};
 }
 
@@ -94,7 +117,7 @@ FlashGrads flash_attention_backward(const at::Tensor& dout_in, const at::Tensor&
   a.dq = dq.data_ptr<float>(), a.dqs = strides_of(dq);
   a.dk = dk.data_ptr(), a.dks = strides_of(dk), a.dv = dv.data_ptr(), a.dvs = strides_of(dv);
   if (a.p.sq > 0 && a.p.sk > 0) {
-    (use_avx2() ? flash_detail::AVX2::backward : flash_detail::DEFAULT::backward)(a);
+    run_backward(a);
   } else {
     dk.zero_(), dv.zero_();
   }

@@ -2,8 +2,8 @@
 /// @file
 /// @brief Internal: the raw-pointer problem description that
 /// flash_cpu.cpp hands to the kernel compiled once per CPU capability
-/// (flash_cpu_kernel_avx2.cpp with AVX2+FMA, flash_cpu_kernel_default.cpp
-/// without), chosen at run time like ATen's own DispatchStub.
+/// (flash_cpu_kernel_avx512.cpp with AVX-512, flash_cpu_kernel_avx2.cpp
+/// with AVX2+FMA, flash_cpu_kernel_default.cpp without), chosen at run time like ATen's own DispatchStub.
 
 #include <cstdint>
 
@@ -51,6 +51,10 @@ struct BackwardArgs {
   Strides dks, dvs;
 };
 
+namespace AVX512 {
+void forward(const ForwardArgs& a);
+void backward(const BackwardArgs& a);
+}  // namespace AVX512
 namespace AVX2 {
 void forward(const ForwardArgs& a);
 void backward(const BackwardArgs& a);
