@@ -59,6 +59,14 @@ TEST(TrainCli, HugeLearningRateStopsOnNonFiniteLoss) {
       << r.output;
 }
 
+// `titan train` with titan's own flash attention in every block.
+TEST(TrainCli, FlashAttentionBackendTrains) {
+  ScratchDir dir("train_cli_flash");
+  auto r = run_command(debug_run(dir) + " --model.attn_type flash");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "training done: 3/3 steps");
+}
+
 TEST(TrainCli, BadInputIsOneLineAndExitsNonZero) {
   ScratchDir dir("train_cli_bad");
   const std::string titan = bin_path("titan") + " train --job.dump_folder " + dir.path() + "/out --training.steps 2";
@@ -82,6 +90,7 @@ TEST(TrainCli, BadInputIsOneLineAndExitsNonZero) {
       {" --training.dataset " + empty_data, "empty"},
       {" --model.tokenizer_path " + big_tok, "2312"},
       {" --no-such-flag", "unexpected argument"},
+      {" --model.attn_type flex", "attn_type"},
   };
   for (const auto& [args, expect] : cases) {
     SCOPED_TRACE(args);

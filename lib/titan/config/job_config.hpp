@@ -45,6 +45,9 @@ struct ModelSection {
   std::string name = "llama3";         ///< model family (only "llama3")
   std::string flavor = "debugmodel";   ///< size: debugmodel, 1B, 3B, 8B, 70B, 405B
   std::string norm_type = "rmsnorm";   ///< normalisation layer
+  /// attention backend (torchtitan's attn_type): "sdpa" (ATen's dispatch),
+  /// "flash" (titan's CPU flash kernel) or "math" (explicit softmax)
+  std::string attn_type = "sdpa";
   std::string tokenizer_path;          ///< tiktoken-format file; "" = the built-in tokenizer
 };
 

@@ -100,6 +100,10 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
 
   args_ = options_.model_args ? *options_.model_args : models::llama3::flavor_args(cfg_.model.flavor);
   args_.max_seq_len = cfg_.training.seq_len;
+  args_.attn_type = cfg_.model.attn_type;
+  // Said before any model is built: the flash kernel is CPU-only for now.
+  TITAN_CHECK(args_.attn_type != "flash" || device_.is_cpu(), "[model] attn_type = \"flash\" runs on the CPU only, ",
+              "but training.device is ", device_.str(), " (use --model.attn_type sdpa on CUDA)");
   args_.validate();
   if (dims_.tp_enabled())
     models::llama3::check_tp_job(args_, dims_.tp, cfg_.training.seq_len, models::llama3::tp_options(cfg_));

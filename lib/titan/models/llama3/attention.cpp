@@ -6,7 +6,10 @@
 namespace titan::models::llama3 {
 
 AttentionImpl::AttentionImpl(const ModelArgs& args, at::TensorOptions options)
-    : n_heads(args.n_heads), n_kv_heads(args.kv_heads()), head_dim(args.head_dim()) {
+    : n_heads(args.n_heads),
+      n_kv_heads(args.kv_heads()),
+      head_dim(args.head_dim()),
+      backend(ops::parse_attention_backend(args.attn_type)) {
   wq = register_module("wq", ops::Linear(args.dim, n_heads * head_dim, options));
   wk = register_module("wk", ops::Linear(args.dim, n_kv_heads * head_dim, options));
   wv = register_module("wv", ops::Linear(args.dim, n_kv_heads * head_dim, options));
@@ -37,13 +40,20 @@ at::Tensor AttentionImpl::attend(const at::Tensor& x, const at::Tensor& cos_in, 
   at::Tensor v = wv(x).view({b, s, -1, head_dim});
   q = ops::apply_rope(q, cos, sin);
   k = ops::apply_rope(k, cos, sin);
-  const int64_t n_rep = n_heads / n_kv_heads;
-  k = repeat_kv(k, n_rep);
-  v = repeat_kv(v, n_rep);
-  // SDPA wants [batch, heads, seq, head_dim].
-  at::Tensor out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                                    v.transpose(1, 2), /*attn_mask=*/{},
-                                                    /*dropout_p=*/0.0, /*is_causal=*/true);
+  // The backends want [batch, heads, seq, head_dim].
+  at::Tensor out;
+  if (backend == ops::AttentionBackend::sdpa) {
+    // SDPA gets K/V repeated per query head: its GQA path is not taken by
+    // every kernel it may pick.
+    const int64_t n_rep = n_heads / n_kv_heads;
+    k = repeat_kv(k, n_rep);
+    v = repeat_kv(v, n_rep);
+    out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+  } else {
+    // flash and math read kv head h / n_rep for query head h themselves.
+    out = ops::attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), backend, /*causal=*/true);
+  }
   out = out.transpose(1, 2).contiguous().view({b, s, -1});
   return wo(out);
 }

@@ -7,6 +7,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "titan/models/llama3/model_args.hpp"
+#include "titan/ops/attention/backend.hpp"
 #include "titan/ops/forward_hooks.hpp"
 #include "titan/ops/linear.hpp"
 
@@ -17,8 +18,11 @@ namespace titan::models::llama3 {
 /// 8 kv heads, which cuts the KV projections and cache by 4).
 ///
 /// Submodules wq [H·Q, dim], wk/wv [KV·Q, dim], wo [dim, H·Q] — torchtitan's
-/// names. Attention itself is at::scaled_dot_product_attention with
-/// is_causal=true, which picks flash / memory-efficient / math kernels.
+/// names. Attention itself is causal and computed by the backend
+/// args.attn_type names (ops/attention/backend.hpp): at::scaled_dot_product_attention
+/// ("sdpa", which picks flash / memory-efficient / math kernels), titan's CPU
+/// flash kernel ("flash", GQA without repeating K/V) or the explicit
+/// softmax ("math").
 ///
 /// It is a HookableModule so that tensor parallelism can prepare its input
 /// (PrepareModuleInput: the sequence-sharded activations all-gathered once
@@ -39,6 +43,7 @@ class AttentionImpl : public ops::HookableModule {
   int64_t n_heads;     ///< query heads
   int64_t n_kv_heads;  ///< key/value heads
   int64_t head_dim;    ///< per-head width
+  ops::AttentionBackend backend;  ///< from args.attn_type
   ops::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
 
  private:

@@ -28,6 +28,8 @@ void ModelArgs::validate() const {
               " is not divisible by n_kv_heads ", kv_heads());
   TITAN_CHECK(max_seq_len > 0, "model: max_seq_len must be positive, got ", max_seq_len);
   TITAN_CHECK(norm_eps > 0, "model: norm_eps must be positive, got ", norm_eps);
+  TITAN_CHECK(attn_type == "sdpa" || attn_type == "flash" || attn_type == "math", "model: attn_type '", attn_type,
+              "' is not one of sdpa, flash, math");
 }
 
 std::string to_json(const ModelArgs& a) {

@@ -28,6 +28,11 @@ struct ModelArgs {
   /// torchtitan's depth_init: true scales wo/w2/w3's init std by the block's
   /// depth (0.02/√(2(layer_id+1))), false by the total depth (0.02/√(2·n_layers)).
   bool depth_init = true;
+  /// How attention is computed (torchtitan's model-args name attn_type):
+  /// "sdpa" (ATen's dispatch), "flash" (titan's CPU flash kernel) or
+  /// "math" (explicit softmax). Not part of the checkpoint metadata: it
+  /// changes kernels, not the model.
+  std::string attn_type = "sdpa";
 
   /// Number of key/value heads (n_kv_heads, or n_heads when unset).
   int64_t kv_heads() const { return n_kv_heads.value_or(n_heads); }

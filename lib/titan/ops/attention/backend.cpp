@@ -1,0 +1,41 @@
+#include "titan/ops/attention/backend.hpp"
+
+#include "titan/ops/attention/flash_function.hpp"
+#include "titan/ops/attention/math_attention.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::ops {
+
+const std::vector<std::string>& attention_backend_names() {
+  static const std::vector<std::string> names = {"sdpa", "flash", "math"};
+  return names;
+}
+
+AttentionBackend parse_attention_backend(const std::string& name) {
+  if (name == "sdpa") return AttentionBackend::sdpa;
+  if (name == "flash") return AttentionBackend::flash;
+  if (name == "math") return AttentionBackend::math;
+  throw Error("unknown attention backend '" + name + "' (valid: sdpa, flash, math)");
+}
+
+std::string to_string(AttentionBackend b) {
+  return attention_backend_names().at(static_cast<size_t>(b));
+}
+
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, AttentionBackend backend,
+                     bool causal, std::optional<double> scale) {
+  switch (backend) {
+    case AttentionBackend::flash:
+      return flash_attention(q, k, v, causal, scale);
+    case AttentionBackend::math:
+      return math_attention(q, k, v, causal, scale);
+    case AttentionBackend::sdpa:
+      break;
+  }
+  const int64_t rep = q.size(1) / k.size(1);
+  const at::Tensor kr = rep == 1 ? k : k.repeat_interleave(rep, 1);
+  const at::Tensor vr = rep == 1 ? v : v.repeat_interleave(rep, 1);
+  return at::scaled_dot_product_attention(q, kr, vr, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal, scale);
+}
+
+}  // namespace titan::ops

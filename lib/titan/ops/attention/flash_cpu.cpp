@@ -1,0 +1,127 @@
+#include "titan/ops/attention/flash_cpu.hpp"
+
+#include <cmath>
+
+#include "titan/ops/attention/flash_cpu_args.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::ops {
+namespace {
+
+using flash_detail::Problem;
+using flash_detail::Strides;
+
+Strides strides_of(const at::Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
+
+// A [B, H, S, D] operand the kernel can read through raw strides.
+at::Tensor usable(const at::Tensor& t, const char* name) {
+  TITAN_CHECK(t.dim() == 4, "flash_attention: ", name, " must be [batch, heads, seq, head_dim], got ", t.sizes());
+  TITAN_CHECK(t.device().is_cpu(), "flash_attention: ", name, " is on ", t.device(),
+              "; the flash backend runs on the CPU (use attn_type sdpa on CUDA)");
+  TITAN_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16,
+              "flash_attention: ", name, " must be float32 or bfloat16, got ", t.scalar_type());
+  return t.stride(3) == 1 ? t : t.contiguous();
+}
+
+Problem problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                std::optional<double> scale, const FlashOptions& opts) {
+  TITAN_CHECK(k.sizes() == v.sizes(), "flash_attention: k ", k.sizes(), " and v ", v.sizes(), " differ");
+  TITAN_CHECK(q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type(),
+              "flash_attention: q, k, v must share a dtype");
+  TITAN_CHECK(q.size(0) == k.size(0) && q.size(3) == k.size(3),
+              "flash_attention: q ", q.sizes(), " and k ", k.sizes(), " differ in batch or head_dim");
+  TITAN_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, "flash_attention: ", q.size(1),
+              " query heads are not a multiple of ", k.size(1), " kv heads");
+  TITAN_CHECK(!causal || q.size(2) == k.size(2), "flash_attention: causal needs as many queries as keys, got ",
+              q.size(2), " and ", k.size(2));
+  TITAN_CHECK(opts.q_tile > 0 && opts.kv_tile > 0, "flash_attention: tile sizes must be positive");
+  Problem p;
+  p.batch = q.size(0), p.hq = q.size(1), p.hkv = k.size(1), p.sq = q.size(2), p.sk = k.size(2), p.d = q.size(3);
+  p.causal = causal;
+  p.bf16 = q.scalar_type() == at::kBFloat16;
+  p.scale = static_cast<float>(scale.value_or(1.0 / std::sqrt(static_cast<double>(p.d))));
+  p.q_tile = opts.q_tile, p.kv_tile = opts.kv_tile, p.gemm = opts.gemm;
+  return p;
+}
+
+// Run-time choice of the compiled kernel, like ATen's DispatchStub.
+enum class Isa { avx512, avx2, portable };
+Isa isa() {
+  static const Isa best = [] {
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+      return Isa::avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::avx2;
+    return Isa::portable;
+  }();
+  return best;
+}
+
+void run_forward(const flash_detail::ForwardArgs& a) {
+  switch (isa()) {
+    case Isa::avx512: return flash_detail::AVX512::forward(a);
+    case Isa::avx2: return flash_detail::AVX2::forward(a);
+    case Isa::portable: return flash_detail::DEFAULT::forward(a);
+  }
+}
+
+void run_backward(const flash_detail::BackwardArgs& a) {
+  switch (isa()) {
+    case Isa::avx512: return flash_detail::AVX512::backward(a);
+    case Isa::avx2: return flash_detail::AVX2::backward(a);
+    case Isa::portable: return flash_detail::DEFAULT::backward(a);
+  }
+}
+
+}  // namespace
+
+FlashForward flash_attention_forward(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                                     bool causal, std::optional<double> scale, const FlashOptions& opts) {
+  const at::Tensor q = usable(q_in, "q"), k = usable(k_in, "k"), v = usable(v_in, "v");
+  flash_detail::ForwardArgs a;
+  a.p = problem(q, k, v, causal, scale, opts);
+  // The output is laid out [B, S, H, D] and returned as its transpose: what
+  // the model reshapes to [B, S, H·D] next, so that costs no copy.
+  at::Tensor out = at::empty({a.p.batch, a.p.sq, a.p.hq, a.p.d}, q.options()).transpose(1, 2);
+  at::Tensor lse = at::empty({a.p.batch, a.p.hq, a.p.sq}, q.options().dtype(at::kFloat));
+  a.q = q.data_ptr(), a.k = k.data_ptr(), a.v = v.data_ptr();
+  a.qs = strides_of(q), a.ks = strides_of(k), a.vs = strides_of(v);
+  a.out = out.data_ptr(), a.os = strides_of(out);
+  a.lse = lse.data_ptr<float>();
+  if (a.p.sq > 0 && a.p.sk > 0) run_forward(a);
+  return {out, lse};
+}
+
+FlashGrads flash_attention_backward(const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in,
+                                    const at::Tensor& v_in, const at::Tensor& out, const at::Tensor& lse,
+                                    bool causal, std::optional<double> scale, const FlashOptions& opts) {
+  const at::Tensor q = usable(q_in, "q"), k = usable(k_in, "k"), v = usable(v_in, "v");
+  const at::Tensor dout = usable(dout_in.scalar_type() == q.scalar_type() ? dout_in : dout_in.to(q.scalar_type()),
+                                 "dout");
+  flash_detail::BackwardArgs a;
+  a.p = problem(q, k, v, causal, scale, opts);
+  TITAN_CHECK(dout.sizes() == q.sizes() && out.sizes() == q.sizes(), "flash_attention_backward: dout ",
+              dout.sizes(), " / out ", out.sizes(), " must be shaped like q ", q.sizes());
+  TITAN_CHECK(lse.scalar_type() == at::kFloat && lse.sizes() == at::IntArrayRef({a.p.batch, a.p.hq, a.p.sq}),
+              "flash_attention_backward: lse must be fp32 [batch, heads, seq]");
+  // D_i = rowsum(dO_i ∘ O_i) = rowsum(P_i ∘ dP_i): the softmax Jacobian's
+  // correction term, computed once instead of per tile (FlashAttention-2).
+  const at::Tensor delta = (dout.to(at::kFloat) * out.to(at::kFloat)).sum(-1).contiguous();
+  const at::Tensor lse_c = lse.contiguous();
+  // dq accumulates across kv tiles in fp32, laid out like q.
+  at::Tensor dq = at::zeros_like(q, q.options().dtype(at::kFloat));
+  at::Tensor dk = at::empty_like(k), dv = at::empty_like(v);
+  a.q = q.data_ptr(), a.k = k.data_ptr(), a.v = v.data_ptr(), a.dout = dout.data_ptr();
+  a.qs = strides_of(q), a.ks = strides_of(k), a.vs = strides_of(v), a.dos = strides_of(dout);
+  a.lse = lse_c.data_ptr<float>(), a.delta = delta.data_ptr<float>();
+  a.dq = dq.data_ptr<float>(), a.dqs = strides_of(dq);
+  a.dk = dk.data_ptr(), a.dks = strides_of(dk), a.dv = dv.data_ptr(), a.dvs = strides_of(dv);
+  if (a.p.sq > 0 && a.p.sk > 0) {
+    run_backward(a);
+  } else {
+    dk.zero_(), dv.zero_();
+  }
+  return {a.p.bf16 ? dq.to(at::kBFloat16) : dq, dk, dv};
+}
+
+}  // namespace titan::ops

@@ -1,0 +1,309 @@
+#pragma once
+/// @file
+/// @brief Internal: the body of the CPU flash-attention kernel. Included by
+/// one .cpp per CPU capability, each compiled with its own instruction-set
+/// flags and CPU_CAPABILITY (AVX2 or DEFAULT), so at::vec::Vectorized is the
+/// AVX2 type in one and the portable one in the other and the two copies
+/// live in different namespaces.
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/vec.h>
+#include <c10/util/BFloat16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <vector>
+
+#include "titan/ops/attention/flash_cpu_args.hpp"
+
+namespace titan::ops::flash_detail {
+namespace CPU_CAPABILITY {
+namespace {
+
+using Vec = at::vec::Vectorized<float>;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Scratch memory comes from tensors, not std::vector, so that the CPU tensor
+// memory counter (metrics/tensor_memory.hpp) sees all of it and the tests'
+// linear-memory check covers the kernel's own buffers too.
+template <typename T>
+struct Scratch {
+  at::Tensor t;
+  T* ptr = nullptr;
+  explicit Scratch(int64_t n) {
+    if (n == 0) return;
+    t = at::empty({n}, at::TensorOptions(c10::CppTypeToScalarType<T>::value));
+    ptr = t.template data_ptr<T>();
+  }
+  T* data() const { return ptr; }
+};
+
+template <typename T>
+void fill(const Scratch<T>& s, int64_t n, T value) {
+  std::fill(s.ptr, s.ptr + n, value);
+}
+
+// ---- row helpers: the softmax work between the tile products -------------
+
+float row_max(const float* x, int64_t n) {
+  int64_t i = 0;
+  float m = kNegInf;
+  if (n >= Vec::size()) {
+    Vec vm(kNegInf);
+    for (; i + Vec::size() <= n; i += Vec::size()) vm = at::vec::maximum(vm, Vec::loadu(x + i));
+    float lanes[Vec::size()];
+    vm.store(lanes);
+    for (float f : lanes) m = std::max(m, f);
+  }
+  for (; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+// x[i] = exp(x[i] - sub) for i < n, zero for n <= i < width; returns Σ x.
+// exp_u20 is ATen's polynomial exp (the one its CPU flash kernel uses); its
+// error is far below the bf16 rounding the outputs see and measured in the
+// fp32 tests against the math reference.
+float exp_rows(float* x, int64_t n, int64_t width, float sub) {
+  int64_t i = 0;
+  Vec vsum(0.0f);
+  const Vec vsub(sub);
+  for (; i + Vec::size() <= n; i += Vec::size()) {
+    Vec e = (Vec::loadu(x + i) - vsub).exp_u20();
+    e.store(x + i);
+    vsum = vsum + e;
+  }
+  float lanes[Vec::size()];
+  vsum.store(lanes);
+  float sum = 0.0f;
+  for (float f : lanes) sum += f;
+  for (; i < n; ++i) {
+    x[i] = std::exp(x[i] - sub);
+    sum += x[i];
+  }
+  std::fill(x + std::max<int64_t>(n, 0), x + width, 0.0f);
+  return sum;
+}
+
+void scale_row(float* x, int64_t n, float s) {
+  int64_t i = 0;
+  const Vec vs(s);
+  for (; i + Vec::size() <= n; i += Vec::size()) (Vec::loadu(x + i) * vs).store(x + i);
+  for (; i < n; ++i) x[i] *= s;
+}
+
+void add_row(float* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+  for (; i + Vec::size() <= n; i += Vec::size()) (Vec::loadu(dst + i) + Vec::loadu(src + i)).store(dst + i);
+  for (; i < n; ++i) dst[i] += src[i];
+}
+
+// dS = P ∘ (dP − delta), in place in dp.
+void ds_row(float* dp, const float* p, int64_t n, float delta) {
+  int64_t i = 0;
+  const Vec vd(delta);
+  for (; i + Vec::size() <= n; i += Vec::size())
+    (Vec::loadu(p + i) * (Vec::loadu(dp + i) - vd)).store(dp + i);
+  for (; i < n; ++i) dp[i] = p[i] * (dp[i] - delta);
+}
+
+template <typename T>
+void store_row(T* dst, const float* src, int64_t n, float s) {
+  if constexpr (std::is_same_v<T, float>) {
+    int64_t i = 0;
+    const Vec vs(s);
+    for (; i + Vec::size() <= n; i += Vec::size()) (Vec::loadu(src + i) * vs).store(dst + i);
+    for (; i < n; ++i) dst[i] = src[i] * s;
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i] * s);
+  }
+}
+
+// bf16 tiles need P / dS rounded to bf16 for the bf16×bf16→fp32 product
+// (what FlashAttention-2 does on GPUs too); fp32 tiles use them as they are.
+template <typename T>
+const T* lowered(const float* x, T* buf, int64_t rows, int64_t cols, int64_t ld) {
+  if constexpr (std::is_same_v<T, float>) {
+    (void)buf, (void)rows, (void)cols, (void)ld;
+    return x;
+  } else {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) buf[r * ld + c] = static_cast<T>(x[r * ld + c]);
+    return buf;
+  }
+}
+
+// The number of keys of tile [j0, j0 + cols) that query row i may see.
+int64_t visible(bool causal, int64_t i, int64_t j0, int64_t cols) {
+  return causal ? std::min(cols, i - j0 + 1) : cols;
+}
+
+// ---- forward --------------------------------------------------------------
+
+template <typename T>
+void forward_impl(const ForwardArgs& a) {
+  const Problem& p = a.p;
+  const int64_t qt = p.q_tile, kt = p.kv_tile, d = p.d, rep = p.hq / p.hkv;
+  const int64_t n_qtiles = (p.sq + qt - 1) / qt;
+  const T* q = static_cast<const T*>(a.q);
+  const T* k = static_cast<const T*>(a.k);
+  const T* v = static_cast<const T*>(a.v);
+  T* out = static_cast<T*>(a.out);
+  // One task per (batch, query head, query tile); each owns its output rows.
+  at::parallel_for(0, p.batch * p.hq * n_qtiles, 1, [&](int64_t begin, int64_t end) {
+    const SingleThreadedBlas one_thread;
+    Scratch<float> s_buf(qt * kt), o_buf(qt * d), m_buf(qt), l_buf(qt);
+    Scratch<T> p_low(std::is_same_v<T, float> ? 0 : qt * kt);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / (p.hq * n_qtiles), h = (task / n_qtiles) % p.hq, it = task % n_qtiles;
+      const int64_t g = h / rep, i0 = it * qt, rows = std::min(qt, p.sq - i0);
+      const T* qi = q + b * a.qs.b + h * a.qs.h + i0 * a.qs.s;
+      fill(o_buf, qt * d, 0.0f);
+      fill(m_buf, qt, kNegInf);
+      fill(l_buf, qt, 0.0f);
+      // Causal: keys past the tile's last query are masked for every row, so
+      // the tiles above the diagonal are never computed.
+      const int64_t kv_end = p.causal ? i0 + rows : p.sk;
+      for (int64_t j0 = 0; j0 < kv_end; j0 += kt) {
+        const int64_t cols = std::min(kt, kv_end - j0);
+        const T* kj = k + b * a.ks.b + g * a.ks.h + j0 * a.ks.s;
+        const T* vj = v + b * a.vs.b + g * a.vs.h + j0 * a.vs.s;
+        float* s = s_buf.data();
+        tile_gemm(p.gemm, false, true, rows, cols, d, p.scale, qi, a.qs.s, kj, a.ks.s, 0.0f, s, kt);
+        for (int64_t r = 0; r < rows; ++r) {
+          float* sr = s + r * kt;
+          const int64_t n = visible(p.causal, i0 + r, j0, cols);
+          const float m_old = m_buf.ptr[r];
+          const float m_new = n > 0 ? std::max(m_old, row_max(sr, n)) : m_old;
+          const float sum = n > 0 ? exp_rows(sr, n, cols, m_new) : (std::fill(sr, sr + cols, 0.0f), 0.0f);
+          // Online softmax: what was accumulated under the old maximum is
+          // rescaled to the new one (exp(-inf) = 0 on the first tile).
+          const float alpha = m_old == m_new ? 1.0f : std::exp(m_old - m_new);
+          l_buf.ptr[r] = l_buf.ptr[r] * alpha + sum;
+          m_buf.ptr[r] = m_new;
+          if (alpha != 1.0f) scale_row(o_buf.data() + r * d, d, alpha);
+        }
+        const T* pt = lowered<T>(s, p_low.data(), rows, cols, kt);
+        tile_gemm(p.gemm, false, false, rows, d, cols, 1.0f, pt, kt, vj, a.vs.s, 1.0f, o_buf.data(), d);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        T* dst = out + b * a.os.b + h * a.os.h + (i0 + r) * a.os.s;
+        store_row(dst, o_buf.data() + r * d, d, 1.0f / l_buf.ptr[r]);
+        a.lse[(b * p.hq + h) * p.sq + i0 + r] = m_buf.ptr[r] + std::log(l_buf.ptr[r]);
+      }
+    }
+  });
+}
+
+// ---- backward -------------------------------------------------------------
+
+template <typename T>
+void backward_impl(const BackwardArgs& a) {
+  const Problem& p = a.p;
+  const int64_t qt = p.q_tile, kt = p.kv_tile, d = p.d, rep = p.hq / p.hkv;
+  const int64_t n_ktiles = (p.sk + kt - 1) / kt;
+  const T* q = static_cast<const T*>(a.q);
+  const T* k = static_cast<const T*>(a.k);
+  const T* v = static_cast<const T*>(a.v);
+  const T* dout = static_cast<const T*>(a.dout);
+  T* dk = static_cast<T*>(a.dk);
+  T* dv = static_cast<T*>(a.dv);
+  // dq of one (batch, kv group) receives a term from every kv tile; tasks of
+  // the same group on different threads add their share under its lock.
+  std::vector<std::mutex> group_locks(p.batch * p.hkv);
+  // One task per (batch, kv head, kv tile): it owns dK/dV of its tile rows,
+  // summed over the rep query heads that read this kv head, so those need
+  // no synchronisation at all.
+  at::parallel_for(0, p.batch * p.hkv * n_ktiles, 1, [&](int64_t begin, int64_t end) {
+    const SingleThreadedBlas one_thread;
+    Scratch<float> s_buf(qt * kt), dp_buf(qt * kt), dk_buf(kt * d), dv_buf(kt * d);
+    Scratch<T> p_low(std::is_same_v<T, float> ? 0 : qt * kt), ds_low(std::is_same_v<T, float> ? 0 : qt * kt);
+    // This thread's dq for the rep heads of its current group, [rep, Sq, D]:
+    // linear in the sequence, one per thread.
+    Scratch<float> dq_acc(rep * p.sq * d);
+    int64_t cur_group = -1, first_row = p.sq;
+    auto flush = [&]() {
+      if (cur_group < 0 || first_row >= p.sq) return;
+      const int64_t b = cur_group / p.hkv, g = cur_group % p.hkv;
+      std::lock_guard<std::mutex> lock(group_locks[cur_group]);
+      for (int64_t hh = 0; hh < rep; ++hh)
+        for (int64_t i = first_row; i < p.sq; ++i)
+          add_row(a.dq + b * a.dqs.b + (g * rep + hh) * a.dqs.h + i * a.dqs.s, dq_acc.data() + (hh * p.sq + i) * d,
+                  d);
+    };
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t group = task / n_ktiles, jt = task % n_ktiles;
+      const int64_t b = group / p.hkv, g = group % p.hkv;
+      const int64_t j0 = jt * kt, cols = std::min(kt, p.sk - j0);
+      if (group != cur_group) {
+        flush();
+        cur_group = group;
+        first_row = p.sq;
+        fill(dq_acc, rep * p.sq * d, 0.0f);
+      }
+      const T* kj = k + b * a.ks.b + g * a.ks.h + j0 * a.ks.s;
+      const T* vj = v + b * a.vs.b + g * a.vs.h + j0 * a.vs.s;
+      fill(dk_buf, kt * d, 0.0f);
+      fill(dv_buf, kt * d, 0.0f);
+      // Causal: query rows before j0 see none of this tile's keys.
+      const int64_t i_first = p.causal ? (j0 / qt) * qt : 0;
+      first_row = std::min(first_row, i_first);
+      for (int64_t hh = 0; hh < rep; ++hh) {
+        const int64_t h = g * rep + hh;
+        const float* lse = a.lse + (b * p.hq + h) * p.sq;
+        const float* delta = a.delta + (b * p.hq + h) * p.sq;
+        for (int64_t i0 = i_first; i0 < p.sq; i0 += qt) {
+          const int64_t rows = std::min(qt, p.sq - i0);
+          const T* qi = q + b * a.qs.b + h * a.qs.h + i0 * a.qs.s;
+          const T* doi = dout + b * a.dos.b + h * a.dos.h + i0 * a.dos.s;
+          float* s = s_buf.data();
+          float* dp = dp_buf.data();
+          // P recomputed from the saved log-sum-exp: exp(scale·q·k − L).
+          tile_gemm(p.gemm, false, true, rows, cols, d, p.scale, qi, a.qs.s, kj, a.ks.s, 0.0f, s, kt);
+          for (int64_t r = 0; r < rows; ++r) {
+            float* sr = s + r * kt;
+            const int64_t n = visible(p.causal, i0 + r, j0, cols);
+            if (n > 0)
+              exp_rows(sr, n, cols, lse[i0 + r]);
+            else
+              std::fill(sr, sr + cols, 0.0f);
+          }
+          const T* pt = lowered<T>(s, p_low.data(), rows, cols, kt);
+          tile_gemm(p.gemm, true, false, cols, d, rows, 1.0f, pt, kt, doi, a.dos.s, 1.0f, dv_buf.data(), d);
+          tile_gemm(p.gemm, false, true, rows, cols, d, 1.0f, doi, a.dos.s, vj, a.vs.s, 0.0f, dp, kt);
+          for (int64_t r = 0; r < rows; ++r) ds_row(dp + r * kt, s + r * kt, cols, delta[i0 + r]);
+          const T* dst = lowered<T>(dp, ds_low.data(), rows, cols, kt);
+          tile_gemm(p.gemm, true, false, cols, d, rows, p.scale, dst, kt, qi, a.qs.s, 1.0f, dk_buf.data(), d);
+          tile_gemm(p.gemm, false, false, rows, d, cols, p.scale, dst, kt, kj, a.ks.s, 1.0f,
+                    dq_acc.data() + (hh * p.sq + i0) * d, d);
+        }
+      }
+      for (int64_t c = 0; c < cols; ++c) {
+        store_row(dk + b * a.dks.b + g * a.dks.h + (j0 + c) * a.dks.s, dk_buf.data() + c * d, d, 1.0f);
+        store_row(dv + b * a.dvs.b + g * a.dvs.h + (j0 + c) * a.dvs.s, dv_buf.data() + c * d, d, 1.0f);
+      }
+    }
+    flush();
+  });
+}
+
+}  // namespace
+
+void forward(const ForwardArgs& a) {
+  if (a.p.bf16)
+    forward_impl<c10::BFloat16>(a);
+  else
+    forward_impl<float>(a);
+}
+
+void backward(const BackwardArgs& a) {
+  if (a.p.bf16)
+    backward_impl<c10::BFloat16>(a);
+  else
+    backward_impl<float>(a);
+}
+
+}  // namespace CPU_CAPABILITY
+}  // namespace titan::ops::flash_detail

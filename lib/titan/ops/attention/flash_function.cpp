@@ -1,0 +1,45 @@
+#include "titan/ops/attention/flash_function.hpp"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace titan::ops {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct FlashAttentionFunction : torch::autograd::Function<FlashAttentionFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            bool causal, std::optional<double> scale, FlashOptions opts) {
+    FlashForward f = flash_attention_forward(q, k, v, causal, scale, opts);
+    ctx->save_for_backward({q, k, v, f.out, f.lse});
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["scale"] = scale.value_or(-1.0);
+    ctx->saved_data["q_tile"] = opts.q_tile;
+    ctx->saved_data["kv_tile"] = opts.kv_tile;
+    ctx->saved_data["gemm"] = static_cast<int64_t>(opts.gemm);
+    return f.out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list s = ctx->get_saved_variables();
+    const double scale = ctx->saved_data["scale"].toDouble();
+    FlashOptions opts;
+    opts.q_tile = ctx->saved_data["q_tile"].toInt();
+    opts.kv_tile = ctx->saved_data["kv_tile"].toInt();
+    opts.gemm = static_cast<TileGemm>(ctx->saved_data["gemm"].toInt());
+    FlashGrads g = flash_attention_backward(grads[0], s[0], s[1], s[2], s[3], s[4],
+                                            ctx->saved_data["causal"].toBool(),
+                                            scale > 0 ? std::optional<double>(scale) : std::nullopt, opts);
+    return {g.dq, g.dk, g.dv, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                           std::optional<double> scale, const FlashOptions& opts) {
+  return FlashAttentionFunction::apply(q, k, v, causal, scale, opts);
+}
+
+}  // namespace titan::ops
