@@ -14,11 +14,11 @@
 namespace titan::testing {
 
 /// tiny_args() (GQA 4/2 heads, Llama 3.1 scaling with all three bands), with
-/// the RoPE table as long as the scaled-around "original" context, so that
-/// transformers does not warn that max_position_embeddings is shorter.
+/// a RoPE table longer than the scaled-around "original" context (64), as
+/// transformers expects of max_position_embeddings (it warns otherwise).
 inline models::llama3::ModelArgs tiny_hf_args() {
   models::llama3::ModelArgs a = tiny_args();
-  a.max_seq_len = 64;
+  a.max_seq_len = 128;
   return a;
 }
 
