@@ -76,6 +76,27 @@ void check_flavor(const checkpoint::StateDict& state, const models::llama3::Mode
   }
 }
 
+std::string rope_str(const models::llama3::ModelArgs& a) {
+  std::string s = "theta " + std::to_string(a.rope_theta);
+  if (!a.rope_scaling.enabled) return s + ", no scaling";
+  return s + ", llama3 scaling factor " + std::to_string(a.rope_scaling.factor) + " low " +
+         std::to_string(a.rope_scaling.low_freq_factor) + " high " + std::to_string(a.rope_scaling.high_freq_factor) +
+         " original " + std::to_string(a.rope_scaling.original_max_position);
+}
+
+// The flavor fixes shapes; RoPE and the norm epsilon are not in the tensors,
+// and titan will use the flavor's. Say so when the HF config disagrees (say,
+// a Llama 3.0 8B without the 3.1 scaling), since the logits would differ.
+void note_config_differences(const models::llama3::ModelArgs& config, const models::llama3::ModelArgs& flavor,
+                             const Options& o) {
+  if (rope_str(config) != rope_str(flavor))
+    std::fprintf(stderr, "note: %s/config.json has RoPE %s; flavor %s (which titan will use) has %s\n",
+                 o.checkpoint_path.c_str(), rope_str(config).c_str(), o.model_flavor.c_str(), rope_str(flavor).c_str());
+  if (config.norm_eps != flavor.norm_eps)
+    std::fprintf(stderr, "note: %s/config.json has rms_norm_eps %g; flavor %s (which titan will use) has %g\n",
+                 o.checkpoint_path.c_str(), config.norm_eps, o.model_flavor.c_str(), flavor.norm_eps);
+}
+
 int64_t param_count(const checkpoint::StateDict& state) {
   int64_t n = 0;
   for (const auto& [name, t] : state) n += t.numel();
@@ -85,6 +106,7 @@ int64_t param_count(const checkpoint::StateDict& state) {
 int hf_to_titan(const Options& o, const models::llama3::ModelArgs& flavor, at::ScalarType dtype) {
   checkpoint::HfCheckpoint hf = checkpoint::read_hf_folder(o.checkpoint_path);
   check_flavor(hf.titan_state, flavor, o);
+  note_config_differences(hf.args, flavor, o);
   for (auto& [name, t] : hf.titan_state) t = t.to(dtype);
 #if TITAN_CONVERT_HAS_DCP
   checkpoint::write_model_checkpoint(o.output_path, hf.titan_state, /*step=*/0);
