@@ -96,6 +96,41 @@ TEST(HfConfig, RoundTripsTinyArgsAndEveryFlavor) {
   }
 }
 
+// Meta's published configs (keys as on the Hugging Face Hub) read as titan's
+// flavors: Llama 3.1 8B, and Llama 3.2 1B with its tied embeddings.
+TEST(HfConfig, ReadsMetaLlamaConfigsAsTheFlavors) {
+  const std::string llama31_8b = R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu",
+    "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+    "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama", "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.0.dev0", "use_cache": true, "vocab_size": 128256})";
+  HfLlamaConfig c = parse_hf_config(llama31_8b);
+  ModelArgs want = titan::models::llama3::flavor_args("8B");
+  want.max_seq_len = 131072;
+  expect_same_model(c.args, want);
+  EXPECT_EQ(c.args.multiple_of, 1024);
+  EXPECT_EQ(c.args.ffn_dim_multiplier, 1.3);
+  EXPECT_EQ(c.dtype, at::kBFloat16);
+  EXPECT_FALSE(c.tie_word_embeddings);
+
+  const std::string llama32_1b = R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false,
+    "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2048,
+    "intermediate_size": 8192, "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16", "vocab_size": 128256})";
+  c = parse_hf_config(llama32_1b);
+  want = titan::models::llama3::flavor_args("1B");
+  want.max_seq_len = 131072;
+  expect_same_model(c.args, want);
+  EXPECT_TRUE(c.tie_word_embeddings);
+}
+
 // An intermediate_size no flavor has (what a small HF test model uses).
 TEST(HfConfig, AnyIntermediateSizeIsReproduced) {
   ModelArgs a = titan::testing::tiny_hf_args();

@@ -50,8 +50,6 @@ std::string shard_name(size_t k, size_t n) {
   return buf;
 }
 
-int64_t nbytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
-
 }  // namespace
 
 bool is_hf_folder(const std::string& folder) { return files::is_regular_file(folder + "/config.json"); }
@@ -64,31 +62,38 @@ void write_hf_folder(const std::string& folder, const StateDict& titan_state,
   TITAN_CHECK(files::make_directories(folder), "hf: cannot create folder ", folder);
 
   // Model order (embedding, layer 0, 1, ..., 10, ..., head) rather than the
-  // map's alphabetical one, so that a layer's tensors share a shard.
-  std::vector<Tensors> shards(1);
+  // map's alphabetical one, so that a layer's tensors share a shard. Plan by
+  // name and size first and cast shard by shard when saving, so an 8B export
+  // to bf16 holds one shard's copy at a time, not a second model.
+  const int64_t elem = at::elementSize(dtype);
+  std::vector<std::vector<std::string>> shards(1);
   int64_t shard_bytes = 0, total = 0;
   for (const auto& [name, shape] : titan_llama_shapes(args)) {
     const std::string hn = hf_name(name);
-    at::Tensor t = hf.at(hn).detach().to(at::kCPU).to(dtype).contiguous();
-    const int64_t b = nbytes(t);
+    const int64_t b = hf.at(hn).numel() * elem;
     if (!shards.back().empty() && shard_bytes + b > max_shard_bytes) {
       shards.emplace_back();
       shard_bytes = 0;
     }
-    shards.back().emplace_back(hn, t);
+    shards.back().push_back(hn);
     shard_bytes += b;
     total += b;
   }
+  auto shard_tensors = [&](const std::vector<std::string>& names) {
+    Tensors out;
+    for (const auto& n : names) out.emplace_back(n, hf.at(n).detach().to(at::kCPU).to(dtype).contiguous());
+    return out;
+  };
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
   if (shards.size() == 1) {
-    save_safetensors(folder + "/" + kSingleFile, shards[0], metadata);
+    save_safetensors(folder + "/" + kSingleFile, shard_tensors(shards[0]), metadata);
     std::remove((folder + "/" + kIndexFile).c_str());  // a stale index would shadow the new file
   } else {
     nlohmann::json weight_map = nlohmann::json::object();
     for (size_t k = 0; k < shards.size(); ++k) {
       const std::string file = shard_name(k + 1, shards.size());
-      save_safetensors(folder + "/" + file, shards[k], metadata);
-      for (const auto& [name, t] : shards[k]) weight_map[name] = file;
+      save_safetensors(folder + "/" + file, shard_tensors(shards[k]), metadata);
+      for (const auto& name : shards[k]) weight_map[name] = file;
     }
     nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
     write_text(folder + "/" + kIndexFile, index.dump(2) + "\n");
