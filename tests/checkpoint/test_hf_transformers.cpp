@@ -37,8 +37,9 @@ bool have_transformers() {
 // rotate-half RoPE, at::rms_norm vs the written-out one), so only rounding
 // differs. Measured (transformers 5.24.0, torch 2.11 CPU): export 7.2e-7
 // (GQA + Llama 3.1 scaling) and 2.4e-7 (MQA, plain RoPE) on logits up to
-// 3.2; import 3.1e-6 and 2.9e-6 on logits up to 4.1 (its weights are larger
-// on purpose). 2e-5 leaves ~6x headroom and still catches the subtlest
+// 3.2; import 3.1e-6 and 2.9e-6 (tiny) and 5.0e-6 (debugmodel shapes, 6
+// layers) on logits up to 4.4 (its weights are larger on purpose). 2e-5
+// leaves 4x headroom over the largest and still catches the subtlest
 // mistake tried: a config that drops the RoPE scaling gives 2.0e-4 (over 16
 // positions the scaled low frequencies barely turn). An unpermuted wq/wk
 // changes the attention scores at order one (test_hf_llama.cpp).
@@ -71,15 +72,16 @@ void export_and_check(const ModelArgs& args, const std::string& label) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
-void import_and_check(const std::string& rope) {
-  const std::string dir = titan::testing::scratch_dir("hf_import_" + rope);
+void import_and_check(const std::string& rope, const std::string& shape) {
+  const std::string label = shape + "_" + rope;
+  const std::string dir = titan::testing::scratch_dir("hf_import_" + label);
   auto r = titan::testing::run_command(script() + " make-random " + dir + "/hf " + dir + "/io.safetensors --rope " +
-                                       rope + " --seed 3");
-  std::cout << "[" << rope << "] " << r.output;
+                                       rope + " --shape " + shape + " --seed 3");
+  std::cout << "[" << label << "] " << r.output;
   ASSERT_EQ(r.exit_code, 0) << r.output;
   HfCheckpoint hf = read_hf_folder(dir + "/hf");
-  EXPECT_EQ(hf.args.kv_heads(), 2);
-  EXPECT_EQ(hf.args.ffn_hidden_dim(), 160);
+  EXPECT_EQ(hf.args.kv_heads(), shape == "tiny" ? 2 : 16);
+  EXPECT_EQ(hf.args.ffn_hidden_dim(), shape == "tiny" ? 160 : 768);
   EXPECT_EQ(hf.args.rope_scaling.enabled, rope == "llama3");
   titan::models::llama3::Transformer model(hf.args);
   titan::testing::load_state(model, hf.titan_state);
@@ -90,7 +92,7 @@ void import_and_check(const std::string& rope) {
     logits = model->forward(io.at("tokens"));
   }
   const double diff = (logits - io.at("logits")).abs().max().item<double>();
-  std::cout << "[" << rope << "] max |logits diff| transformers vs titan: " << diff << " (logits up to "
+  std::cout << "[" << label << "] max |logits diff| transformers vs titan: " << diff << " (logits up to "
             << io.at("logits").abs().max().item<double>() << "), tol " << kTol << "\n";
   EXPECT_LE(diff, kTol);
   titan::testing::remove_scratch_dir(dir);
@@ -122,6 +124,8 @@ TEST(HfTransformers, DetectsAConfigThatDiffers) {
 
 TEST(HfTransformers, SavePretrainedModelGivesTheSameLogitsInTitan) {
   if (!have_transformers()) GTEST_SKIP() << "transformers is not importable with " << python() << " (scripts/setup.sh installs it)";
-  import_and_check("llama3");
-  import_and_check("default");
+  import_and_check("llama3", "tiny");
+  import_and_check("default", "tiny");
+  // torchtitan's debugmodel shapes: 6 layers, 16 heads, vocab 2048.
+  import_and_check("llama3", "debugmodel");
 }

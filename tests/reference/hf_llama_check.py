@@ -8,7 +8,9 @@
       logits difference; exit 1 when it is above T.
 
   hf_llama_check.py make-random HF_DIR IO [--seed S] [--rope llama3|default]
-      Builds a small random LlamaForCausalLM (GQA), saves it with
+                                          [--shape tiny|debugmodel]
+      Builds a small random LlamaForCausalLM (tiny: GQA, 2 layers, dim 64;
+      debugmodel: titan's debugmodel flavor's shapes), saves it with
       save_pretrained into HF_DIR, and writes random "tokens" and
       transformers' "logits" for them into IO, for titan's read_hf_folder.
 
@@ -47,14 +49,27 @@ def export_check(args):
 
 def make_random(args):
     rope = None
-    if args.rope == "llama3":
-        # Scaled around a short "original" context so that head_dim 16 has
-        # all three bands (kept, blended, divided).
-        rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
-    config = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=rope, tie_word_embeddings=False)
+    if args.shape == "tiny":
+        if args.rope == "llama3":
+            # Scaled around a short "original" context so that head_dim 16
+            # has all three bands (kept, blended, divided).
+            rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+        config = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                             rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=rope,
+                             tie_word_embeddings=False)
+        std = 0.15
+    else:
+        # torchtitan's debugmodel flavor (Llama 3.1 RoPE at Llama 3's theta).
+        if args.rope == "llama3":
+            rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+        config = LlamaConfig(vocab_size=2048, hidden_size=256, intermediate_size=768, num_hidden_layers=6,
+                             num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=16384,
+                             rms_norm_eps=1e-5, rope_theta=500000.0, rope_scaling=rope,
+                             tie_word_embeddings=False)
+        std = 0.06  # wider layers: a smaller std keeps the logits at a few units
     torch.manual_seed(args.seed)
     model = LlamaForCausalLM(config)
     # HF's init (std 0.02, unit norms) leaves logits nearly uniform; larger
@@ -64,7 +79,7 @@ def make_random(args):
             if name.endswith("norm.weight"):
                 p.copy_(1.0 + 0.2 * torch.randn_like(p))
             else:
-                p.normal_(0.0, 0.15)
+                p.normal_(0.0, std)
     model.eval()
     model.save_pretrained(args.hf_dir)
     tokens = torch.randint(config.vocab_size, (2, 16), dtype=torch.int64)
@@ -88,6 +103,7 @@ def main():
     m.add_argument("io")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--rope", choices=["llama3", "default"], default="llama3")
+    m.add_argument("--shape", choices=["tiny", "debugmodel"], default="tiny")
     args = p.parse_args()
     return export_check(args) if args.command == "export-check" else make_random(args)
 
