@@ -14,6 +14,13 @@
 #include "titan/checkpoint/hf_folder.hpp"
 #include "titan/checkpoint/safetensors.hpp"
 
+#if __has_include("titan/checkpoint/dcp.hpp")
+#include "titan/checkpoint/dcp.hpp"
+#define HAVE_DCP 1
+#else
+#define HAVE_DCP 0
+#endif
+
 using namespace titan::checkpoint;
 using titan::models::llama3::ModelArgs;
 
@@ -129,3 +136,43 @@ TEST(HfTransformers, SavePretrainedModelGivesTheSameLogitsInTitan) {
   // torchtitan's debugmodel shapes: 6 layers, 16 heads, vocab 2048.
   import_and_check("llama3", "debugmodel");
 }
+
+#if HAVE_DCP
+// The whole user path: save_pretrained -> `titan convert` -> a titan
+// checkpoint -> titan's logits, and back out with `titan convert` ->
+// from_pretrained -> transformers' logits.
+TEST(HfTransformers, TitanConvertBothWaysKeepsTheLogits) {
+  if (!have_transformers()) GTEST_SKIP() << "transformers is not importable with " << python() << " (scripts/setup.sh installs it)";
+  const std::string dir = titan::testing::scratch_dir("hf_convert_cli");
+  auto r = titan::testing::run_command(script() + " make-random " + dir + "/hf " + dir +
+                                       "/io.safetensors --shape debugmodel --seed 4");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string titan_bin = titan::testing::bin_path("titan");
+  r = titan::testing::run_command(titan_bin + " convert --checkpoint_path " + dir + "/hf --output_path " + dir +
+                                  "/step-0 --model_type llama3 --model_flavor debugmodel 2>&1");
+  std::cout << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  ModelArgs args = titan::models::llama3::flavor_args("debugmodel");
+  titan::models::llama3::Transformer model(args);
+  titan::testing::load_state(model, read_model_tensors(dir + "/step-0"));
+  SafetensorsFile io = load_safetensors(dir + "/io.safetensors");
+  at::Tensor logits;
+  {
+    torch::NoGradGuard no_grad;
+    logits = model->forward(io.at("tokens"));
+  }
+  const double diff = (logits - io.at("logits")).abs().max().item<double>();
+  std::cout << "[convert hf->titan] max |logits diff| transformers vs titan: " << diff << ", tol " << kTol << "\n";
+  EXPECT_LE(diff, kTol);
+
+  r = titan::testing::run_command(titan_bin + " convert --checkpoint_path " + dir + "/step-0 --output_path " + dir +
+                                  "/hf_back --model_flavor debugmodel 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = titan::testing::run_command(script() + " export-check " + dir + "/hf_back " + dir + "/io.safetensors --tol " +
+                                  std::to_string(kTol));
+  std::cout << "[convert titan->hf] " << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  titan::testing::remove_scratch_dir(dir);
+}
+#endif
