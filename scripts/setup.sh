@@ -17,9 +17,10 @@ say() { echo "[setup] $*"; }
 # libgloo-dev: only for gloo's headers, which ProcessGroupGloo.hpp needs to
 # compile (gloo's code itself lives inside libtorch_cpu; we never link libgloo).
 # fortunes: the English text of the built-in demo corpus.
+# zlib1g-dev: CRC-32 of checkpoint files.
 DEB_PACKAGES=(cmake ninja-build g++ git python3 python3-venv
   libgtest-dev libgmock-dev libbenchmark-dev libtomlplusplus-dev
-  nlohmann-json3-dev libgloo-dev doxygen ccache fortunes)
+  nlohmann-json3-dev libgloo-dev doxygen ccache fortunes zlib1g-dev)
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

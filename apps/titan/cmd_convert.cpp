@@ -2,12 +2,13 @@
 // and a Hugging Face model folder, with the options of torchtitan's
 // scripts/convert_checkpoint.py. The direction follows the input: a folder
 // with config.json is HF (HF → titan), anything else a titan step-N folder.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "commands.hpp"
-#include "dcp_shim.hpp"
+#include "titan/checkpoint/dcp.hpp"
 #include "titan/checkpoint/hf_config.hpp"
 #include "titan/checkpoint/hf_folder.hpp"
 #include "titan/checkpoint/hf_llama.hpp"
@@ -108,34 +109,30 @@ int hf_to_titan(const Options& o, const models::llama3::ModelArgs& flavor, at::S
   check_flavor(hf.titan_state, flavor, o);
   note_config_differences(hf.args, flavor, o);
   for (auto& [name, t] : hf.titan_state) t = t.to(dtype);
-#if TITAN_CONVERT_HAS_DCP
   checkpoint::write_model_checkpoint(o.output_path, hf.titan_state, /*step=*/0);
   std::printf("converted HF folder %s -> titan checkpoint %s (llama3 %s, %zu tensors, %lld parameters, %s)%s\n",
               o.checkpoint_path.c_str(), o.output_path.c_str(), o.model_flavor.c_str(), hf.titan_state.size(),
               static_cast<long long>(param_count(hf.titan_state)), checkpoint::hf_dtype_name(dtype).c_str(),
               hf.tied_embeddings ? "; tied embeddings untied (output.weight copied from the embedding)" : "");
   return 0;
-#else
-  throw Error("titan convert: read " + o.checkpoint_path +
-              ", but writing titan checkpoints (titan/checkpoint/dcp.hpp) is not in this build yet");
-#endif
 }
 
 int titan_to_hf(const Options& o, const models::llama3::ModelArgs& flavor, at::ScalarType dtype) {
-#if TITAN_CONVERT_HAS_DCP
   checkpoint::StateDict state = checkpoint::read_model_tensors(o.checkpoint_path);
   check_flavor(state, flavor, o);
-  checkpoint::write_hf_folder(o.output_path, state, flavor, dtype);
+  // A flavor's max_seq_len is titan's default RoPE table (2048), not the
+  // model's context; transformers expects max_position_embeddings above the
+  // scaling's original context, so write the context the scaling stretches
+  // to (original x factor).
+  models::llama3::ModelArgs args = flavor;
+  if (args.rope_scaling.enabled)
+    args.max_seq_len = std::max(args.max_seq_len, static_cast<int64_t>(args.rope_scaling.original_max_position *
+                                                                       args.rope_scaling.factor));
+  checkpoint::write_hf_folder(o.output_path, state, args, dtype);
   std::printf("converted titan checkpoint %s -> HF folder %s (llama3 %s, %zu tensors, %lld parameters, %s)\n",
               o.checkpoint_path.c_str(), o.output_path.c_str(), o.model_flavor.c_str(), state.size(),
               static_cast<long long>(param_count(state)), checkpoint::hf_dtype_name(dtype).c_str());
   return 0;
-#else
-  (void)flavor, (void)dtype;
-  throw Error("titan convert: " + o.checkpoint_path +
-              " has no config.json, so it would be a titan checkpoint, but reading those "
-              "(titan/checkpoint/dcp.hpp) is not in this build yet");
-#endif
 }
 
 }  // namespace

@@ -9,12 +9,7 @@
 #include "titan/checkpoint/hf_folder.hpp"
 #include "titan/models/llama3/model_args.hpp"
 
-#if __has_include("titan/checkpoint/dcp.hpp")
 #include "titan/checkpoint/dcp.hpp"
-#define HAVE_DCP 1
-#else
-#define HAVE_DCP 0
-#endif
 
 using namespace titan::checkpoint;
 using titan::testing::bin_path;
@@ -80,7 +75,6 @@ TEST(ConvertCli, FlavorThatDoesNotMatchTheHfFolderIsRefused) {
   EXPECT_HAS(r.output, "tok_embeddings.weight' has shape [2048, 256]");
 }
 
-#if HAVE_DCP
 TEST(ConvertCli, TitanToHfToTitanIsBitwise) {
   Scratch s;
   const StateDict state = debug_state();
@@ -112,8 +106,3 @@ TEST(ConvertCli, ExportDtypeAndFlavorMismatch) {
   r = run_command(convert("--checkpoint_path " + s.dir + "/step-1 --output_path " + s.dir + "/hf8 --model_flavor 8B"));
   expect_one_line_error(r, "--model_flavor 8B does not match the checkpoint");
 }
-#else
-TEST(ConvertCli, TitanCheckpointSide) {
-  GTEST_SKIP() << "titan/checkpoint/dcp.hpp (titan checkpoint read/write) is not in this build yet";
-}
-#endif

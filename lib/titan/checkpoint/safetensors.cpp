@@ -51,6 +51,12 @@ void require_little_endian() {
 
 }  // namespace
 
+std::string safetensors_dtype_name(at::ScalarType dtype, const std::string& tensor) {
+  return dtype_name(dtype, tensor);
+}
+
+at::ScalarType safetensors_dtype(const std::string& name) { return dtype_from_name(name, "?", "(dtype name)"); }
+
 const at::Tensor& SafetensorsFile::at(const std::string& name) const {
   for (const auto& [n, t] : tensors)
     if (n == name) return t;
@@ -61,25 +67,20 @@ bool SafetensorsFile::contains(const std::string& name) const {
   return std::any_of(tensors.begin(), tensors.end(), [&](const auto& p) { return p.first == name; });
 }
 
-void save_safetensors(const std::string& path,
-                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+std::string encode_safetensors_header(const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                                      const std::map<std::string, std::string>& metadata) {
   require_little_endian();
   nlohmann::json header = nlohmann::json::object();
-  std::vector<at::Tensor> data;
-  data.reserve(tensors.size());
   uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
     TITAN_CHECK(!name.empty() && name != "__metadata__", "safetensors: invalid tensor name '", name, "'");
     TITAN_CHECK(!header.contains(name), "safetensors: tensor name '", name, "' appears twice");
     TITAN_CHECK(tensor.defined(), "safetensors: tensor '", name, "' is undefined");
-    at::Tensor cpu = tensor.detach().to(at::kCPU).contiguous();
-    const uint64_t bytes = static_cast<uint64_t>(cpu.numel()) * cpu.element_size();
-    header[name] = {{"dtype", dtype_name(cpu.scalar_type(), name)},
-                    {"shape", cpu.sizes().vec()},
+    const uint64_t bytes = static_cast<uint64_t>(tensor.numel()) * tensor.element_size();
+    header[name] = {{"dtype", dtype_name(tensor.scalar_type(), name)},
+                    {"shape", tensor.sizes().vec()},
                     {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
-    data.push_back(cpu);
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string text = header.dump();
@@ -87,14 +88,27 @@ void save_safetensors(const std::string& path,
   // implementation does; lets readers map tensors in place).
   text.append((8 - (text.size() % 8)) % 8, ' ');
   const uint64_t header_len = text.size();
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &header_len, 8);
+  return out + text;
+}
 
+void save_safetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  std::vector<std::pair<std::string, at::Tensor>> cpu;
+  cpu.reserve(tensors.size());
+  for (const auto& [name, tensor] : tensors) {
+    TITAN_CHECK(tensor.defined(), "safetensors: tensor '", name, "' is undefined");
+    cpu.emplace_back(name, tensor.detach().to(at::kCPU).contiguous());
+  }
+  const std::string header = encode_safetensors_header(cpu, metadata);
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     TITAN_CHECK(out.good(), "safetensors: cannot open ", tmp, " for writing");
-    out.write(reinterpret_cast<const char*>(&header_len), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const auto& t : data)
+    out.write(header.data(), static_cast<std::streamsize>(header.size()));
+    for (const auto& [name, t] : cpu)
       out.write(static_cast<const char*>(t.data_ptr()),
                 static_cast<std::streamsize>(t.numel() * t.element_size()));
     out.flush();
@@ -104,7 +118,7 @@ void save_safetensors(const std::string& path,
               " to ", path);
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
+SafetensorsHeader read_safetensors_header(const std::string& path) {
   require_little_endian();
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   TITAN_CHECK(in.good(), "safetensors: cannot open ", path);
@@ -124,10 +138,10 @@ SafetensorsFile load_safetensors(const std::string& path) {
     throw Error("safetensors: " + path + ": header is not valid JSON (" + e.what() + ")");
   }
   TITAN_CHECK(header.is_object(), "safetensors: ", path, ": header is not a JSON object");
-  const uint64_t data_size = file_size - 8 - header_len;
-
-  SafetensorsFile result;
-  std::vector<std::pair<uint64_t, std::pair<std::string, at::Tensor>>> by_offset;
+  SafetensorsHeader result;
+  result.data_start = 8 + header_len;
+  result.file_size = file_size;
+  const uint64_t data_size = file_size - result.data_start;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
       TITAN_CHECK(entry.is_object(), "safetensors: ", path, ": __metadata__ is not an object");
@@ -138,33 +152,55 @@ SafetensorsFile load_safetensors(const std::string& path) {
       continue;
     }
     try {
-      const auto dtype = dtype_from_name(entry.at("dtype").get<std::string>(), name, path);
-      const auto shape = entry.at("shape").get<std::vector<int64_t>>();
+      SafetensorsEntry e;
+      e.dtype = dtype_from_name(entry.at("dtype").get<std::string>(), name, path);
+      e.shape = entry.at("shape").get<std::vector<int64_t>>();
       const auto offsets = entry.at("data_offsets").get<std::vector<uint64_t>>();
       TITAN_CHECK(offsets.size() == 2 && offsets[0] <= offsets[1] && offsets[1] <= data_size,
                   "safetensors: ", path, ": tensor '", name, "' has data_offsets outside the ",
                   data_size, "-byte data section");
-      at::Tensor t = at::empty(shape, at::TensorOptions().dtype(dtype));
-      const uint64_t bytes = static_cast<uint64_t>(t.numel()) * t.element_size();
+      uint64_t numel = 1;
+      for (int64_t d : e.shape) {
+        TITAN_CHECK(d >= 0, "safetensors: ", path, ": tensor '", name, "' has a negative dimension");
+        numel *= static_cast<uint64_t>(d);
+      }
+      const uint64_t bytes = numel * c10::elementSize(e.dtype);
       TITAN_CHECK(offsets[1] - offsets[0] == bytes, "safetensors: ", path, ": tensor '", name,
                   "' has ", offsets[1] - offsets[0], " bytes but its shape and dtype need ", bytes);
-      if (bytes > 0) {
-        in.seekg(static_cast<std::streamoff>(8 + header_len + offsets[0]));
-        in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(bytes));
-        TITAN_CHECK(in.good(), "safetensors: ", path, ": read of tensor '", name, "' failed");
-      }
-      by_offset.push_back({offsets[0], {name, t}});
+      e.begin = result.data_start + offsets[0];
+      e.end = result.data_start + offsets[1];
+      result.entries.emplace(name, std::move(e));
     } catch (const nlohmann::json::exception& e) {
       throw Error("safetensors: " + path + ": tensor '" + name + "' has a malformed entry (" + e.what() + ")");
-    } catch (const c10::Error& e) {
-      throw Error("safetensors: " + path + ": tensor '" + name + "' has an invalid shape (" +
-                  e.what_without_backtrace() + ")");
     }
   }
+  return result;
+}
+
+at::Tensor read_safetensors_tensor(const std::string& path, const SafetensorsEntry& entry) {
+  at::Tensor t = at::empty(entry.shape, at::TensorOptions().dtype(entry.dtype));
+  const uint64_t bytes = entry.end - entry.begin;
+  if (bytes == 0) return t;
+  std::ifstream in(path, std::ios::binary);
+  TITAN_CHECK(in.good(), "safetensors: cannot open ", path);
+  in.seekg(static_cast<std::streamoff>(entry.begin));
+  in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(bytes));
+  TITAN_CHECK(in.good(), "safetensors: ", path, ": read of ", bytes, " bytes at offset ", entry.begin,
+              " failed (truncated?)");
+  return t;
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  const SafetensorsHeader header = read_safetensors_header(path);
+  SafetensorsFile result;
+  result.metadata = header.metadata;
+  std::vector<std::pair<uint64_t, std::string>> by_offset;
+  for (const auto& [name, e] : header.entries) by_offset.emplace_back(e.begin, name);
   // File order, which is the order the writer chose (nlohmann sorts keys).
   std::stable_sort(by_offset.begin(), by_offset.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (auto& item : by_offset) result.tensors.push_back(std::move(item.second));
+  for (const auto& [offset, name] : by_offset)
+    result.tensors.emplace_back(name, read_safetensors_tensor(path, header.entries.at(name)));
   return result;
 }
 

@@ -36,6 +36,42 @@ void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
+/// @brief The safetensors spelling of `dtype` ("F32", "BF16", ...); throws
+/// titan::Error naming `tensor` for a dtype the format cannot hold.
+std::string safetensors_dtype_name(at::ScalarType dtype, const std::string& tensor = "");
+/// @brief The dtype of a safetensors spelling; throws titan::Error.
+at::ScalarType safetensors_dtype(const std::string& name);
+
+/// @brief Where one tensor lies in a safetensors file.
+struct SafetensorsEntry {
+  at::ScalarType dtype = at::kFloat;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;  ///< absolute file offset of the first byte
+  uint64_t end = 0;    ///< one past the last byte
+};
+
+/// @brief A safetensors file's header, parsed and checked against the file size.
+struct SafetensorsHeader {
+  std::map<std::string, SafetensorsEntry> entries;
+  std::map<std::string, std::string> metadata;  ///< "__metadata__", if any
+  uint64_t data_start = 0;                      ///< 8 + header length
+  uint64_t file_size = 0;
+};
+
+/// @brief The header bytes (8-byte length, then the JSON padded to an
+/// 8-byte boundary) for `tensors` laid out back to back in the given order.
+/// Only dtypes and shapes are read. Throws titan::Error on a bad name or dtype.
+std::string encode_safetensors_header(const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                                      const std::map<std::string, std::string>& metadata = {});
+
+/// @brief Reads and checks only the header of `path` (no tensor data): a
+/// truncated file, bad JSON, unknown dtype or offsets outside the file is a
+/// one-line titan::Error naming the file (and tensor).
+SafetensorsHeader read_safetensors_header(const std::string& path);
+
+/// @brief Reads one tensor that `read_safetensors_header(path)` listed.
+at::Tensor read_safetensors_tensor(const std::string& path, const SafetensorsEntry& entry);
+
 /// @brief Reads a whole safetensors file into CPU tensors. A truncated file,
 /// bad JSON, unknown dtype or out-of-range offsets is a one-line titan::Error
 /// naming the file (and tensor).

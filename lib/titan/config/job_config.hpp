@@ -117,6 +117,7 @@ struct CheckpointSection {
   std::string async_mode = "disabled";  ///< "disabled", "async", "async_with_pinned_mem"
   int64_t keep_latest_k = 10;           ///< checkpoints kept (0 = all)
   int64_t load_step = -1;               ///< step to resume from; -1 = latest
+  bool create_seed_checkpoint = false;  ///< save step-0 weights (one process) and stop
 };
 
 /// @brief [activation_checkpoint]: recompute activations in backward.

@@ -108,6 +108,8 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(checkpoint, async_mode, "save in the background", "disabled", "async", "async_with_pinned_mem"),
       TITAN_FIELD(checkpoint, keep_latest_k, "checkpoints kept (>= 0; 0 = all)"),
       TITAN_FIELD(checkpoint, load_step, "step to resume from; -1 = the latest"),
+      TITAN_FIELD(checkpoint, create_seed_checkpoint,
+                  "on one process: save the initial weights as step-0 and stop (the seed larger jobs start from)"),
 
       TITAN_FIELD(activation_checkpoint, mode, "recompute activations in backward", "none", "selective", "full"),
       TITAN_FIELD(activation_checkpoint, selective_ac_option,

@@ -17,9 +17,6 @@ std::string value_if(const JobConfig& cfg, const char* name, bool on) {
 
 const std::vector<FeatureGate>& feature_gates() {
   static const std::vector<FeatureGate> gates = {
-      {"checkpoint.enable_checkpoint",
-       [](const JobConfig& c, int) { return value_if(c, "checkpoint.enable_checkpoint", c.checkpoint.enable_checkpoint); },
-       "checkpointing arrives with chapter 08", "--checkpoint.enable_checkpoint=false"},
       {"profiling.enable_profiling",
        [](const JobConfig& c, int) { return value_if(c, "profiling.enable_profiling", c.profiling.enable_profiling); },
        "profiling arrives with chapter 09", "--profiling.enable_profiling=false"},

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "titan/checkpoint/manager.hpp"
 #include "titan/config/supported.hpp"
 #include "titan/data/files.hpp"
 #include "titan/dist/device_mesh.hpp"
@@ -84,6 +85,12 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   rank_ = env.rank;
   config::check_supported(cfg_, env.world_size);
   dims_ = parallel::ParallelDims::from_config(cfg_, env.world_size);
+  if (cfg_.checkpoint.create_seed_checkpoint) {
+    TITAN_CHECK(cfg_.checkpoint.enable_checkpoint,
+                "[checkpoint] create_seed_checkpoint needs [checkpoint] enable_checkpoint = true");
+    TITAN_CHECK(env.world_size == 1, "[checkpoint] create_seed_checkpoint runs on one process (the seed holds whole, "
+                "unsharded weights), not under WORLD_SIZE=", env.world_size);
+  }
   const int64_t dp_ranks_read = std::max<int64_t>(dims_.dp_degree(), options_.emulate_dp_ranks);
   plan_ = config::plan_batches(cfg_, dp_ranks_read);
   device_ = resolve_device(cfg_.training.device, env.local_rank);
@@ -208,6 +215,35 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   mopts.progress = options_.progress;
   mopts.out = options_.out;
   metrics_ = std::make_unique<metrics::MetricsProcessor>(mopts);
+
+  // Checkpoints: resume from the latest one in the folder (a fresh start
+  // when there is none), resharded to this job's layout.
+  if (cfg_.checkpoint.enable_checkpoint) {
+    checkpoint::TrainingState st;
+    if (parallelized_.pipeline_parts.empty()) {
+      st.model_parts = {model_.ptr().get()};
+    } else {
+      for (auto& part : parallelized_.pipeline_parts) st.model_parts.push_back(part.ptr().get());
+    }
+    st.mesh = mesh_.get();
+    st.group = mesh_ ? dist::world().group().get() : nullptr;  // mesh_: this process joined the job
+    st.device = device_;
+    st.optimizer = optimizer_.get();
+    st.scheduler = scheduler_.get();
+    for (auto& loader : loaders_) st.loaders.emplace_back(loader->options().dp_rank, loader.get());
+    st.dp_world = plan_.dp_degree;
+    st.step = &step_;
+    st.parallel = {{"world_size", dims_.world_size}, {"dp_replicate", dims_.dp_replicate}, {"dp_shard", dims_.dp_shard},
+                   {"cp", dims_.cp}, {"tp", dims_.tp}, {"pp", dims_.pp}};
+    st.config_toml = cfg_.to_toml();
+    checkpoint_ = std::make_unique<checkpoint::CheckpointManager>(
+        cfg_.checkpoint, cfg_.job.dump_folder + "/" + cfg_.checkpoint.folder, std::move(st),
+        [this](const std::string& line) {
+          if (banner_printed_) print(line);
+          else early_lines_.push_back(line);
+        });
+    if (!cfg_.checkpoint.create_seed_checkpoint) checkpoint_->load();
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -368,6 +404,16 @@ TrainSummary Trainer::train() {
   s.jsonl_path = jsonl_path_;
   if (metrics_->tensorboard()) s.tensorboard_dir = metrics_->tensorboard()->log_dir();
   if (options_.console) print(banner());
+  banner_printed_ = true;
+  for (const std::string& line : early_lines_) print(line);
+  early_lines_.clear();
+  if (checkpoint_ && cfg_.checkpoint.create_seed_checkpoint) {
+    // torchtitan's create_seed_checkpoint: the initial weights, whole, as
+    // step-0, which jobs of any layout then load instead of initialising.
+    checkpoint_->save(0, /*model_only=*/true, at::kFloat);
+    s.steps_done = 0;
+    return s;
+  }
 
   std::optional<StopSignal> stop;
   if (options_.handle_signals) stop.emplace();
@@ -389,6 +435,7 @@ TrainSummary Trainer::train() {
         timed_seconds += r.step_seconds;
         timed_tokens += r.tokens;
       }
+      if (checkpoint_) checkpoint_->maybe_save(step_, step_ == cfg_.training.steps);
       if (options_.on_step) options_.on_step(r);
       if (stop && stop->requested()) {
         s.interrupted = true;
@@ -403,6 +450,7 @@ TrainSummary Trainer::train() {
     throw;
   }
   metrics_->finish();
+  if (checkpoint_) checkpoint_->close();  // the background save, and any rank's failure of it
   s.wall_seconds = seconds_since(t0);
   s.steps_done = step_;
   const int ranks = static_cast<int>(dims_.world_size);

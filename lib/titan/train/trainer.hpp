@@ -38,6 +38,9 @@
 namespace torch::optim {
 class Optimizer;
 }
+namespace titan::checkpoint {
+class CheckpointManager;
+}
 namespace titan::dist {
 class DeviceMesh;
 class ProcessGroup;
@@ -136,6 +139,8 @@ class Trainer {
   /// @brief The full, unsharded weights under torchtitan's names, gathered
   /// from the shards under FSDP (collective: call it on every rank).
   std::map<std::string, at::Tensor> full_state_dict() { return parallelized_.full_state_dict(); }
+  /// @brief The checkpoint manager ([checkpoint] enable_checkpoint), or null.
+  checkpoint::CheckpointManager* checkpointer() { return checkpoint_.get(); }
   /// @brief Training FLOPs per token of the model at [training] seq_len.
   double flops_per_token() const { return flops_per_token_; }
 
@@ -182,6 +187,11 @@ class Trainer {
   bool mfu_over_100_warned_ = false;
   std::string jsonl_path_;
   int64_t step_ = 0;
+  /// Saves and resumes ([checkpoint]); null when checkpointing is off.
+  std::unique_ptr<checkpoint::CheckpointManager> checkpoint_;
+  /// Lines logged before the banner (the resume message): printed after it.
+  std::vector<std::string> early_lines_;
+  bool banner_printed_ = false;
 };
 
 }  // namespace titan::train

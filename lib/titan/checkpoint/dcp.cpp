@@ -1,0 +1,361 @@
+// The checkpoint folder format: rank files, metadata.json, listing and
+// pruning, and the resharding load (see dcp.hpp for the layout).
+#include "titan/checkpoint/dcp.hpp"
+
+#include <ATen/ATen.h>
+#include <dirent.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "titan/checkpoint/file_io.hpp"
+#include "titan/checkpoint/safetensors.hpp"
+#include "titan/data/files.hpp"
+#include "titan/dist/process_group.hpp"
+#include "titan/dist/world.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::checkpoint {
+
+namespace {
+
+namespace files = data::files;
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// "step-12" -> 12; anything else (step-12.partial, notes) -> nullopt.
+std::optional<int64_t> parse_step_name(const std::string& name, const std::string& suffix = "") {
+  if (name.rfind("step-", 0) != 0 || name.size() <= 5 + suffix.size()) return std::nullopt;
+  if (name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return std::nullopt;
+  const std::string digits = name.substr(5, name.size() - 5 - suffix.size());
+  if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return std::nullopt;
+  return std::stoll(digits);
+}
+
+std::vector<std::string> folder_entries(const std::string& folder) {
+  std::vector<std::string> names;
+  DIR* d = ::opendir(folder.c_str());
+  if (!d) return names;
+  while (dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// The part of box (off, len) that lies in box (other_off, other_len), as
+// (begin, length) per dim; empty when they do not meet.
+std::optional<std::vector<std::pair<int64_t, int64_t>>> intersect(const std::vector<int64_t>& a_off,
+                                                                  const std::vector<int64_t>& a_len,
+                                                                  const std::vector<int64_t>& b_off,
+                                                                  const std::vector<int64_t>& b_len) {
+  std::vector<std::pair<int64_t, int64_t>> box;
+  for (size_t d = 0; d < a_off.size(); ++d) {
+    const int64_t lo = std::max(a_off[d], b_off[d]);
+    const int64_t hi = std::min(a_off[d] + a_len[d], b_off[d] + b_len[d]);
+    if (hi <= lo) return std::nullopt;
+    box.emplace_back(lo, hi - lo);
+  }
+  return box;
+}
+
+int64_t volume(const std::vector<std::pair<int64_t, int64_t>>& box) {
+  int64_t v = 1;
+  for (const auto& [b, l] : box) v *= l;
+  return v;
+}
+
+at::Tensor slice_box(at::Tensor t, const std::vector<int64_t>& t_off,
+                     const std::vector<std::pair<int64_t, int64_t>>& box) {
+  for (size_t d = 0; d < box.size(); ++d)
+    t = t.narrow(static_cast<int64_t>(d), box[d].first - t_off[d], box[d].second);
+  return t;
+}
+
+}  // namespace
+
+std::string step_folder_name(int64_t step) { return "step-" + std::to_string(step); }
+
+std::string rank_file_name(int rank) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "rank-%05d.safetensors", rank);
+  return buf;
+}
+
+nlohmann::json RankFile::to_json() const {
+  return {{"rank", rank}, {"file", file}, {"bytes", bytes}, {"crc32", crc32}, {"tensors", tensors}};
+}
+
+RankFile RankFile::from_json(const nlohmann::json& j) {
+  RankFile r;
+  r.rank = j.at("rank").get<int>();
+  r.file = j.at("file").get<std::string>();
+  r.bytes = j.at("bytes").get<uint64_t>();
+  r.crc32 = j.at("crc32").get<uint32_t>();
+  r.tensors = j.at("tensors");
+  return r;
+}
+
+RankFile write_rank_file(const std::string& dir, int rank, const ShardedState& shards) {
+  RankFile result;
+  result.rank = rank;
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  nlohmann::json sharding = nlohmann::json::object();
+  for (const TensorShard& s : shards) {
+    if (!s.primary || s.numel() == 0) continue;
+    at::Tensor cpu = s.local.detach().to(at::kCPU).contiguous();
+    TITAN_CHECK(!result.tensors.contains(s.fqn), "checkpoint: tensor ", s.fqn, " appears twice on rank ", rank);
+    tensors.emplace_back(s.fqn, cpu);
+    // The key torch's HuggingFaceStorageReader reads a box's place from.
+    sharding[s.fqn] = {{"saved_offsets", s.offsets}};
+    result.tensors[s.fqn] = {{"dtype", safetensors_dtype_name(cpu.scalar_type(), s.fqn)},
+                             {"shape", s.global_shape},
+                             {"offsets", s.offsets},
+                             {"lengths", cpu.sizes().vec()}};
+  }
+  if (tensors.empty()) return result;
+  result.file = rank_file_name(rank);
+  const std::string header =
+      encode_safetensors_header(tensors, {{"format", "pt"}, {"DCP_SHARDING_INFO", sharding.dump()}});
+  DurableFile f(dir + "/" + result.file);
+  f.write(header.data(), header.size());
+  for (const auto& [name, t] : tensors) f.write(t.data_ptr(), static_cast<size_t>(t.numel() * t.element_size()));
+  f.close();
+  result.bytes = f.bytes_written();
+  result.crc32 = f.crc32();
+  return result;
+}
+
+void finalize_checkpoint(const std::string& partial_dir, const std::string& final_dir, int64_t step,
+                         const std::vector<RankFile>& files, const nlohmann::json& state) {
+  nlohmann::json file_index = nlohmann::json::object();
+  nlohmann::json tensors = nlohmann::json::object();
+  for (const RankFile& f : files) {
+    if (f.file.empty()) continue;
+    file_index[f.file] = {{"rank", f.rank}, {"bytes", f.bytes}, {"crc32", f.crc32}};
+    for (const auto& [fqn, box] : f.tensors.items()) {
+      nlohmann::json& entry = tensors[fqn];
+      if (entry.is_null()) {
+        entry = {{"dtype", box.at("dtype")}, {"shape", box.at("shape")}, {"chunks", nlohmann::json::array()}};
+      } else {
+        TITAN_CHECK(entry.at("dtype") == box.at("dtype") && entry.at("shape") == box.at("shape"), "checkpoint: ",
+                    fqn, " was saved with different shapes or dtypes by different ranks");
+      }
+      const auto off = box.at("offsets").get<std::vector<int64_t>>();
+      const auto len = box.at("lengths").get<std::vector<int64_t>>();
+      for (const auto& c : entry["chunks"])
+        TITAN_CHECK(!intersect(off, len, c.at("offsets").get<std::vector<int64_t>>(),
+                               c.at("lengths").get<std::vector<int64_t>>()),
+                    "checkpoint: ranks ", c.at("rank").get<int>(), " and ", f.rank, " both saved part of ", fqn,
+                    " (replicas must save once)");
+      entry["chunks"].push_back({{"file", f.file}, {"rank", f.rank}, {"offsets", off}, {"lengths", len}});
+    }
+  }
+  nlohmann::json meta = {{"format", "titan.cpp distributed checkpoint"},
+                         {"version", kFormatVersion},
+                         {"step", step},
+                         {"files", file_index},
+                         {"tensors", tensors},
+                         {"state", state}};
+  write_file_durably(partial_dir + "/" + kMetadataFile, meta.dump(1));
+  fsync_directory(partial_dir);
+  // A folder of the same name (a re-save of a step) moves aside first:
+  // rename() cannot replace a non-empty folder.
+  const std::string old = final_dir + ".old";
+  const bool replacing = files::exists(final_dir);
+  if (replacing) {
+    files::remove_all(old);
+    rename_durably(final_dir, old);
+  }
+  rename_durably(partial_dir, final_dir);
+  if (replacing) files::remove_all(old);
+}
+
+std::vector<int64_t> list_checkpoints(const std::string& folder) {
+  std::vector<int64_t> steps;
+  for (const std::string& name : folder_entries(folder)) {
+    const auto step = parse_step_name(name);
+    if (step && files::is_regular_file(folder + "/" + name + "/" + kMetadataFile)) steps.push_back(*step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+void prune_checkpoints(const std::string& folder, int64_t keep, int64_t newest) {
+  if (keep > 0) {
+    const std::vector<int64_t> steps = list_checkpoints(folder);
+    for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i)
+      files::remove_all(folder + "/" + step_folder_name(steps[i]));
+  }
+  // Left by a save that died (its step is older than the one just completed).
+  for (const std::string& name : folder_entries(folder)) {
+    const auto step = parse_step_name(name, ".partial");
+    if (step && *step < newest) files::remove_all(folder + "/" + name);
+  }
+}
+
+bool CheckpointInfo::has_tensor(const std::string& fqn) const { return metadata.at("tensors").contains(fqn); }
+
+std::vector<int64_t> CheckpointInfo::shape_of(const std::string& fqn) const {
+  TITAN_CHECK(has_tensor(fqn), "checkpoint ", dir, " has no tensor ", fqn);
+  return metadata.at("tensors").at(fqn).at("shape").get<std::vector<int64_t>>();
+}
+
+CheckpointInfo open_checkpoint(const std::string& dir) {
+  TITAN_CHECK(files::is_directory(dir), "checkpoint: ", dir, " is not a folder");
+  const std::string meta_path = dir + "/" + kMetadataFile;
+  TITAN_CHECK(files::is_regular_file(meta_path), "checkpoint: ", dir, " has no ", kMetadataFile,
+              " (an incomplete save, or not a titan checkpoint)");
+  CheckpointInfo info;
+  info.dir = dir;
+  try {
+    info.metadata = nlohmann::json::parse(read_text_file(meta_path));
+    TITAN_CHECK(info.metadata.value("version", -1) == kFormatVersion, "checkpoint: ", meta_path,
+                " has format version ", info.metadata.value("version", -1), "; this build reads version ",
+                kFormatVersion);
+    info.step = info.metadata.at("step").get<int64_t>();
+    (void)info.metadata.at("files");
+    (void)info.metadata.at("tensors");
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("checkpoint: " + meta_path + " is not a valid titan metadata file (" + e.what() + ")");
+  }
+  return info;
+}
+
+void agree_on_errors(const dist::ProcessGroup* group, const std::string& my_error, const std::string& what) {
+  if (!group || group->size() == 1) {
+    if (!my_error.empty()) throw Error(my_error);
+    return;
+  }
+  at::Tensor flags = at::zeros({group->size()}, at::TensorOptions().dtype(at::kInt));
+  if (!my_error.empty()) flags[group->rank()] = 1;
+  at::Tensor on_device = flags.to(dist::world().device());
+  group->all_reduce(on_device);
+  flags = on_device.cpu();
+  for (int r = 0; r < group->size(); ++r) {
+    if (flags[r].item<int>() == 0) continue;
+    if (!my_error.empty()) throw Error(my_error);
+    throw Error(what + " failed on rank " + std::to_string(group->global_ranks()[static_cast<size_t>(r)]) +
+                " (its error is in its log); stopping");
+  }
+}
+
+void load_shards(const CheckpointInfo& ckpt, ShardedState& targets, const dist::ProcessGroup* group) {
+  struct Piece {
+    size_t target;
+    std::string file, fqn;
+    std::vector<int64_t> offsets;
+    std::vector<std::pair<int64_t, int64_t>> box;
+  };
+  std::vector<Piece> pieces;
+  std::set<std::string> needed;
+  std::string error;
+  try {
+    const nlohmann::json& index = ckpt.metadata.at("tensors");
+    for (size_t i = 0; i < targets.size(); ++i) {
+      const TensorShard& t = targets[i];
+      TITAN_CHECK(index.contains(t.fqn), "checkpoint ", ckpt.dir, " has no tensor ", t.fqn,
+                  " (saved from another model or flavor, or a weights-only checkpoint?)");
+      const nlohmann::json& entry = index.at(t.fqn);
+      const auto shape = entry.at("shape").get<std::vector<int64_t>>();
+      TITAN_CHECK(shape == t.global_shape, "checkpoint ", ckpt.dir, ": ", t.fqn, " was saved with shape ",
+                  shape_text(shape), ", the model has ", shape_text(t.global_shape), " (another flavor?)");
+      if (t.numel() == 0) continue;
+      const std::vector<int64_t> lengths = t.local.sizes().vec();
+      int64_t covered = 0;
+      for (const auto& c : entry.at("chunks")) {
+        const auto c_off = c.at("offsets").get<std::vector<int64_t>>();
+        auto box = intersect(t.offsets, lengths, c_off, c.at("lengths").get<std::vector<int64_t>>());
+        if (!box) continue;
+        covered += volume(*box);
+        pieces.push_back({i, c.at("file").get<std::string>(), t.fqn, c_off, *box});
+        needed.insert(pieces.back().file);
+      }
+      TITAN_CHECK(covered == t.numel(), "checkpoint ", ckpt.dir, ": the saved parts of ", t.fqn, " cover ",
+                  covered, " of the ", t.numel(), " elements this rank needs (an incomplete save?)");
+    }
+    // Every file this rank reads is checked whole before anything is
+    // loaded, so that a torn or corrupted file cannot half-load a model.
+    for (const std::string& file : needed) {
+      const std::string path = ckpt.dir + "/" + file;
+      TITAN_CHECK(ckpt.metadata.at("files").contains(file), "checkpoint ", ckpt.dir, ": ", file,
+                  " is not listed in ", kMetadataFile);
+      const nlohmann::json& rec = ckpt.metadata.at("files").at(file);
+      const int64_t size = file_size(path);
+      TITAN_CHECK(size >= 0, "checkpoint: ", path, " is missing");
+      TITAN_CHECK(static_cast<uint64_t>(size) == rec.at("bytes").get<uint64_t>(), "checkpoint: ", path, " has ",
+                  size, " bytes, ", kMetadataFile, " records ", rec.at("bytes").get<uint64_t>(), " (truncated?)");
+      TITAN_CHECK(file_crc32(path) == rec.at("crc32").get<uint32_t>(), "checkpoint: ", path,
+                  " fails its CRC-32 check (the file is corrupted)");
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_on_errors(group, error, "checkpoint load");
+
+  try {
+    at::NoGradGuard no_grad;
+    std::map<std::string, SafetensorsHeader> headers;
+    for (const Piece& p : pieces) {
+      const std::string path = ckpt.dir + "/" + p.file;
+      auto h = headers.find(p.file);
+      if (h == headers.end()) h = headers.emplace(p.file, read_safetensors_header(path)).first;
+      auto e = h->second.entries.find(p.fqn);
+      TITAN_CHECK(e != h->second.entries.end(), "checkpoint: ", path, " has no tensor ", p.fqn);
+      // One saved box is read per piece: a target meets few saved boxes,
+      // and reading the whole box keeps the file access sequential.
+      const at::Tensor saved = read_safetensors_tensor(path, e->second);
+      TensorShard& t = targets[p.target];
+      slice_box(t.local, t.offsets, p.box).copy_(slice_box(saved, p.offsets, p.box));
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_on_errors(group, error, "checkpoint load");
+}
+
+std::map<std::string, at::Tensor> read_model_tensors(const std::string& dir) {
+  const CheckpointInfo ckpt = open_checkpoint(dir);
+  ShardedState targets;
+  for (const auto& [fqn, entry] : ckpt.metadata.at("tensors").items()) {
+    if (fqn.rfind("optimizer.", 0) == 0) continue;
+    TensorShard t;
+    t.fqn = fqn;
+    t.global_shape = entry.at("shape").get<std::vector<int64_t>>();
+    t.offsets.assign(t.global_shape.size(), 0);
+    t.local = at::empty(t.global_shape,
+                        at::TensorOptions().dtype(safetensors_dtype(entry.at("dtype").get<std::string>())));
+    targets.push_back(std::move(t));
+  }
+  load_shards(ckpt, targets, nullptr);
+  std::map<std::string, at::Tensor> out;
+  for (auto& t : targets) out.emplace(t.fqn, t.local);
+  return out;
+}
+
+void write_model_checkpoint(const std::string& dir, const std::map<std::string, at::Tensor>& tensors, int64_t step) {
+  const std::string partial = dir + ".partial";
+  files::remove_all(partial);
+  TITAN_CHECK(files::make_directories(partial), "checkpoint: cannot create ", partial);
+  ShardedState shards;
+  for (const auto& [fqn, t] : tensors) {
+    TensorShard s;
+    s.fqn = fqn;
+    s.local = t;
+    s.global_shape = t.sizes().vec();
+    s.offsets.assign(s.global_shape.size(), 0);
+    shards.push_back(std::move(s));
+  }
+  const RankFile file = write_rank_file(partial, 0, shards);
+  nlohmann::json state = {{"content", "model"}, {"train_state", {{"step", step}}}};
+  finalize_checkpoint(partial, dir, step, {file}, state);
+}
+
+}  // namespace titan::checkpoint

@@ -1,0 +1,224 @@
+// Checkpoints of parallel jobs (np2, np4): a resumed run equals the
+// uninterrupted one bitwise under FSDP, HSDP, TP x FSDP and PP; a
+// checkpoint saved under one layout loads into others (TP x FSDP, HSDP,
+// one process) with the same weights and continues with the same losses;
+// and PyTorch's own DCP loader reads what the ranks wrote.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "../train/train_test_util.hpp"
+#include "support/dist_test.hpp"
+#include "support/run_command.hpp"
+#include "titan/checkpoint/dcp.hpp"
+#include "titan/checkpoint/safetensors.hpp"
+#include "titan/checkpoint/sharded_state.hpp"
+#include "titan/data/files.hpp"
+#include "titan/dist/process_group.hpp"
+#include "titan/optim/adam_state.hpp"
+#include "titan/train/trainer.hpp"
+
+namespace {
+
+namespace ck = titan::checkpoint;
+using titan::config::JobConfig;
+using titan::train::Trainer;
+using titan::train::TrainerOptions;
+
+const titan::dist::ProcessGroup& world_group() { return *titan::testing::world().group(); }
+
+// One folder every rank sees (a ScratchDir is per process): named after
+// the job's port, made by rank 0, removed by it at the end.
+class SharedDir {
+ public:
+  explicit SharedDir(const std::string& name) {
+    const char* port = std::getenv("MASTER_PORT");
+    path_ = titan::data::files::temp_dir() + "/titan_" + name + "_" + (port ? port : "0");
+    if (titan::testing::world().rank() == 0) {
+      titan::data::files::remove_all(path_);
+      titan::data::files::make_directories(path_);
+    }
+    world_group().barrier();
+  }
+  ~SharedDir() {
+    // Not a throwing barrier: a destructor that runs while a test's
+    // exception unwinds must not replace that error with terminate().
+    try {
+      world_group().barrier();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "SharedDir: %s\n", e.what());
+    }
+    if (titan::testing::world().rank() == 0) titan::data::files::remove_all(path_);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+struct TrainRun {
+  std::vector<double> losses, grad_norms;
+  std::map<std::string, at::Tensor> weights;  // gathered
+  int64_t start_step = 0;
+};
+
+titan::models::llama3::ModelArgs model_for(const JobConfig& c) {
+  auto a = titan::testing::tiny_model();
+  if (c.training.tensor_parallel_degree > 1) a.n_heads = 8, a.n_kv_heads = 4;
+  if (c.experimental.pipeline_parallel_degree > 1) a.n_layers = 4;
+  return a;
+}
+
+TrainerOptions quiet(const JobConfig& c) {
+  TrainerOptions o;
+  o.model_args = model_for(c);
+  o.console = false;
+  o.handle_signals = false;
+  o.peak_flops = 0;
+  return o;
+}
+
+TrainRun train(const JobConfig& cfg, TrainerOptions o) {
+  TrainRun run;
+  o.on_step = [&](const titan::train::StepResult& r) {
+    run.losses.push_back(r.loss);
+    run.grad_norms.push_back(r.grad_norm);
+  };
+  Trainer t(cfg, o);
+  run.start_step = t.step();
+  t.train();
+  run.weights = t.full_state_dict();
+  return run;
+}
+
+TrainRun train(const JobConfig& cfg) { return train(cfg, quiet(cfg)); }
+
+JobConfig base(const std::string& dump) {
+  JobConfig c = titan::testing::tiny_config(dump, /*steps=*/6);
+  c.training.batch_size = 2;
+  c.training.mixed_precision_param = "float32";
+  c.training.deterministic = true;
+  c.checkpoint.enable_checkpoint = true;
+  c.checkpoint.interval = 3;
+  return c;
+}
+
+// Saves at 3 and 6, forgets step 6 (as if the job had died after step 3's
+// save), resumes: steps 4-6 must be bitwise those of the whole run.
+TrainRun expect_resume_is_bitwise(const JobConfig& cfg, const std::string& what) {
+  SCOPED_TRACE(what);
+  const TrainRun whole = train(cfg);
+  const std::string folder = cfg.job.dump_folder + "/checkpoint";
+  if (titan::testing::world().rank() == 0) titan::data::files::remove_all(folder + "/step-6");
+  world_group().barrier();
+  const TrainRun resumed = train(cfg);
+  EXPECT_EQ(resumed.start_step, 3);
+  EXPECT_EQ(resumed.losses.size(), 3u);
+  for (size_t i = 0; i < resumed.losses.size() && i + 3 < whole.losses.size(); ++i) {
+    EXPECT_EQ(resumed.losses[i], whole.losses[i + 3]) << "step " << i + 4;
+    EXPECT_EQ(resumed.grad_norms[i], whole.grad_norms[i + 3]) << "step " << i + 4;
+  }
+  for (const auto& [name, w] : whole.weights) EXPECT_TRUE(at::equal(resumed.weights.at(name), w)) << name;
+  if (titan::testing::world().rank() == 0)
+    std::printf("[%s] resumed at step 3: steps 4-6 and the final weights bitwise equal to the whole run\n",
+                what.c_str());
+  return whole;
+}
+
+TEST(CheckpointDist, FsdpResumeIsBitwiseAndTorchReadsIt) {
+  SharedDir dir("ckpt_fsdp");
+  const JobConfig cfg = base(dir.path());
+  expect_resume_is_bitwise(cfg, "FSDP " + std::to_string(titan::testing::world().size()));
+  // step-6 again (the resumed run saved it): torch's DCP loader assembles
+  // every tensor from the ranks' boxes.
+  Trainer t(cfg, quiet(cfg));
+  ASSERT_EQ(t.step(), 6);
+  const auto weights = t.full_state_dict();
+  if (titan::testing::world().rank() == 0) {
+    std::vector<std::pair<std::string, at::Tensor>> list(weights.begin(), weights.end());
+    const std::string expected = dir.path() + "/expected.safetensors";
+    ck::save_safetensors(expected, list);
+    const char* py = std::getenv("TITAN_PYTHON");
+    auto r = titan::testing::run_command(std::string(py && *py ? py : "python3") + " " +
+                                         titan::testing::source_path("tests/checkpoint/dcp_read.py") + " " +
+                                         dir.path() + "/checkpoint/step-6 " + expected);
+    std::printf("%s", r.output.c_str());
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+  }
+}
+
+TEST(CheckpointDist, HsdpResumeIsBitwise) {
+  if (titan::testing::world().size() != 4) GTEST_SKIP() << "HSDP 2x2 needs 4 ranks";
+  SharedDir dir("ckpt_hsdp");
+  JobConfig cfg = base(dir.path());
+  cfg.training.data_parallel_replicate_degree = 2;
+  expect_resume_is_bitwise(cfg, "HSDP 2x2");
+}
+
+TEST(CheckpointDist, TensorParallelResumeIsBitwise) {
+  const int n = titan::testing::world().size();
+  SharedDir dir("ckpt_tp");
+  JobConfig cfg = base(dir.path());
+  cfg.training.tensor_parallel_degree = 2;
+  cfg.training.enable_loss_parallel = true;
+  expect_resume_is_bitwise(cfg, n == 4 ? "TP 2 x FSDP 2" : "TP 2");
+}
+
+TEST(CheckpointDist, PipelineResumeIsBitwise) {
+  const int n = titan::testing::world().size();
+  SharedDir dir("ckpt_pp");
+  JobConfig cfg = base(dir.path());
+  cfg.training.batch_size = 4;
+  cfg.experimental.pipeline_parallel_degree = 2;
+  // Two stages per rank on 2 ranks (each rank saves two model parts).
+  cfg.experimental.pipeline_parallel_schedule = n == 2 ? "Interleaved1F1B" : "1F1B";
+  expect_resume_is_bitwise(cfg, n == 2 ? "PP 2 (Interleaved1F1B, 2 stages per rank)" : "PP 2 x FSDP 2 (1F1B)");
+}
+
+// Weights (and their Adam moments) after loading `saved` into the layout
+// of `cfg`, compared with the gathered weights of the saving run.
+// Collective over `group` (null: this rank alone).
+void expect_loads_into(const JobConfig& cfg, const TrainRun& saved, const std::string& what, TrainerOptions o,
+                       const titan::dist::ProcessGroup* group) {
+  SCOPED_TRACE(what);
+  Trainer t(cfg, o);
+  ASSERT_EQ(t.step(), 6);
+  const auto weights = t.full_state_dict();
+  for (const auto& [name, w] : saved.weights) EXPECT_TRUE(at::equal(weights.at(name), w)) << name;
+  // The moments the trainer loaded are the saved boxes this layout holds
+  // (read again into zeroed copies and compared).
+  const ck::ShardedState loaded =
+      ck::optimizer_shards(t.optimizer(), ck::model_shards({t.model().ptr().get()}, nullptr));
+  ck::ShardedState again = loaded;
+  for (ck::TensorShard& s : again) s.local = at::zeros_like(s.local);
+  ck::load_shards(ck::open_checkpoint(cfg.job.dump_folder + "/checkpoint/step-6"), again, group);
+  for (size_t i = 0; i < loaded.size(); ++i) EXPECT_TRUE(at::equal(loaded[i].local, again[i].local)) << loaded[i].fqn;
+  if (titan::testing::world().rank() == 0)
+    std::printf("[%s] weights and %zu moment boxes bitwise equal to the saved ones\n", what.c_str(), loaded.size());
+}
+
+TEST(CheckpointDist, ReshardsIntoOtherLayouts) {
+  if (titan::testing::world().size() != 4) GTEST_SKIP() << "resharding FSDP 4 needs 4 ranks";
+  SharedDir dir("ckpt_reshard");
+  JobConfig fsdp = base(dir.path());
+  // TP needs the model with 8 heads: save with that model under FSDP 4.
+  fsdp.training.tensor_parallel_degree = 1;
+  TrainerOptions o = quiet(fsdp);
+  o.model_args->n_heads = 8, o.model_args->n_kv_heads = 4;
+  const TrainRun saved = train(fsdp, o);
+
+  JobConfig tp = fsdp;
+  tp.training.tensor_parallel_degree = 2;
+  tp.training.enable_loss_parallel = true;
+  expect_loads_into(tp, saved, "FSDP 4 -> TP 2 x FSDP 2", o, &world_group());
+  JobConfig hsdp = fsdp;
+  hsdp.training.data_parallel_replicate_degree = 2;
+  expect_loads_into(hsdp, saved, "FSDP 4 -> HSDP 2x2", o, &world_group());
+  TrainerOptions single = o;
+  single.single_process = true;
+  if (titan::testing::world().rank() == 0) expect_loads_into(fsdp, saved, "FSDP 4 -> one process", single, nullptr);
+  world_group().barrier();
+}
+
+}  // namespace

@@ -1,0 +1,249 @@
+// The trainer with [checkpoint] on, one process: resuming equals the
+// uninterrupted run bitwise (fp32, CPU, deterministic), in every async
+// mode; weights-only exports and seed checkpoints; and bad checkpoints or
+// a failing disk give one clear line with the earlier checkpoints intact.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+
+#include "../train/train_test_util.hpp"
+#include "titan/checkpoint/dcp.hpp"
+#include "titan/checkpoint/file_io.hpp"
+#include "titan/checkpoint/manager.hpp"
+#include "titan/data/files.hpp"
+#include "titan/optim/adam_state.hpp"
+#include "titan/train/trainer.hpp"
+
+namespace {
+
+namespace ck = titan::checkpoint;
+using titan::config::JobConfig;
+using titan::testing::ScratchDir;
+using titan::train::Trainer;
+using titan::train::TrainerOptions;
+
+#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "missing: " << (part) << "\n" << (text)
+
+struct TrainRun {
+  std::vector<double> losses, grad_norms;
+  std::map<std::string, at::Tensor> weights;
+  std::vector<at::Tensor> exp_avg_sq;  // the optimizer's second moments, parameter order
+  int64_t start_step = 0;
+};
+
+TrainerOptions quiet() {
+  TrainerOptions o;
+  o.model_args = titan::testing::tiny_model();
+  o.console = false;
+  o.handle_signals = false;
+  o.peak_flops = 0;
+  return o;
+}
+
+TrainRun train(const JobConfig& cfg) {
+  TrainerOptions o = quiet();
+  TrainRun run;
+  o.on_step = [&](const titan::train::StepResult& r) {
+    run.losses.push_back(r.loss);
+    run.grad_norms.push_back(r.grad_norm);
+  };
+  Trainer t(cfg, o);
+  run.start_step = t.step();
+  t.train();
+  run.weights = t.full_state_dict();
+  for (const auto& p : t.trained_parameters())
+    run.exp_avg_sq.push_back(titan::optim::adam_state(t.optimizer(), p).exp_avg_sq.clone());
+  return run;
+}
+
+JobConfig checkpointed(const std::string& dump, int64_t steps = 6, int64_t interval = 3) {
+  JobConfig c = titan::testing::tiny_config(dump, steps);
+  c.checkpoint.enable_checkpoint = true;
+  c.checkpoint.interval = interval;
+  return c;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void expect_bitwise_equal(const TrainRun& resumed, const TrainRun& whole, size_t from_step) {
+  ASSERT_EQ(resumed.losses.size() + from_step, whole.losses.size());
+  for (size_t i = 0; i < resumed.losses.size(); ++i) {
+    EXPECT_EQ(resumed.losses[i], whole.losses[from_step + i]) << "step " << from_step + i + 1;
+    EXPECT_EQ(resumed.grad_norms[i], whole.grad_norms[from_step + i]) << "step " << from_step + i + 1;
+  }
+  ASSERT_EQ(resumed.weights.size(), whole.weights.size());
+  for (const auto& [name, w] : whole.weights) EXPECT_TRUE(at::equal(resumed.weights.at(name), w)) << name;
+  ASSERT_EQ(resumed.exp_avg_sq.size(), whole.exp_avg_sq.size());
+  for (size_t i = 0; i < whole.exp_avg_sq.size(); ++i)
+    EXPECT_TRUE(at::equal(resumed.exp_avg_sq[i], whole.exp_avg_sq[i])) << "parameter " << i;
+}
+
+class ResumeTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ResumeTest, ResumedRunEqualsTheUninterruptedOneBitwise) {
+  ScratchDir dir("ckpt_resume");
+  JobConfig plain = titan::testing::tiny_config(dir.path() + "/plain", 6);
+  plain.training.deterministic = true;
+  const TrainRun uninterrupted = train(plain);
+
+  JobConfig cfg = checkpointed(dir.path() + "/ck");
+  cfg.training.deterministic = true;
+  cfg.checkpoint.async_mode = GetParam();
+  const TrainRun whole = train(cfg);
+  // Saving does not disturb training (the async copy, the background thread).
+  expect_bitwise_equal(whole, uninterrupted, 0);
+  const std::string folder = cfg.job.dump_folder + "/checkpoint";
+  EXPECT_EQ(ck::list_checkpoints(folder), (std::vector<int64_t>{3, 6}));
+
+  // As if the job died after step 3's save: the restarted job resumes there.
+  titan::data::files::remove_all(folder + "/step-6");
+  const TrainRun resumed = train(cfg);
+  EXPECT_EQ(resumed.start_step, 3);
+  expect_bitwise_equal(resumed, whole, 3);
+  std::printf("[%s] resumed steps 4-6: losses, grad norms, weights and Adam moments bitwise equal\n",
+              GetParam().c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(AsyncModes, ResumeTest, ::testing::Values("disabled", "async", "async_with_pinned_mem"));
+
+TEST(CheckpointTrainer, KeepsTheLatestK) {
+  ScratchDir dir("ckpt_keep");
+  JobConfig cfg = checkpointed(dir.path(), 8, 2);
+  cfg.checkpoint.keep_latest_k = 2;
+  train(cfg);
+  EXPECT_EQ(ck::list_checkpoints(dir.path() + "/checkpoint"), (std::vector<int64_t>{6, 8}));
+  // A finished job restarted does nothing more (and says where it resumed).
+  const TrainRun again = train(cfg);
+  EXPECT_EQ(again.start_step, 8);
+  EXPECT_TRUE(again.losses.empty());
+}
+
+TEST(CheckpointTrainer, LoadStepChoosesAnOlderCheckpoint) {
+  ScratchDir dir("ckpt_load_step");
+  JobConfig cfg = checkpointed(dir.path());
+  const TrainRun whole = train(cfg);
+  cfg.checkpoint.load_step = 3;
+  const TrainRun resumed = train(cfg);
+  EXPECT_EQ(resumed.start_step, 3);
+  expect_bitwise_equal(resumed, whole, 3);
+  cfg.checkpoint.load_step = 4;
+  EXPECT_HAS(error_of([&] { train(cfg); }), "[checkpoint] load_step = 4: " + cfg.job.dump_folder +
+                                                "/checkpoint has no complete checkpoint step-4");
+}
+
+TEST(CheckpointTrainer, WeightsOnlyLastSaveInExportDtype) {
+  ScratchDir dir("ckpt_export");
+  JobConfig cfg = checkpointed(dir.path());
+  cfg.checkpoint.model_weights_only = true;
+  cfg.checkpoint.export_dtype = "bfloat16";
+  const TrainRun whole = train(cfg);
+  const std::string folder = dir.path() + "/checkpoint";
+  const ck::CheckpointInfo mid = ck::open_checkpoint(folder + "/step-3");
+  const ck::CheckpointInfo last = ck::open_checkpoint(folder + "/step-6");
+  EXPECT_EQ(mid.metadata["state"]["content"], "full");  // intermediate saves can resume
+  EXPECT_EQ(last.metadata["state"]["content"], "model");
+  EXPECT_FALSE(last.has_tensor(ck::optimizer_state_name("norm.weight", "exp_avg")));
+  const auto exported = ck::read_model_tensors(folder + "/step-6");
+  ASSERT_EQ(exported.size(), whole.weights.size());
+  for (const auto& [name, w] : whole.weights) {
+    EXPECT_EQ(exported.at(name).scalar_type(), at::kBFloat16) << name;
+    EXPECT_TRUE(at::equal(exported.at(name), w.to(at::kBFloat16))) << name;
+  }
+  // Auto-resume skips the weights-only export: it continues from step 3.
+  cfg.training.steps = 6;
+  const TrainRun resumed = train(cfg);
+  EXPECT_EQ(resumed.start_step, 3);
+}
+
+TEST(CheckpointTrainer, SeedCheckpointStartsEveryJobFromTheSameWeights) {
+  ScratchDir dir("ckpt_seed");
+  JobConfig seed = checkpointed(dir.path());
+  seed.checkpoint.create_seed_checkpoint = true;
+  {
+    Trainer t(seed, quiet());
+    const auto initial = t.full_state_dict();
+    EXPECT_EQ(t.train().steps_done, 0);
+    const auto saved = ck::read_model_tensors(dir.path() + "/checkpoint/step-0");
+    for (const auto& [name, w] : initial) EXPECT_TRUE(at::equal(saved.at(name), w)) << name;
+  }
+  // A job with another seed starts from the seed checkpoint's weights: it
+  // trains exactly as the job whose initialisation made them.
+  JobConfig fresh = titan::testing::tiny_config(dir.path() + "/fresh", 6);
+  const TrainRun reference = train(fresh);
+  JobConfig from_seed = checkpointed(dir.path());
+  from_seed.training.seed = 12345;
+  const TrainRun r = train(from_seed);
+  EXPECT_EQ(r.start_step, 0);
+  ASSERT_EQ(r.losses.size(), reference.losses.size());
+  for (size_t i = 0; i < r.losses.size(); ++i) EXPECT_EQ(r.losses[i], reference.losses[i]) << "step " << i + 1;
+}
+
+TEST(CheckpointTrainer, AnotherFlavorNamesTheFirstMismatchingTensor) {
+  ScratchDir dir("ckpt_flavor");
+  JobConfig cfg = checkpointed(dir.path());
+  train(cfg);
+  TrainerOptions o = quiet();
+  o.model_args->dim = 96;
+  const std::string e = error_of([&] { Trainer t(cfg, o); });
+  EXPECT_HAS(e, "tok_embeddings.weight was saved with shape [");
+  EXPECT_HAS(e, "(another flavor?)");
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+}
+
+TEST(CheckpointTrainer, CorruptedCheckpointIsRefusedNamingTheFile) {
+  ScratchDir dir("ckpt_corrupt");
+  JobConfig cfg = checkpointed(dir.path(), 3, 3);
+  train(cfg);
+  const std::string file = dir.path() + "/checkpoint/step-3/" + ck::rank_file_name(0);
+  std::string bytes = ck::read_text_file(file);
+  bytes[bytes.size() / 2] ^= 0x01;
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+  const std::string e = error_of([&] { Trainer t(cfg, quiet()); });
+  EXPECT_HAS(e, file + " fails its CRC-32 check");
+}
+
+TEST(CheckpointTrainer, UnwritableFolderFailsTheSaveClearly) {
+  ScratchDir dir("ckpt_unwritable");
+  JobConfig cfg = checkpointed(dir.path(), 3, 3);
+  // The checkpoint folder's place is taken by a file.
+  std::ofstream(dir.path() + "/checkpoint") << "not a folder";
+  const std::string e = error_of([&] { train(cfg); });
+  EXPECT_HAS(e, "checkpoint: cannot create the folder " + dir.path() + "/checkpoint");
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+}
+
+TEST(CheckpointTrainer, FullDiskFailsTheSaveAndKeepsTheEarlierCheckpoint) {
+  ScratchDir dir("ckpt_full_disk");
+  JobConfig cfg = checkpointed(dir.path(), 6, 3);
+  cfg.training.steps = 3;
+  train(cfg);  // step-3 saved
+  // A file-size limit makes the next save's write fail as a full disk
+  // would (EFBIG instead of ENOSPC; SIGXFSZ ignored so write() returns).
+  struct rlimit old {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto* previous = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old;
+  small.rlim_cur = 64 * 1024;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  cfg.training.steps = 6;
+  const std::string e = error_of([&] { train(cfg); });
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, previous);
+  EXPECT_HAS(e, "checkpoint: writing " + dir.path() + "/checkpoint/step-6.partial/rank-00000.safetensors failed");
+  // Step 3 is still the latest checkpoint, whole and loadable.
+  EXPECT_EQ(ck::list_checkpoints(dir.path() + "/checkpoint"), (std::vector<int64_t>{3}));
+  Trainer t(cfg, quiet());
+  EXPECT_EQ(t.step(), 3);
+}
+
+}  // namespace
