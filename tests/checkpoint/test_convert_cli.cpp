@@ -106,3 +106,30 @@ TEST(ConvertCli, ExportDtypeAndFlavorMismatch) {
   r = run_command(convert("--checkpoint_path " + s.dir + "/step-1 --output_path " + s.dir + "/hf8 --model_flavor 8B"));
   expect_one_line_error(r, "--model_flavor 8B does not match the checkpoint");
 }
+
+// The user path: a checkpoint the trainer saved under FSDP (2 ranks, with
+// optimizer state) exports to HF with the trained weights, and the HF
+// folder imported as <dump>/checkpoint/step-0 is where a new run starts.
+TEST(ConvertCli, TrainerCheckpointExportsAndAnImportSeedsTraining) {
+  Scratch s;
+  auto train = [&](const std::string& dump, const std::string& extra) {
+    return run_command(bin_path("titan") + " train --job.config_file " +
+                       titan::testing::source_path("train_configs/debug_model.toml") + " --job.dump_folder " + dump +
+                       " --training.device cpu --training.seq_len 16 --training.batch_size 2"
+                       " --training.mixed_precision_param float32 --metrics.log_freq 1"
+                       " --checkpoint.enable_checkpoint " + extra + " 2>&1");
+  };
+  auto r = train(s.dir + "/job", "--training.steps 2 --checkpoint.interval 2 --nproc 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string step2 = s.dir + "/job/checkpoint/step-2";
+  r = run_command(convert("--checkpoint_path " + step2 + " --output_path " + s.dir + "/hf --model_flavor debugmodel"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  titan::testing::expect_bitwise_equal(read_hf_folder(s.dir + "/hf").titan_state, read_model_tensors(step2));
+
+  r = run_command(convert("--checkpoint_path " + s.dir + "/hf --output_path " + s.dir +
+                          "/job2/checkpoint/step-0 --model_flavor debugmodel"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = train(s.dir + "/job2", "--training.steps 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "checkpoint: loaded the weights of " + s.dir + "/job2/checkpoint/step-0");
+}
