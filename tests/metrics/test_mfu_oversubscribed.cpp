@@ -105,7 +105,13 @@ TEST(MfuOversubscribed, FourRanksOnTheCoresFromAnEmptyCacheStayAtOrBelow100) {
   // 3. The next run re-measures.
   r = run_command(demo_run(dir, cache, 2));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("1 threads, measured now"), std::string::npos) << r.output;
   for (double m : console_mfus(r.output)) EXPECT_LE(m, 100.0) << r.output;
+  if (r.output.find("not cached") != std::string::npos) {
+    // Re-measured, but the machine was busy: the figure is not trusted, so
+    // the entry stays invalid (and the next quiet run measures again).
+    EXPECT_TRUE(read_json(cache)["entries"][key].contains("invalid")) << r.output;
+    GTEST_SKIP() << "the machine was busy during the re-measurement: not cached\n" << r.output;
+  }
+  EXPECT_NE(r.output.find("1 threads, measured now"), std::string::npos) << r.output;
   EXPECT_FALSE(read_json(cache)["entries"][key].contains("invalid"));
 }

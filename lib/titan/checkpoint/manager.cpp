@@ -141,7 +141,8 @@ std::string CheckpointManager::wait_for_background() {
   std::shared_ptr<Job> job = std::move(job_);
   if (!job->error.empty()) return "background save of step " + std::to_string(job->step) + " failed: " + job->error;
   last_report_ = job->report;
-  print(strprintf("checkpoint: step %lld complete in %s (written in the background in %.2f s)",
+  print(strprintf("checkpoint: step %lld complete in %s (written in the background in %.2f s, about what a "
+                  "synchronous save would have blocked)",
                   static_cast<long long>(job->step), job->final_dir.c_str(), job->report.total_seconds));
   return "";
 }

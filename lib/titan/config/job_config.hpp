@@ -27,6 +27,8 @@ struct ProfilingSection {
   bool enable_profiling = false;                    ///< capture traces every profile_freq steps
   std::string save_traces_folder = "profile_traces";  ///< under dump_folder
   int64_t profile_freq = 10;                        ///< steps between traces
+  int64_t profiler_warmup = 3;                      ///< steps the profiler warms up before recording
+  int64_t profiler_active = 1;                      ///< steps recorded per trace
   bool enable_memory_snapshot = false;              ///< record allocator snapshots
   std::string save_memory_snapshot_folder = "memory_snapshot";  ///< under dump_folder
 };

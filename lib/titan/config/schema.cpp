@@ -39,6 +39,8 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(profiling, enable_profiling, "capture a trace every profile_freq steps"),
       TITAN_FIELD(profiling, save_traces_folder, "trace folder, under dump_folder"),
       TITAN_FIELD(profiling, profile_freq, "steps between traces (> 0)"),
+      TITAN_FIELD(profiling, profiler_warmup, "steps the profiler warms up before it records (>= 0)"),
+      TITAN_FIELD(profiling, profiler_active, "steps recorded per trace (>= 1; warmup + active <= profile_freq)"),
       TITAN_FIELD(profiling, enable_memory_snapshot, "record allocator memory snapshots"),
       TITAN_FIELD(profiling, save_memory_snapshot_folder, "snapshot folder, under dump_folder"),
 

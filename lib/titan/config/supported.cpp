@@ -17,9 +17,6 @@ std::string value_if(const JobConfig& cfg, const char* name, bool on) {
 
 const std::vector<FeatureGate>& feature_gates() {
   static const std::vector<FeatureGate> gates = {
-      {"profiling.enable_profiling",
-       [](const JobConfig& c, int) { return value_if(c, "profiling.enable_profiling", c.profiling.enable_profiling); },
-       "profiling arrives with chapter 09", "--profiling.enable_profiling=false"},
       {"profiling.enable_memory_snapshot",
        [](const JobConfig& c, int) {
          return value_if(c, "profiling.enable_memory_snapshot", c.profiling.enable_memory_snapshot);

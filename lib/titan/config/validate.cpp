@@ -90,6 +90,13 @@ void validate(const JobConfig& cfg) {
 
   require(cfg, "metrics.log_freq", cfg.metrics.log_freq > 0, "> 0");
   require(cfg, "profiling.profile_freq", cfg.profiling.profile_freq > 0, "> 0");
+  require(cfg, "profiling.profiler_warmup", cfg.profiling.profiler_warmup >= 0, ">= 0");
+  require(cfg, "profiling.profiler_active", cfg.profiling.profiler_active >= 1, ">= 1");
+  // torchtitan's schedule waits profile_freq - warmup - active steps per window.
+  require(cfg, "profiling.profiler_active",
+          !cfg.profiling.enable_profiling ||
+              cfg.profiling.profiler_warmup + cfg.profiling.profiler_active <= cfg.profiling.profile_freq,
+          "such that profiler_warmup + profiler_active <= profile_freq");
   require(cfg, "checkpoint.interval", cfg.checkpoint.interval > 0, "> 0");
   require(cfg, "checkpoint.keep_latest_k", cfg.checkpoint.keep_latest_k >= 0, ">= 0");
   require(cfg, "checkpoint.load_step", cfg.checkpoint.load_step >= -1, ">= 0, or -1 (the latest)");

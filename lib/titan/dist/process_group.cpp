@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>
 
+#include "titan/profiling/range.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::dist {
@@ -189,6 +190,8 @@ CommRecord ProcessGroup::start_record(CommOp op, int64_t payload_bytes) const {
 
 void ProcessGroup::run(CommRecord record,
                        const std::function<c10::intrusive_ptr<c10d::Work>()>& launch) const {
+  // A blocking collective, launch to completion, as one range of the trace.
+  TITAN_PROFILE_RANGE(std::string("c10d::") + comm_op_name(record.op) + " " + name_);
   c10::intrusive_ptr<c10d::Work> work;
   try {
     work = launch();
@@ -201,10 +204,12 @@ void ProcessGroup::run(CommRecord record,
 }
 
 void ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) const {
+  TITAN_PROFILE_RANGE("c10d::all_reduce " + name_);
   all_reduce_async(tensor, op)->wait();
 }
 
 std::shared_ptr<PendingWork> ProcessGroup::all_reduce_async(at::Tensor tensor, ReduceOp op) const {
+  TITAN_PROFILE_RANGE("c10d::all_reduce_start " + name_);  // the launch; the wait is the caller's
   TITAN_CHECK(tensor.is_contiguous(), "all_reduce on ", describe(), " needs a contiguous tensor");
   CommRecord record = start_record(CommOp::AllReduce, nbytes(tensor));
   std::vector<at::Tensor> tensors{tensor};

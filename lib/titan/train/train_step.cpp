@@ -7,6 +7,7 @@
 
 #include "titan/optim/grad_clip.hpp"
 #include "titan/parallel/pipeline/runtime.hpp"
+#include "titan/profiling/range.hpp"
 #include "titan/train/loss.hpp"
 #include "titan/util/error.hpp"
 
@@ -28,20 +29,31 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model, cons
   at::Tensor loss_sum;
   for (int64_t i = 0; i < accumulation_steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    data::Batch batch = next_batch();
-    // non_blocking: the copy from (pageable) host memory may overlap with
-    // the previous micro-batch's kernels on a GPU; a no-op on the CPU.
-    at::Tensor inputs = batch.inputs.to(device, /*non_blocking=*/true);
-    at::Tensor labels = batch.labels.to(device, /*non_blocking=*/true);
+    at::Tensor inputs, labels;
+    {
+      TITAN_PROFILE_RANGE("titan::data_loading");
+      data::Batch batch = next_batch();
+      // non_blocking: the copy from (pageable) host memory may overlap with
+      // the previous micro-batch's kernels on a GPU; a no-op on the CPU.
+      inputs = batch.inputs.to(device, /*non_blocking=*/true);
+      labels = batch.labels.to(device, /*non_blocking=*/true);
+    }
     r.data_seconds += seconds_since(t0);
 
-    at::Tensor logits = model->forward(inputs);
-    at::Tensor loss = loss_fn ? loss_fn(logits, labels) : cross_entropy(logits, labels);
+    at::Tensor loss;
+    {
+      TITAN_PROFILE_RANGE("titan::forward");
+      at::Tensor logits = model->forward(inputs);
+      loss = loss_fn ? loss_fn(logits, labels) : cross_entropy(logits, labels);
+    }
     // Each micro-batch's loss is a mean over its tokens; dividing by the
     // number of micro-batches makes the summed gradients those of the mean
     // over the whole step's batch (all micro-batches hold equally many tokens).
     if (set_gradient_sync) set_gradient_sync(i + 1 == accumulation_steps);
-    (loss / static_cast<double>(accumulation_steps)).backward();
+    {
+      TITAN_PROFILE_RANGE("titan::backward");
+      (loss / static_cast<double>(accumulation_steps)).backward();
+    }
 
     at::Tensor detached = loss.detach();
     loss_sum = loss_sum.defined() ? loss_sum + detached : detached;
@@ -59,10 +71,15 @@ AccumulationResult accumulate_pipeline_gradients(pp::PipelineSchedule& schedule,
   double loss_sum = 0;
   for (int64_t i = 0; i < accumulation_steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    data::Batch batch = next_batch();
-    at::Tensor inputs = batch.inputs.to(device, /*non_blocking=*/true);
-    at::Tensor labels = batch.labels.to(device, /*non_blocking=*/true);
+    at::Tensor inputs, labels;
+    {
+      TITAN_PROFILE_RANGE("titan::data_loading");
+      data::Batch batch = next_batch();
+      inputs = batch.inputs.to(device, /*non_blocking=*/true);
+      labels = batch.labels.to(device, /*non_blocking=*/true);
+    }
     r.data_seconds += seconds_since(t0);
+    TITAN_PROFILE_RANGE("titan::pipeline_step");
     loss_sum += schedule.step(inputs, labels, scale).loss;
     r.tokens += labels.numel();
   }
@@ -74,6 +91,7 @@ AccumulationResult accumulate_pipeline_gradients(pp::PipelineSchedule& schedule,
 double clip_gradients(const std::vector<at::Tensor>& params, double max_norm,
                       const std::vector<const dist::ProcessGroup*>& shard_groups,
                       const std::vector<at::Tensor>& norm_params) {
+  TITAN_PROFILE_RANGE("titan::clip_grad_norm");
   const double norm = optim::total_grad_norm(norm_params.empty() ? params : norm_params, 2.0, shard_groups);
   // max_norm <= 0: no clipping, but the log still reports the norm.
   if (max_norm > 0) optim::scale_grads(params, max_norm, norm);

@@ -30,6 +30,8 @@
 #include "titan/optim/optimizer.hpp"
 #include "titan/parallel/activation_checkpoint/checkpoint.hpp"
 #include "titan/parallel/pipeline/runtime.hpp"
+#include "titan/profiling/range.hpp"
+#include "titan/profiling/trace_profiler.hpp"
 #include "titan/train/determinism.hpp"
 #include "titan/train/device.hpp"
 #include "titan/train/stop_signal.hpp"
@@ -244,6 +246,15 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
         });
     if (!cfg_.checkpoint.create_seed_checkpoint) checkpoint_->load();
   }
+
+  // Traces on torchtitan's schedule; every rank writes its own.
+  if (cfg_.profiling.enable_profiling) {
+    profiling::ProfileSchedule ps{cfg_.profiling.profile_freq, cfg_.profiling.profiler_warmup,
+                                  cfg_.profiling.profiler_active};
+    profiler_ = std::make_unique<profiling::TraceProfiler>(
+        ps, cfg_.job.dump_folder + "/" + cfg_.profiling.save_traces_folder, rank_, device_.is_cuda(),
+        [this](const std::string& line) { print(line); });
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -389,8 +400,11 @@ StepResult Trainer::train_step() {
                                parallelized_.grad_norm_params);
   TITAN_CHECK(std::isfinite(r.grad_norm), "step ", r.step, ": gradient norm is ", nonfinite_name(r.grad_norm),
               " (loss ", r.loss, "); stopping (lower [optimizer] lr or [training] max_norm)");
-  optimizer_->step();
-  scheduler_->step();
+  {
+    TITAN_PROFILE_RANGE("titan::optimizer");
+    optimizer_->step();
+    scheduler_->step();
+  }
   step_ = r.step;
   r.step_seconds = seconds_since(t0);
   return r;
@@ -423,7 +437,9 @@ TrainSummary Trainer::train() {
   const auto t0 = std::chrono::steady_clock::now();
   try {
     while (step_ < cfg_.training.steps) {
+      if (profiler_) profiler_->step_begin(step_ + 1);
       StepResult r = train_step();
+      if (profiler_) profiler_->step_end(r.step);
       metrics::StepInput in;
       in.step = r.step, in.loss = r.loss, in.max_loss = r.max_loss, in.grad_norm = r.grad_norm, in.lr = r.lr;
       in.tokens = r.tokens, in.step_seconds = r.step_seconds, in.data_seconds = r.data_seconds;

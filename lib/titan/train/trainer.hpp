@@ -41,6 +41,9 @@ class Optimizer;
 namespace titan::checkpoint {
 class CheckpointManager;
 }
+namespace titan::profiling {
+class TraceProfiler;
+}
 namespace titan::dist {
 class DeviceMesh;
 class ProcessGroup;
@@ -189,6 +192,8 @@ class Trainer {
   int64_t step_ = 0;
   /// Saves and resumes ([checkpoint]); null when checkpointing is off.
   std::unique_ptr<checkpoint::CheckpointManager> checkpoint_;
+  /// Kineto traces on [profiling]'s schedule; null when profiling is off.
+  std::unique_ptr<profiling::TraceProfiler> profiler_;
   /// Lines logged before the banner (the resume message): printed after it.
   std::vector<std::string> early_lines_;
   bool banner_printed_ = false;

@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "titan/dist/comm_log.hpp"
+#include "titan/profiling/range.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::fsdp {
@@ -130,6 +131,7 @@ at::Tensor FsdpUnit::shard_send_buffer() const {
 
 void FsdpUnit::issue_all_gather(bool prefetch) {
   if (pending_ || live_ || params_.empty()) return;
+  TITAN_PROFILE_RANGE((prefetch ? "fsdp::all_gather (prefetch) " : "fsdp::all_gather ") + name_);
   at::NoGradGuard no_grad;
   const auto& g = *shard_group_;
   gather_in_ = shard_send_buffer();
@@ -163,6 +165,7 @@ void FsdpUnit::issue_all_gather(bool prefetch) {
 void FsdpUnit::unshard() {
   if (live_ || params_.empty()) return;
   if (!pending_) issue_all_gather(/*prefetch=*/false);
+  TITAN_PROFILE_RANGE("fsdp::unshard " + name_);  // waits for the all-gather, copies the weights out
   pending_->wait();
   pending_.reset();
   gather_in_ = at::Tensor();
@@ -311,6 +314,7 @@ void FsdpUnit::issue_reduce_scatter(const std::vector<at::Tensor>& full_grads) {
   TITAN_CHECK(full_grads.size() == params_.size(), "fsdp: unit ", name_, " got ", full_grads.size(),
               " gradients for ", params_.size(), " parameters");
   if (params_.empty()) return;
+  TITAN_PROFILE_RANGE("fsdp::reduce_scatter " + name_);
   at::NoGradGuard no_grad;
   std::lock_guard<std::mutex> lock(g_reductions_mu);
   // At most one reduce-scatter in flight: wait for the previous unit's
