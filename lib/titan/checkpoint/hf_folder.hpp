@@ -1,0 +1,53 @@
+#pragma once
+/// @file
+/// @brief A Llama 3 as a Hugging Face model folder (what
+/// LlamaForCausalLM.from_pretrained reads and save_pretrained writes):
+/// config.json plus model.safetensors, or numbered shards and
+/// model.safetensors.index.json once the weights exceed the shard size.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+
+#include "titan/checkpoint/hf_llama.hpp"
+#include "titan/models/llama3/model_args.hpp"
+
+namespace titan::checkpoint {
+
+/// Hugging Face's default shard size (save_pretrained's max_shard_size="5GB").
+inline constexpr int64_t kHfDefaultShardBytes = 5'000'000'000;
+
+/// @brief Writes `titan_state` (torchtitan names, checked against `args`) as
+/// an HF folder: tensors converted with to_hf_state and cast to `dtype`
+/// (float32, bfloat16 or float16), in model order, each file with
+/// __metadata__ {"format": "pt"} (what transformers expects of PyTorch
+/// weights). One model.safetensors when the total fits in max_shard_bytes,
+/// else model-0000k-of-0000n.safetensors, each filled up to the limit (a
+/// tensor larger than it gets a shard of its own), plus the index
+/// {"metadata": {"total_size": bytes}, "weight_map": {name: file}}.
+/// config.json is written last, so a folder that has one is complete; the
+/// other layout's stale index or single file is removed. Creates `folder`.
+void write_hf_folder(const std::string& folder, const StateDict& titan_state,
+                     const models::llama3::ModelArgs& args, at::ScalarType dtype,
+                     int64_t max_shard_bytes = kHfDefaultShardBytes);
+
+/// @brief A Llama 3 read back from an HF folder.
+struct HfCheckpoint {
+  StateDict titan_state;           ///< torchtitan names and layout, the files' dtype, CPU
+  models::llama3::ModelArgs args;  ///< from config.json (see parse_hf_config)
+  bool tied_embeddings = false;    ///< config tied lm_head to the embedding; output.weight is a copy
+};
+
+/// @brief Reads an HF Llama folder (single file or sharded through the
+/// index). Tied embeddings are untied by copying model.embed_tokens into
+/// output.weight. A missing folder, config.json, shard or tensor, an
+/// unexpected tensor or a config titan cannot represent is a one-line
+/// titan::Error naming it.
+HfCheckpoint read_hf_folder(const std::string& folder);
+
+/// @brief True when `folder` has a config.json (how `titan convert` tells an
+/// HF folder from a titan checkpoint).
+bool is_hf_folder(const std::string& folder);
+
+}  // namespace titan::checkpoint

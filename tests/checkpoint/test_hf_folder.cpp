@@ -1,0 +1,192 @@
+// HF folders: single file and sharded (index) layouts written and read back
+// bitwise, export dtypes, tied embeddings, and one-line errors for a missing
+// config, shard or tensor.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "checkpoint/hf_test_util.hpp"
+#include "titan/checkpoint/hf_config.hpp"
+#include "titan/checkpoint/hf_folder.hpp"
+#include "titan/checkpoint/safetensors.hpp"
+#include "titan/data/files.hpp"
+#include "titan/util/error.hpp"
+
+using namespace titan::checkpoint;
+namespace files = titan::data::files;
+
+namespace {
+
+struct Fixture {
+  titan::models::llama3::ModelArgs args = titan::testing::tiny_hf_args();
+  titan::models::llama3::Transformer model = titan::testing::seeded_model(args, 21);
+  StateDict state = titan::testing::state_of(model);
+  std::string dir = titan::testing::scratch_dir("hf_folder");
+  ~Fixture() { titan::testing::remove_scratch_dir(dir); }
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string error_of(const std::string& folder) {
+  try {
+    read_hf_folder(folder);
+  } catch (const titan::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(HfFolder, SingleFileRoundTripIsBitwise) {
+  Fixture f;
+  const std::string out = f.dir + "/hf";
+  write_hf_folder(out, f.state, f.args, at::kFloat);
+  EXPECT_TRUE(files::is_regular_file(out + "/config.json"));
+  EXPECT_TRUE(files::is_regular_file(out + "/model.safetensors"));
+  EXPECT_FALSE(files::exists(out + "/model.safetensors.index.json"));
+  SafetensorsFile st = load_safetensors(out + "/model.safetensors");
+  EXPECT_EQ(st.metadata.at("format"), "pt");
+  // Model order, not alphabetical: layer 0 before layer 1, the head last.
+  EXPECT_EQ(st.tensors.front().first, "model.embed_tokens.weight");
+  EXPECT_EQ(st.tensors.back().first, "lm_head.weight");
+  EXPECT_TRUE(is_hf_folder(out));
+
+  HfCheckpoint back = read_hf_folder(out);
+  titan::testing::expect_bitwise_equal(back.titan_state, f.state);
+  EXPECT_EQ(back.args.ffn_hidden_dim(), f.args.ffn_hidden_dim());
+  EXPECT_EQ(back.args.kv_heads(), 2);
+  EXPECT_TRUE(back.args.rope_scaling.enabled);
+  EXPECT_FALSE(back.tied_embeddings);
+}
+
+TEST(HfFolder, ShardedRoundTripIsBitwise) {
+  Fixture f;
+  const std::string out = f.dir + "/hf";
+  // 20 KB: the 32 KB embedding and head and the 48 KB FFN matrices get a
+  // shard each; the attention matrices (16 KB wq/wo, 8 KB wk/wv) and the
+  // norms share shards up to the limit.
+  const int64_t limit = 20'000;
+  write_hf_folder(out, f.state, f.args, at::kFloat, limit);
+  EXPECT_FALSE(files::exists(out + "/model.safetensors"));
+  auto index = nlohmann::json::parse(read_text(out + "/model.safetensors.index.json"));
+  int64_t total = 0;
+  for (const auto& [name, t] : f.state) total += t.numel() * 4;
+  EXPECT_EQ(index["metadata"]["total_size"], total);
+  EXPECT_EQ(index["weight_map"].size(), f.state.size());
+  const std::string first = index["weight_map"]["model.embed_tokens.weight"];
+  const std::string last = index["weight_map"]["lm_head.weight"];
+  EXPECT_EQ(first.substr(0, 12), "model-00001-");
+  const size_t n = std::stoul(last.substr(15, 5));
+  EXPECT_GT(n, 3u);
+  char last_name[64];
+  std::snprintf(last_name, sizeof last_name, "model-%05zu-of-%05zu.safetensors", n, n);
+  EXPECT_EQ(last, last_name);
+  for (size_t k = 1; k <= n; ++k) {
+    char name[64];
+    std::snprintf(name, sizeof name, "/model-%05zu-of-%05zu.safetensors", k, n);
+    SafetensorsFile shard = load_safetensors(out + name);
+    int64_t bytes = 0;
+    for (const auto& [tn, t] : shard.tensors) bytes += t.numel() * 4;
+    EXPECT_TRUE(bytes <= limit || shard.tensors.size() == 1) << name << " holds " << bytes << " bytes";
+    EXPECT_EQ(shard.metadata.at("format"), "pt");
+  }
+  titan::testing::expect_bitwise_equal(read_hf_folder(out).titan_state, f.state);
+
+  // Re-exported unsharded into the same folder: the stale index goes, so
+  // readers see the new file.
+  write_hf_folder(out, f.state, f.args, at::kFloat);
+  EXPECT_FALSE(files::exists(out + "/model.safetensors.index.json"));
+  titan::testing::expect_bitwise_equal(read_hf_folder(out).titan_state, f.state);
+}
+
+TEST(HfFolder, ExportDtypeCastsEveryTensor) {
+  Fixture f;
+  write_hf_folder(f.dir + "/bf16", f.state, f.args, at::kBFloat16);
+  HfCheckpoint back = read_hf_folder(f.dir + "/bf16");
+  for (const auto& [name, t] : back.titan_state) {
+    EXPECT_EQ(t.scalar_type(), at::kBFloat16) << name;
+    EXPECT_TRUE(t.equal(f.state.at(name).to(at::kBFloat16))) << name;
+  }
+  EXPECT_NE(read_text(f.dir + "/bf16/config.json").find("\"torch_dtype\": \"bfloat16\""), std::string::npos);
+}
+
+TEST(HfFolder, TiedEmbeddingsAreUntiedByCopy) {
+  Fixture f;
+  const std::string out = f.dir + "/tied";
+  write_hf_folder(out, f.state, f.args, at::kFloat);
+  // What save_pretrained writes for a tied model: no lm_head, tie flag set.
+  std::vector<std::pair<std::string, at::Tensor>> kept;
+  for (auto& [name, t] : load_safetensors(out + "/model.safetensors").tensors)
+    if (name != "lm_head.weight") kept.emplace_back(name, t);
+  save_safetensors(out + "/model.safetensors", kept, {{"format", "pt"}});
+  auto config = nlohmann::json::parse(read_text(out + "/config.json"));
+  config["tie_word_embeddings"] = true;
+  std::ofstream(out + "/config.json") << config.dump();
+  HfCheckpoint back = read_hf_folder(out);
+  EXPECT_TRUE(back.tied_embeddings);
+  EXPECT_TRUE(back.titan_state.at("output.weight").equal(f.state.at("tok_embeddings.weight")));
+}
+
+TEST(HfFolder, ErrorsNameTheMissingPiece) {
+  Fixture f;
+  EXPECT_NE(error_of(f.dir + "/nowhere").find("nowhere is not a folder"), std::string::npos);
+
+  const std::string out = f.dir + "/hf";
+  write_hf_folder(out, f.state, f.args, at::kFloat, 20'000);
+  auto index = nlohmann::json::parse(read_text(out + "/model.safetensors.index.json"));
+  const std::string shard = index["weight_map"]["model.layers.0.self_attn.q_proj.weight"];
+  // A tensor the index lists but its shard lacks.
+  {
+    std::vector<std::pair<std::string, at::Tensor>> kept;
+    for (auto& [name, t] : load_safetensors(out + "/" + shard).tensors)
+      if (name != "model.layers.0.self_attn.q_proj.weight") kept.emplace_back(name, t);
+    save_safetensors(out + "/" + shard, kept, {{"format", "pt"}});
+  }
+  std::string m = error_of(out);
+  EXPECT_NE(m.find("tensor 'model.layers.0.self_attn.q_proj.weight' is listed in model.safetensors.index.json"),
+            std::string::npos) << m;
+  // A whole shard missing.
+  std::remove((out + "/" + shard).c_str());
+  m = error_of(out);
+  EXPECT_NE(m.find("shard " + out + "/" + shard), std::string::npos) << m;
+  EXPECT_NE(m.find("is missing"), std::string::npos) << m;
+
+  // A tensor missing from a single-file folder: named, with its HF name.
+  const std::string single = f.dir + "/single";
+  write_hf_folder(single, f.state, f.args, at::kFloat);
+  {
+    std::vector<std::pair<std::string, at::Tensor>> kept;
+    for (auto& [name, t] : load_safetensors(single + "/model.safetensors").tensors)
+      if (name != "model.layers.1.mlp.up_proj.weight") kept.emplace_back(name, t);
+    save_safetensors(single + "/model.safetensors", kept, {{"format", "pt"}});
+  }
+  m = error_of(single);
+  EXPECT_NE(m.find("missing tensor 'layers.1.feed_forward.w3.weight' (model.layers.1.mlp.up_proj.weight"),
+            std::string::npos) << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+
+  std::remove((single + "/model.safetensors").c_str());
+  EXPECT_NE(error_of(single).find("has neither model.safetensors nor model.safetensors.index.json"),
+            std::string::npos);
+  std::remove((single + "/config.json").c_str());
+  EXPECT_NE(error_of(single).find("has no config.json"), std::string::npos);
+
+  // A bad config key, reported with the file's path.
+  const std::string bad = f.dir + "/bad";
+  write_hf_folder(bad, f.state, f.args, at::kFloat);
+  auto config = nlohmann::json::parse(read_text(bad + "/config.json"));
+  config["mlp_bias"] = true;
+  std::ofstream(bad + "/config.json") << config.dump();
+  m = error_of(bad);
+  EXPECT_NE(m.find(bad + "/config.json: key 'mlp_bias'"), std::string::npos) << m;
+}
