@@ -123,6 +123,24 @@ TrainRun expect_resume_is_bitwise(const JobConfig& cfg, const std::string& what)
   if (titan::testing::world().rank() == 0)
     std::printf("[%s] resumed at step 3: steps 4-6 and the final weights bitwise equal to the whole run\n",
                 what.c_str());
+  // And the layout's checkpoint loads into one process (any layout into
+  // any other): the same weights, gathered by nobody.
+  if (titan::testing::world().rank() == 0) {
+    JobConfig one = cfg;
+    one.training.tensor_parallel_degree = 1;
+    one.training.data_parallel_replicate_degree = 1;
+    one.training.data_parallel_shard_degree = -1;
+    one.training.enable_loss_parallel = false;
+    one.experimental.pipeline_parallel_degree = 1;
+    TrainerOptions single = quiet(cfg);
+    single.single_process = true;
+    Trainer t(one, single);
+    EXPECT_EQ(t.step(), 6);
+    const auto weights = t.full_state_dict();
+    for (const auto& [name, w] : whole.weights) EXPECT_TRUE(at::equal(weights.at(name), w)) << name;
+    std::printf("[%s] its checkpoint loaded into one process: weights bitwise equal\n", what.c_str());
+  }
+  world_group().barrier();
   return whole;
 }
 

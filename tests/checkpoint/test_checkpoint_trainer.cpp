@@ -222,9 +222,14 @@ TEST(CheckpointTrainer, UnwritableFolderFailsTheSaveClearly) {
   EXPECT_EQ(e.find('\n'), std::string::npos) << e;
 }
 
-TEST(CheckpointTrainer, FullDiskFailsTheSaveAndKeepsTheEarlierCheckpoint) {
+class FullDiskTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FullDiskTest, FailsTheSaveAndKeepsTheEarlierCheckpoint) {
   ScratchDir dir("ckpt_full_disk");
   JobConfig cfg = checkpointed(dir.path(), 6, 3);
+  // async: the write fails on the background thread, and the error comes
+  // out at the end of training (close()), not silently.
+  cfg.checkpoint.async_mode = GetParam();
   cfg.training.steps = 3;
   train(cfg);  // step-3 saved
   // A file-size limit makes the next save's write fail as a full disk
@@ -245,5 +250,7 @@ TEST(CheckpointTrainer, FullDiskFailsTheSaveAndKeepsTheEarlierCheckpoint) {
   Trainer t(cfg, quiet());
   EXPECT_EQ(t.step(), 3);
 }
+
+INSTANTIATE_TEST_SUITE_P(AsyncModes, FullDiskTest, ::testing::Values("disabled", "async"));
 
 }  // namespace
