@@ -128,6 +128,15 @@ TEST(CheckpointTrainer, KeepsTheLatestK) {
   EXPECT_TRUE(again.losses.empty());
 }
 
+TEST(CheckpointTrainer, AnAbsoluteFolderIsUsedAsItIs) {
+  ScratchDir dir("ckpt_abs");
+  JobConfig cfg = checkpointed(dir.path() + "/dump", 3, 3);
+  cfg.checkpoint.folder = dir.path() + "/elsewhere";  // os.path.join semantics, as torchtitan
+  train(cfg);
+  EXPECT_EQ(ck::list_checkpoints(dir.path() + "/elsewhere"), (std::vector<int64_t>{3}));
+  EXPECT_EQ(train(cfg).start_step, 3);
+}
+
 TEST(CheckpointTrainer, LoadStepChoosesAnOlderCheckpoint) {
   ScratchDir dir("ckpt_load_step");
   JobConfig cfg = checkpointed(dir.path());

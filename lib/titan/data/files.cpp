@@ -102,4 +102,10 @@ std::string temp_dir() {
   return t && *t ? t : "/tmp";
 }
 
+std::string join(const std::string& base, const std::string& path) {
+  if (!path.empty() && path.front() == '/') return path;
+  if (base.empty()) return path;
+  return base.back() == '/' ? base + path : base + "/" + path;
+}
+
 }  // namespace titan::data::files

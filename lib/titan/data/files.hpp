@@ -30,6 +30,9 @@ std::string extension(const std::string& path);
 /// @brief Regular files under `dir` (recursively, following symlinks to
 /// files, not into folders; hidden entries skipped), sorted by path.
 std::vector<std::string> list_files(const std::string& dir);
+/// @brief `base/path`, or `path` itself when it is absolute (Python's
+/// os.path.join, which torchtitan uses for every folder under dump_folder).
+std::string join(const std::string& base, const std::string& path);
 /// @brief Removes a file or a folder tree; best effort.
 void remove_all(const std::string& path);
 /// @brief $TMPDIR, else /tmp.

@@ -161,7 +161,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // gradients and optimizer state are all seen.
   if (cfg_.profiling.enable_memory_snapshot)
     memory_ = std::make_unique<profiling::MemoryRecorder>(
-        cfg_.profiling.profile_freq, cfg_.job.dump_folder + "/" + cfg_.profiling.save_memory_snapshot_folder, rank_,
+        cfg_.profiling.profile_freq, data::files::join(cfg_.job.dump_folder, cfg_.profiling.save_memory_snapshot_folder), rank_,
         device_, [this](const std::string& line) { print(line); });
   set_determinism(cfg_.training.seed, cfg_.training.deterministic, device_);
   model_ = models::llama3::Transformer(args_, at::TensorOptions().device(device_).dtype(at::kFloat));
@@ -250,7 +250,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
                    {"cp", dims_.cp}, {"tp", dims_.tp}, {"pp", dims_.pp}};
     st.config_toml = cfg_.to_toml();
     checkpoint_ = std::make_unique<checkpoint::CheckpointManager>(
-        cfg_.checkpoint, cfg_.job.dump_folder + "/" + cfg_.checkpoint.folder, std::move(st),
+        cfg_.checkpoint, data::files::join(cfg_.job.dump_folder, cfg_.checkpoint.folder), std::move(st),
         [this](const std::string& line) {
           if (banner_printed_) print(line);
           else early_lines_.push_back(line);
@@ -263,7 +263,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
     profiling::ProfileSchedule ps{cfg_.profiling.profile_freq, cfg_.profiling.profiler_warmup,
                                   cfg_.profiling.profiler_active};
     profiler_ = std::make_unique<profiling::TraceProfiler>(
-        ps, cfg_.job.dump_folder + "/" + cfg_.profiling.save_traces_folder, rank_, device_.is_cuda(),
+        ps, data::files::join(cfg_.job.dump_folder, cfg_.profiling.save_traces_folder), rank_, device_.is_cuda(),
         [this](const std::string& line) { print(line); });
   }
 }
