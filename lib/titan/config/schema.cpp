@@ -67,7 +67,7 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(optimizer, beta2, "second-moment decay, in [0, 1)"),
 
       TITAN_FIELD(lr_scheduler, warmup_steps, "linear warm-up steps (>= 0)"),
-      TITAN_FIELD(lr_scheduler, decay_type, "shape of the decay after warm-up", "linear", "cosine", "wsd"),
+      TITAN_FIELD(lr_scheduler, decay_type, "shape of the decay after warm-up", "linear", "sqrt", "cosine", "wsd"),
       TITAN_FIELD(lr_scheduler, decay_ratio,
                   "fraction of steps spent decaying (0..1; before it the lr stays at its peak); -1 = every step after warm-up"),
       TITAN_FIELD(lr_scheduler, min_lr_factor, "the lr ends at lr * min_lr_factor, in [0, 1]"),
@@ -119,7 +119,8 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(checkpoint, create_seed_checkpoint,
                   "on one process: save the initial weights as step-0 and stop (the seed larger jobs start from)"),
 
-      TITAN_FIELD(activation_checkpoint, mode, "recompute activations in backward", "none", "selective", "full"),
+      TITAN_FIELD(activation_checkpoint, mode, "recompute activations in backward", "none", "selective", "full",
+                  "memory_budget"),
       TITAN_FIELD(activation_checkpoint, selective_ac_option,
                   "selective mode: \"op\" (per operator) or N (every N-th layer, N > 0)"),
 

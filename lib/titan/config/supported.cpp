@@ -26,6 +26,12 @@ const std::vector<FeatureGate>& feature_gates() {
       {"model.norm_type",
        [](const JobConfig& c, int) { return value_if(c, "model.norm_type", c.model.norm_type != "rmsnorm"); },
        "only rmsnorm is implemented", "--model.norm_type rmsnorm"},
+      {"activation_checkpoint.mode",
+       [](const JobConfig& c, int) {
+         return value_if(c, "activation_checkpoint.mode", c.activation_checkpoint.mode == "memory_budget");
+       },
+       "memory-budget activation checkpointing (torch.compile's min-cut) is not implemented",
+       "--activation_checkpoint.mode selective"},
       {"model.converters",
        [](const JobConfig& c, int) {
          for (const std::string& s : c.model.converters)

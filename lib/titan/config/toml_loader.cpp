@@ -80,8 +80,13 @@ Value convert(const Field& f, const toml::node& v, bool invert, const std::strin
 std::string suggest_key(const std::string& section, const std::string& key) {
   for (const std::string& s : section_names())
     if (s != section && resolve(s, key).field) return "[" + s + "] " + key;
-  std::string best = closest(key, keys_of(section));
-  return "[" + section + "] " + best;
+  const std::vector<std::string> here = keys_of(section);
+  if (!here.empty()) return "[" + section + "] " + closest(key, here);
+  // Only the start of a nested section ([quantize] of [quantize.linear.float8]).
+  std::vector<std::string> nested;
+  for (const std::string& s : section_names())
+    if (s.rfind(section + ".", 0) == 0) nested.push_back("[" + s + "] " + closest(key, keys_of(s)));
+  return closest(key, nested);
 }
 
 // A table's entries in file order (toml++ keeps them sorted by name), so the
