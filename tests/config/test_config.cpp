@@ -361,6 +361,8 @@ TEST(ConfigSupported, LaterFeaturesAreRefusedWithTheirChapter) {
   const std::vector<Case> cases = {
       {{"--training.context_parallel_degree", "2"}, "chapter 11"},
       {{"--model.norm_type", "layernorm"}, "only rmsnorm"},
+      {{"--model.converters", "float8,mx"}, "float8 only"},
+      {{"--activation_checkpoint.mode", "memory_budget"}, "memory-budget"},
   };
   EXPECT_EQ(cases.size(), feature_gates().size());
   for (const Case& k : cases) {

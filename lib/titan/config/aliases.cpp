@@ -31,6 +31,10 @@ const std::vector<Alias>& aliases() {
       {"lr_scheduler", "lr_min", "lr_scheduler.min_lr_factor", false, "torchtitan v0.1 (a factor despite the name)"},
       {"checkpoint", "enable", "checkpoint.enable_checkpoint", false, "torchtitan v0.2"},
       {"comm", "train_timeout_seconds", "comm.timeout_seconds", false, "torchtitan"},
+      {"checkpoint", "last_save_model_only", "checkpoint.model_weights_only", false, "torchtitan v0.2"},
+      {"quantize.linear.float8", "filter_fqns", "float8.filter_fqns", false, "torchtitan v0.2"},
+      {"debug", "seed", "training.seed", false, "torchtitan v0.2"},
+      {"debug", "deterministic", "training.deterministic", false, "torchtitan v0.2"},
   };
   return table;
 }

@@ -55,6 +55,18 @@ Value convert(const Field& f, const std::string& text, bool invert, const std::s
       return v;
     }
     case FieldType::String: return text;
+    case FieldType::StringList: {
+      // torchtitan's command line: a,b,c; "" is the empty list.
+      StringList out;
+      size_t start = 0;
+      while (!text.empty()) {
+        const size_t comma = text.find(',', start);
+        out.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+      return out;
+    }
   }
   throw fail();
 }
@@ -88,7 +100,9 @@ void apply_overrides(JobConfig& cfg, const std::vector<std::string>& args, std::
     const size_t eq = arg.find('=');
     const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
     const std::string flag = "--" + name;
-    const size_t dot = name.find('.');
+    // Nested sections have dots too (--training.dataloader.num_workers):
+    // the key is after the last one.
+    const size_t dot = name.rfind('.');
     Resolved r = resolve(name.substr(0, dot), name.substr(dot + 1));
     TITAN_CHECK(r.field, "unknown option ", flag, " (", kCommandLine, "); did you mean --",
                 closest(name, all_option_names()), "?");
@@ -111,6 +125,9 @@ void apply_overrides(JobConfig& cfg, const std::vector<std::string>& args, std::
 }
 
 void normalize(JobConfig& cfg) {
+  // torchtitan turns float8 on by naming its converter.
+  for (const std::string& s : cfg.model.converters)
+    if (s == "float8" || s == "quantize.linear.float8") cfg.float8.enable_float8_linear = true;
   for (const Field& f : fields()) {
     if (f.choices.empty()) continue;
     const std::string v = std::get<std::string>(f.get(cfg));

@@ -8,4 +8,5 @@
 #include "titan/config/load.hpp"        // IWYU pragma: export
 #include "titan/config/schema.hpp"      // IWYU pragma: export
 #include "titan/config/supported.hpp"   // IWYU pragma: export
+#include "titan/config/torchtitan.hpp"  // IWYU pragma: export
 #include "titan/config/validate.hpp"    // IWYU pragma: export

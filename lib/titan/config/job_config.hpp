@@ -12,6 +12,9 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
+
+#include "titan/config/value.hpp"
 
 namespace titan::config {
 
@@ -49,6 +52,9 @@ struct ModelSection {
   /// "flash" (titan's CPU flash kernel) or "math" (explicit softmax)
   std::string attn_type = "sdpa";
   std::string tokenizer_path;          ///< tiktoken-format file; "" = the built-in tokenizer
+  /// torchtitan's model converters: "float8" / "quantize.linear.float8"
+  /// turn on [float8] enable_float8_linear (normalize()); others are gated.
+  std::vector<std::string> converters;
 };
 
 /// @brief [optimizer]: AdamW and its hyper-parameters.
@@ -134,6 +140,9 @@ struct ActivationCheckpointSection {
 /// @brief [float8]: FP8 linear layers.
 struct Float8Section {
   bool enable_float8_linear = false;  ///< swap nn.Linear for float8 training
+  /// Linear layers left in high precision (a name or a name's last parts);
+  /// torchtitan's [quantize.linear.float8] filter_fqns.
+  std::vector<std::string> filter_fqns = {"output"};
 };
 
 /// @brief [comm]: collective timeouts.
@@ -164,6 +173,11 @@ struct JobConfig {
   /// (canonical names): "file.toml:12" or "command line". Error messages
   /// about a value name its origin with it.
   std::map<std::string, std::string> origin;
+
+  /// Values given for torchtitan v0.2 keys titan has no option for
+  /// ("section.key" -> value; see torchtitan.hpp). check_supported()
+  /// refuses those that would change the training.
+  std::map<std::string, Value> torchtitan_only;
 
   /// @brief The effective config as TOML (canonical names, every key), for
   /// logs and `titan config`; loading it back gives the same values.

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "titan/config/torchtitan.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::config {
@@ -20,8 +21,10 @@ constexpr FieldType type_of() {
   if constexpr (std::is_same_v<T, bool>) return FieldType::Bool;
   else if constexpr (std::is_same_v<T, int64_t>) return FieldType::Int;
   else if constexpr (std::is_same_v<T, double>) return FieldType::Float;
+  else if constexpr (std::is_same_v<T, StringList>) return FieldType::StringList;
   else {
-    static_assert(std::is_same_v<T, std::string>, "config members are bool, int64_t, double or std::string");
+    static_assert(std::is_same_v<T, std::string>,
+                  "config members are bool, int64_t, double, std::string or StringList");
     return FieldType::String;
   }
 }
@@ -57,6 +60,8 @@ std::vector<Field> make_fields() {
                   "(explicit softmax, the reference)",
                   "sdpa", "flash", "math"),
       TITAN_FIELD(model, tokenizer_path, "tiktoken-format tokenizer file; \"\" = the built-in tokenizer"),
+      TITAN_FIELD(model, converters,
+                  "model conversions: `float8` (or `quantize.linear.float8`) turns on [float8] enable_float8_linear"),
 
       TITAN_FIELD(optimizer, name, "optimizer", "AdamW", "Adam"),
       TITAN_FIELD(optimizer, lr, "peak learning rate (> 0)"),
@@ -66,7 +71,7 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(optimizer, beta2, "second-moment decay, in [0, 1)"),
 
       TITAN_FIELD(lr_scheduler, warmup_steps, "linear warm-up steps (>= 0)"),
-      TITAN_FIELD(lr_scheduler, decay_type, "shape of the decay after warm-up", "linear", "cosine", "wsd"),
+      TITAN_FIELD(lr_scheduler, decay_type, "shape of the decay after warm-up", "linear", "sqrt", "cosine", "wsd"),
       TITAN_FIELD(lr_scheduler, decay_ratio,
                   "fraction of steps spent decaying (0..1; before it the lr stays at its peak); -1 = every step after warm-up"),
       TITAN_FIELD(lr_scheduler, min_lr_factor, "the lr ends at lr * min_lr_factor, in [0, 1]"),
@@ -118,11 +123,13 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(checkpoint, create_seed_checkpoint,
                   "on one process: save the initial weights as step-0 and stop (the seed larger jobs start from)"),
 
-      TITAN_FIELD(activation_checkpoint, mode, "recompute activations in backward", "none", "selective", "full"),
+      TITAN_FIELD(activation_checkpoint, mode, "recompute activations in backward", "none", "selective", "full",
+                  "memory_budget"),
       TITAN_FIELD(activation_checkpoint, selective_ac_option,
                   "selective mode: \"op\" (per operator) or N (every N-th layer, N > 0)"),
 
       TITAN_FIELD(float8, enable_float8_linear, "train linear layers in float8"),
+      TITAN_FIELD(float8, filter_fqns, "linear layers kept in high precision (a name, or its last dotted parts)"),
 
       TITAN_FIELD(comm, init_timeout_seconds, "timeout of rendezvous and the first collective (> 0)"),
       TITAN_FIELD(comm, timeout_seconds, "timeout of every later collective (> 0)"),
@@ -175,33 +182,65 @@ const char* type_phrase(FieldType t) {
     case FieldType::Int: return "an integer";
     case FieldType::Float: return "a float";
     case FieldType::String: return "a string";
+    case FieldType::StringList: return "a list of strings";
   }
   return "?";
 }
 
 Value Field::get(const JobConfig& c) const {
+  if (!member) {
+    // A torchtitan-only key: what was given, else torchtitan's default
+    // (an empty value of the type when that is None).
+    auto it = c.torchtitan_only.find(name());
+    if (it != c.torchtitan_only.end()) return it->second;
+    if (torchtitan->default_value) return *torchtitan->default_value;
+    switch (type) {
+      case FieldType::Bool: return false;
+      case FieldType::Int: return int64_t{0};
+      case FieldType::Float: return 0.0;
+      case FieldType::String: return std::string();
+      case FieldType::StringList: return StringList{};
+    }
+  }
   void* p = member(const_cast<JobConfig&>(c));  // read only
   switch (type) {
     case FieldType::Bool: return *static_cast<bool*>(p);
     case FieldType::Int: return *static_cast<int64_t*>(p);
     case FieldType::Float: return *static_cast<double*>(p);
     case FieldType::String: return *static_cast<std::string*>(p);
+    case FieldType::StringList: return *static_cast<StringList*>(p);
   }
   return {};
 }
 
 void Field::set(JobConfig& c, const Value& v) const {
+  if (!member) {
+    c.torchtitan_only[name()] = v;
+    return;
+  }
   void* p = member(c);
   switch (type) {
     case FieldType::Bool: *static_cast<bool*>(p) = std::get<bool>(v); break;
     case FieldType::Int: *static_cast<int64_t*>(p) = std::get<int64_t>(v); break;
     case FieldType::Float: *static_cast<double*>(p) = std::get<double>(v); break;
     case FieldType::String: *static_cast<std::string*>(p) = std::get<std::string>(v); break;
+    case FieldType::StringList: *static_cast<StringList*>(p) = std::get<StringList>(v); break;
   }
 }
 
 const std::vector<Field>& fields() {
   static const std::vector<Field> table = make_fields();
+  return table;
+}
+
+const std::vector<Field>& torchtitan_only_fields() {
+  static const std::vector<Field> table = [] {
+    std::vector<Field> out;
+    for (const TorchtitanKey& k : torchtitan_keys())
+      if (k.own_status != TorchtitanStatus::Honoured)
+        out.push_back(Field{k.section, k.key, k.type, nullptr, k.note, {}, &k});
+    return out;
+  }();
   return table;
 }
 
@@ -225,6 +264,11 @@ Resolved resolve(const std::string& section, const std::string& key) {
       r.alias = &a;
       return r;
     }
+  for (const Field& f : torchtitan_only_fields())
+    if (f.section == section && f.key == key) {
+      r.field = &f;
+      return r;
+    }
   return r;
 }
 
@@ -236,6 +280,7 @@ std::vector<std::string> section_names() {
   };
   for (const Field& f : fields()) add(f.section);
   for (const Alias& a : aliases()) add(a.section);
+  for (const Field& f : torchtitan_only_fields()) add(f.section);
   return out;
 }
 
@@ -251,6 +296,8 @@ std::vector<std::string> keys_of(const std::string& section) {
     if (f.section == section) out.push_back(f.key);
   for (const Alias& a : aliases())
     if (a.section == section) out.push_back(a.key);
+  for (const Field& f : torchtitan_only_fields())
+    if (f.section == section) out.push_back(f.key);
   return out;
 }
 
@@ -258,19 +305,33 @@ std::string to_toml_value(const Value& v) {
   if (const bool* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
   if (const int64_t* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
   if (const double* d = std::get_if<double>(&v)) return format_double(*d);
+  if (const StringList* l = std::get_if<StringList>(&v)) {
+    std::string out = "[";
+    for (size_t i = 0; i < l->size(); ++i) out += (i ? ", " : "") + to_toml_value(Value{(*l)[i]});
+    return out + "]";
+  }
   return "\"" + escape(std::get<std::string>(v)) + "\"";
 }
 
 std::string JobConfig::to_toml() const {
+  // Sections in first-use order; torchtitan-only keys only when given, so
+  // the printout stays titan's config plus what the file asked for.
+  std::vector<std::pair<std::string, std::string>> sections;
+  auto add = [&](const Field& f) {
+    const std::string line = f.key + " = " + to_toml_value(f.get(*this)) + "\n";
+    for (auto& [name, body] : sections)
+      if (name == f.section) {
+        body += line;
+        return;
+      }
+    sections.emplace_back(f.section, line);
+  };
+  for (const Field& f : fields()) add(f);
+  for (const Field& f : torchtitan_only_fields())
+    if (torchtitan_only.count(f.name())) add(f);
   std::ostringstream os;
-  std::string section;
-  for (const Field& f : fields()) {
-    if (f.section != section) {
-      os << (section.empty() ? "" : "\n") << "[" << f.section << "]\n";
-      section = f.section;
-    }
-    os << f.key << " = " << to_toml_value(f.get(*this)) << "\n";
-  }
+  for (size_t i = 0; i < sections.size(); ++i)
+    os << (i ? "\n" : "") << "[" << sections[i].first << "]\n" << sections[i].second;
   return os.str();
 }
 
@@ -284,6 +345,7 @@ std::string markdown_reference() {
       case FieldType::Int: return "int";
       case FieldType::Float: return "float";
       case FieldType::String: return "string";
+      case FieldType::StringList: return "string list";
     }
     return "?";
   };
@@ -307,6 +369,7 @@ std::string markdown_reference() {
     os << "| `[" << a.section << "] " << a.key << "` | " << (a.invert ? "not " : "") << "`" << t.display() << "` | "
        << a.note << " |\n";
   }
+  os << "\n" << torchtitan_markdown();
   return os.str();
 }
 

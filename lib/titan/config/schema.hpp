@@ -8,30 +8,30 @@
 /// new option is one line in schema.cpp (plus its member in JobConfig).
 
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "titan/config/job_config.hpp"
+#include "titan/config/value.hpp"
 
 namespace titan::config {
 
-/// @brief The type of an option's value.
-enum class FieldType { Bool, Int, Float, String };
+struct TorchtitanKey;
 
-/// @brief "a boolean", "an integer", "a float", "a string": for messages.
+/// @brief "a boolean", "an integer", "a float", "a string", "a list of
+/// strings": for messages.
 const char* type_phrase(FieldType t);
-
-/// @brief A value of any option type.
-using Value = std::variant<bool, int64_t, double, std::string>;
 
 /// @brief One option: where it lives in TOML and in JobConfig.
 struct Field {
   std::string section;  ///< TOML section, e.g. "training"
   std::string key;      ///< key in the section, e.g. "seq_len"
   FieldType type;       ///< value type
-  void* (*member)(JobConfig&);  ///< the member in a JobConfig (of `type`'s C++ type)
+  void* (*member)(JobConfig&);  ///< the member in a JobConfig (of `type`'s C++ type); null for a torchtitan-only key
   std::string help;     ///< one-line meaning, for docs/config.md
   std::vector<std::string> choices;  ///< allowed values of a string option (empty = any)
+  /// For a torchtitan-only key (no JobConfig member; its value lives in
+  /// JobConfig::torchtitan_only): its row of torchtitan_keys().
+  const TorchtitanKey* torchtitan = nullptr;
 
   /// "section.key"
   std::string name() const { return section + "." + key; }
@@ -56,6 +56,11 @@ struct Alias {
 /// @brief Every option, in the order config printouts use.
 const std::vector<Field>& fields();
 
+/// @brief The torchtitan v0.2 keys titan has no option for, as Fields (so
+/// the TOML loader and the command line treat them as any option); built
+/// from torchtitan_keys().
+const std::vector<Field>& torchtitan_only_fields();
+
 /// @brief Every alias (the one table of them; docs/config.md lists it).
 const std::vector<Alias>& aliases();
 
@@ -66,7 +71,7 @@ struct Resolved {
   const Alias* alias = nullptr;  ///< the alias used, or null for a canonical name
 };
 
-/// @brief Looks up a canonical or alias name.
+/// @brief Looks up a canonical, alias or torchtitan-only name.
 Resolved resolve(const std::string& section, const std::string& key);
 
 /// @brief True when `section` has any canonical or alias key.
@@ -85,8 +90,8 @@ const Field& field(const std::string& name);
 /// with a '.' or exponent so they stay floats.
 std::string to_toml_value(const Value& v);
 
-/// @brief The Markdown tables of docs/config.md (options by section, then
-/// aliases), generated from fields() and aliases(); `titan config
+/// @brief The Markdown tables of docs/config.md (options by section,
+/// aliases, then every torchtitan v0.2 key with its status), generated from fields() and aliases(); `titan config
 /// --markdown` prints it and a test checks the doc holds it.
 std::string markdown_reference();
 

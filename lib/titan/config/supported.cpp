@@ -3,6 +3,7 @@
 #include "titan/config/supported.hpp"
 
 #include "titan/config/schema.hpp"
+#include "titan/config/torchtitan.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::config {
@@ -25,6 +26,19 @@ const std::vector<FeatureGate>& feature_gates() {
       {"model.norm_type",
        [](const JobConfig& c, int) { return value_if(c, "model.norm_type", c.model.norm_type != "rmsnorm"); },
        "only rmsnorm is implemented", "--model.norm_type rmsnorm"},
+      {"activation_checkpoint.mode",
+       [](const JobConfig& c, int) {
+         return value_if(c, "activation_checkpoint.mode", c.activation_checkpoint.mode == "memory_budget");
+       },
+       "memory-budget activation checkpointing (torch.compile's min-cut) is not implemented",
+       "--activation_checkpoint.mode selective"},
+      {"model.converters",
+       [](const JobConfig& c, int) {
+         for (const std::string& s : c.model.converters)
+           if (s != "float8" && s != "quantize.linear.float8") return value_if(c, "model.converters", true);
+         return std::string();
+       },
+       "titan converts linear layers to float8 only", "--model.converters float8"},
   };
   return gates;
 }
@@ -35,6 +49,18 @@ std::vector<std::string> unsupported_features(const JobConfig& cfg, int world_si
     const std::string setting = g.asks(cfg, world_size);
     if (setting.empty()) continue;
     out.push_back(field(g.option).display() + " " + setting + " (" + g.reason + "; for now use " + g.fix + ")");
+  }
+  // torchtitan keys titan has no feature for: the same gate, one per key,
+  // open only at torchtitan's default.
+  for (const auto& [name, value] : cfg.torchtitan_only) {
+    const size_t dot = name.rfind('.');
+    const Field* f = resolve(name.substr(0, dot), name.substr(dot + 1)).field;
+    if (!f || !f->torchtitan || f->torchtitan->accepts(value)) continue;
+    const TorchtitanKey& k = *f->torchtitan;
+    out.push_back(k.display() + " = " + to_toml_value(value) + " (torchtitan v0.2 option; titan lacks it: " + k.note +
+                  "; for now " +
+                  (k.default_value ? "use its default " + to_toml_value(*k.default_value) : std::string("leave it out")) +
+                  ")");
   }
   return out;
 }

@@ -60,6 +60,17 @@ Value convert(const Field& f, const toml::node& v, bool invert, const std::strin
     case FieldType::String:
       if (auto s = v.as_string()) return std::string(s->get());
       break;
+    case FieldType::StringList:
+      if (auto a = v.as_array()) {
+        StringList out;
+        for (const toml::node& e : *a) {
+          if (!e.is_string())
+            throw Error(name + ": expected a list of strings, got an array holding " + describe(e) + " (" + at + ")");
+          out.push_back(std::string(*e.as_string()));
+        }
+        return out;
+      }
+      break;
   }
   throw Error(name + ": expected " + type_phrase(f.type) + ", got " + describe(v) + " (" + at + ")");
 }
@@ -69,8 +80,13 @@ Value convert(const Field& f, const toml::node& v, bool invert, const std::strin
 std::string suggest_key(const std::string& section, const std::string& key) {
   for (const std::string& s : section_names())
     if (s != section && resolve(s, key).field) return "[" + s + "] " + key;
-  std::string best = closest(key, keys_of(section));
-  return "[" + section + "] " + best;
+  const std::vector<std::string> here = keys_of(section);
+  if (!here.empty()) return "[" + section + "] " + closest(key, here);
+  // Only the start of a nested section ([quantize] of [quantize.linear.float8]).
+  std::vector<std::string> nested;
+  for (const std::string& s : section_names())
+    if (s.rfind(section + ".", 0) == 0) nested.push_back("[" + s + "] " + closest(key, keys_of(s)));
+  return closest(key, nested);
 }
 
 // A table's entries in file order (toml++ keeps them sorted by name), so the
@@ -86,10 +102,43 @@ std::vector<std::pair<const toml::key*, const toml::node*>> in_file_order(const 
   return out;
 }
 
+// field -> (name as written, where): one option set twice in a file
+// through an alias is ambiguous, so it is an error.
+using Seen = std::map<const Field*, std::pair<std::string, std::string>>;
+
+// A section, or the start of a nested one: "quantize" of [quantize.linear.float8].
+bool opens_section(const std::string& name) {
+  for (const std::string& s : section_names())
+    if (s == name || s.rfind(name + ".", 0) == 0) return true;
+  return false;
+}
+
+// The keys of one section (dotted when nested: [training.dataloader] is
+// the table "dataloader" inside "training").
+void apply_section(JobConfig& cfg, const toml::table& table, const std::string& section, const std::string& file,
+                   Seen& seen) {
+  for (auto [key_ptr, value_ptr] : in_file_order(table)) {
+    const toml::key& key_node = *key_ptr;
+    const toml::node& value = *value_ptr;
+    const std::string key(key_node.str());
+    if (value.is_table() && opens_section(section + "." + key)) {
+      apply_section(cfg, *value.as_table(), section + "." + key, file, seen);
+      continue;
+    }
+    const std::string at = where(file, key_node.source());
+    const std::string written = "[" + section + "] " + key;
+    Resolved r = resolve(section, key);
+    TITAN_CHECK(r.field, "unknown config key ", written, " (", at, "); did you mean ", suggest_key(section, key), "?");
+    auto [it, fresh] = seen.emplace(r.field, std::make_pair(written, at));
+    TITAN_CHECK(fresh, written, " (", at, ") sets the same option as ", it->second.first, " (", it->second.second,
+                "); keep one");
+    r.field->set(cfg, convert(*r.field, value, r.invert, written, at));
+    cfg.origin[r.field->name()] = at;
+  }
+}
+
 void apply_table(JobConfig& cfg, const toml::table& root, const std::string& file) {
-  // field -> (name as written, where): one option set twice in a file
-  // through an alias is ambiguous, so it is an error.
-  std::map<const Field*, std::pair<std::string, std::string>> seen;
+  Seen seen;
 
   for (auto [section_key_ptr, section_node_ptr] : in_file_order(root)) {
     const toml::key& section_key = *section_key_ptr;
@@ -112,24 +161,9 @@ void apply_table(JobConfig& cfg, const toml::table& root, const std::string& fil
         if (resolve(s, best).field) best = "[" + s + "] " + best;
       throw Error("key " + section + " is outside any section (" + section_at + "); did you mean " + best + "?");
     }
-    TITAN_CHECK(is_section(section), "unknown config section [", section, "] (", section_at, "); did you mean [",
-                closest(section, section_names()), "]?");
-
-    for (auto [key_ptr, value_ptr] : in_file_order(*section_node.as_table())) {
-      const toml::key& key_node = *key_ptr;
-      const toml::node& value = *value_ptr;
-      const std::string key(key_node.str());
-      const std::string at = where(file, key_node.source());
-      const std::string written = "[" + section + "] " + key;
-      Resolved r = resolve(section, key);
-      TITAN_CHECK(r.field, "unknown config key ", written, " (", at, "); did you mean ", suggest_key(section, key),
-                  "?");
-      auto [it, fresh] = seen.emplace(r.field, std::make_pair(written, at));
-      TITAN_CHECK(fresh, written, " (", at, ") sets the same option as ", it->second.first, " (", it->second.second,
-                  "); keep one");
-      r.field->set(cfg, convert(*r.field, value, r.invert, written, at));
-      cfg.origin[r.field->name()] = at;
-    }
+    TITAN_CHECK(opens_section(section), "unknown config section [", section, "] (", section_at,
+                "); did you mean [", closest(section, section_names()), "]?");
+    apply_section(cfg, *section_node.as_table(), section, file, seen);
   }
 }
 

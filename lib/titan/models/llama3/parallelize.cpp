@@ -156,7 +156,7 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
     // Under TP every converted layer takes its amaxes over the tp group, so
     // its pieces scale as the whole layer would.
     const auto converted = float8::convert_to_float8_training(
-        *model, {"output"}, dims.tp_enabled() && mesh ? mesh->group("tp") : nullptr);
+        *model, cfg.float8.filter_fqns, dims.tp_enabled() && mesh ? mesh->group("tp") : nullptr);
     f8_description = "float8 linear (" + std::to_string(converted.size()) + " layers, tensorwise scaling)";
   }
   const std::string ac_description = apply_activation_checkpointing(model, cfg);

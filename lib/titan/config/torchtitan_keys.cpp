@@ -1,0 +1,236 @@
+// The table of torchtitan v0.2's JobConfig, read off
+// torchtitan/config/job_config.py (0.2.2): one row per dataclass field, its
+// default as there. Rows titan has an option for say only "titan's"; what
+// that option is comes from resolve() (schema.cpp, aliases.cpp).
+#include "titan/config/torchtitan.hpp"
+
+namespace titan::config {
+namespace {
+
+struct Default {
+  FieldType type;
+  std::optional<Value> value;
+};
+Default B(bool b) { return {FieldType::Bool, Value{b}}; }
+Default I(int64_t i) { return {FieldType::Int, Value{i}}; }
+Default F(double d) { return {FieldType::Float, Value{d}}; }
+Default S(const char* s) { return {FieldType::String, Value{std::string(s)}}; }
+Default L(StringList l) { return {FieldType::StringList, Value{std::move(l)}}; }
+Default None(FieldType t) { return {t, std::nullopt}; }
+
+constexpr auto kTitan = TorchtitanStatus::Honoured;  // titan has an option; resolve() says which
+constexpr auto kDefault = TorchtitanStatus::DefaultOnly;
+constexpr auto kCosmetic = TorchtitanStatus::Cosmetic;
+constexpr auto kStr = FieldType::String;
+constexpr auto kInt = FieldType::Int;
+constexpr auto kList = FieldType::StringList;
+
+TorchtitanKey row(const char* section, const char* key, Default d, TorchtitanStatus st, const char* note = "",
+                  bool (*also)(const Value&) = nullptr) {
+  return TorchtitanKey{section, key, d.type, std::move(d.value), st, note, also};
+}
+
+// torchtitan's own config extensions (its fault-tolerance module and the
+// like) add no training titan would miss; a user's module would.
+bool names_torchtitan_module(const Value& v) {
+  const std::string* s = std::get_if<std::string>(&v);
+  return s && (s->empty() || s->rfind("torchtitan.", 0) == 0);
+}
+
+// titan's float8 linear is torchao's tensorwise recipe.
+bool is_tensorwise(const Value& v) {
+  const std::string* s = std::get_if<std::string>(&v);
+  return s && *s == "tensorwise";
+}
+
+std::vector<TorchtitanKey> make_table() {
+  return {
+      row("job", "config_file", None(kStr), kTitan),
+      row("job", "dump_folder", S("./outputs"), kTitan),
+      row("job", "description", S("default job"), kTitan),
+      row("job", "print_config", B(false), kCosmetic, "`titan config` prints the config"),
+      row("job", "save_config_file", None(kStr), kDefault, "titan does not write the config to a file"),
+      row("job", "custom_config_module", S(""), kDefault,
+          "extends the config schema; \"\" or a torchtitan.* module is accepted", names_torchtitan_module),
+
+      row("profiling", "enable_profiling", B(false), kTitan),
+      row("profiling", "save_traces_folder", S("profile_traces"), kTitan),
+      row("profiling", "profile_freq", I(10), kTitan),
+      row("profiling", "profiler_active", I(1), kTitan),
+      row("profiling", "profiler_warmup", I(3), kTitan),
+      row("profiling", "enable_memory_snapshot", B(false), kTitan),
+      row("profiling", "save_memory_snapshot_folder", S("memory_snapshot"), kTitan),
+
+      row("metrics", "log_freq", I(10), kTitan),
+      row("metrics", "enable_tensorboard", B(false), kTitan),
+      row("metrics", "disable_color_printing", B(false), kCosmetic, "titan's log lines have no colour"),
+      row("metrics", "save_tb_folder", S("tb"), kTitan),
+      row("metrics", "save_for_all_ranks", B(false), kDefault, "TensorBoard files from every rank"),
+      row("metrics", "enable_wandb", B(false), kDefault, "Weights & Biases logging"),
+
+      row("model", "name", S("llama3"), kTitan),
+      row("model", "flavor", S("debugmodel"), kTitan),
+      row("model", "hf_assets_path", S("./tests/assets/tokenizer"), kDefault,
+          "Hugging Face assets folder (tokenizer.json); use tokenizer_path"),
+      row("model", "tokenizer_path", None(kStr), kTitan),
+      row("model", "converters", L({}), kTitan),
+      row("model", "print_after_conversion", B(false), kCosmetic, "titan logs the converted layers' count"),
+
+      row("optimizer", "name", S("AdamW"), kTitan),
+      row("optimizer", "lr", F(8e-4), kTitan),
+      row("optimizer", "beta1", F(0.9), kTitan),
+      row("optimizer", "beta2", F(0.95), kTitan),
+      row("optimizer", "eps", F(1e-8), kTitan),
+      row("optimizer", "weight_decay", F(0.1), kTitan),
+      row("optimizer", "implementation", S("fused"), kCosmetic,
+          "how PyTorch loops over parameters; same update"),
+      row("optimizer", "early_step_in_backward", B(false), kDefault, "optimizer step inside backward"),
+
+      row("lr_scheduler", "warmup_steps", I(200), kTitan),
+      row("lr_scheduler", "total_steps", None(kInt), kDefault,
+          "titan's schedule always spans [training] steps"),
+      row("lr_scheduler", "decay_ratio", None(FieldType::Float), kTitan),
+      row("lr_scheduler", "decay_type", S("linear"), kTitan),
+      row("lr_scheduler", "min_lr_factor", F(0.0), kTitan),
+
+      row("training", "dataset", S("c4_test"), kTitan),
+      row("training", "dataset_path", None(kStr), kTitan),
+      row("training", "local_batch_size", I(8), kTitan),
+      row("training", "global_batch_size", I(-1), kTitan),
+      row("training", "seq_len", I(2048), kTitan),
+      row("training", "max_norm", F(1.0), kTitan),
+      row("training", "steps", I(10000), kTitan),
+      row("training", "enable_cpu_offload", B(false), kTitan),
+      row("training", "dtype", S("float32"), kDefault, "all parameters and optimizer state in bfloat16"),
+      row("training", "mixed_precision_param", S("bfloat16"), kTitan),
+      row("training", "mixed_precision_reduce", S("float32"), kTitan),
+      row("training", "gc_freq", I(50), kCosmetic, "Python garbage collection; titan has none"),
+      row("training", "gc_debug", B(false), kCosmetic, "Python garbage collection; titan has none"),
+
+      row("training.dataloader", "num_workers", I(0), kCosmetic, "titan's loader runs in the trainer; same batches"),
+      row("training.dataloader", "persistent_workers", B(false), kCosmetic, "as num_workers"),
+      row("training.dataloader", "pin_memory", B(false), kCosmetic, "as num_workers"),
+      row("training.dataloader", "prefetch_factor", None(kInt), kCosmetic, "as num_workers"),
+
+      row("parallelism", "data_parallel_replicate_degree", I(1), kTitan),
+      row("parallelism", "data_parallel_shard_degree", I(-1), kTitan),
+      row("parallelism", "fsdp_reshard_after_forward", S("default"), kTitan),
+      row("parallelism", "tensor_parallel_degree", I(1), kTitan),
+      row("parallelism", "disable_loss_parallel", B(false), kTitan),
+      row("parallelism", "enable_async_tensor_parallel", B(false), kTitan),
+      row("parallelism", "pipeline_parallel_degree", I(1), kTitan),
+      row("parallelism", "module_fqns_per_model_part", None(kList), kDefault,
+          "hand-placed pipeline stages (a list of lists in torchtitan); use pipeline_parallel_layers_per_stage"),
+      row("parallelism", "pipeline_parallel_first_stage_less_layers", I(1), kDefault,
+          "uneven stages; use pipeline_parallel_layers_per_stage"),
+      row("parallelism", "pipeline_parallel_last_stage_less_layers", I(1), kDefault,
+          "uneven stages; use pipeline_parallel_layers_per_stage"),
+      row("parallelism", "pipeline_parallel_layers_per_stage", None(kInt), kTitan),
+      row("parallelism", "pipeline_parallel_schedule", S("1F1B"), kTitan),
+      row("parallelism", "pipeline_parallel_schedule_csv", S(""), kDefault, "schedules read from a CSV file"),
+      row("parallelism", "pipeline_parallel_microbatch_size", I(1), kTitan),
+      row("parallelism", "pipeline_parallel_expert_parallel_overlap", B(true), kDefault, "mixture of experts"),
+      row("parallelism", "context_parallel_degree", I(1), kTitan),
+      row("parallelism", "context_parallel_load_balancer", S("headtail"), kDefault, "context parallelism"),
+      row("parallelism", "context_parallel_rotate_method", S("allgather"), kDefault, "context parallelism"),
+      row("parallelism", "expert_parallel_degree", I(1), kDefault, "mixture of experts"),
+      row("parallelism", "expert_tensor_parallel_degree", I(1), kDefault, "mixture of experts"),
+      row("parallelism", "expert_parallel_comm_backend", S("standard"), kDefault, "mixture of experts"),
+
+      row("checkpoint", "enable", B(false), kTitan),
+      row("checkpoint", "enable_ft_dataloader_checkpoints", B(true), kDefault, "fault tolerance"),
+      row("checkpoint", "folder", S("checkpoint"), kTitan),
+      row("checkpoint", "interval", I(500), kTitan),
+      row("checkpoint", "initial_load_path", None(kStr), kDefault, "starting from another job's checkpoint"),
+      row("checkpoint", "initial_load_model_only", B(true), kDefault, "starting from another job's checkpoint"),
+      row("checkpoint", "initial_load_in_hf", B(false), kDefault, "loading Hugging Face weights; use titan convert"),
+      row("checkpoint", "initial_load_in_hf_quantized", B(false), kDefault, "loading Hugging Face weights"),
+      row("checkpoint", "last_save_model_only", B(true), kTitan),
+      row("checkpoint", "last_save_in_hf", B(false), kDefault, "saving Hugging Face weights; use titan convert"),
+      row("checkpoint", "export_dtype", S("float32"), kTitan),
+      row("checkpoint", "async_mode", S("disabled"), kTitan),
+      row("checkpoint", "keep_latest_k", I(10), kTitan),
+      row("checkpoint", "load_step", I(-1), kTitan),
+      row("checkpoint", "exclude_from_loading", L({}), kDefault, "resuming without some state"),
+      row("checkpoint", "enable_first_step_checkpoint", B(false), kDefault, "a save after step 1"),
+      row("checkpoint", "create_seed_checkpoint", B(false), kTitan),
+      row("checkpoint", "load_only", B(false), kDefault, "loading without ever saving"),
+
+      row("activation_checkpoint", "mode", S("selective"), kTitan),
+      row("activation_checkpoint", "selective_ac_option", S("2"), kTitan),
+      row("activation_checkpoint", "per_op_sac_force_recompute_mm_shapes_by_fqns", L({"moe.router.gate"}), kDefault,
+          "per-op AC recompute lists"),
+      row("activation_checkpoint", "early_stop", B(false), kDefault, "AC early stop"),
+      row("activation_checkpoint", "memory_budget", F(0.5), kDefault, "memory_budget AC"),
+      row("activation_checkpoint", "visualize_memory_budget_pareto", B(false), kDefault, "memory_budget AC"),
+      row("activation_checkpoint", "preserve_rng_state", B(true), kDefault, "AC RNG handling"),
+      row("activation_checkpoint", "determinism_check", S("default"), kDefault, "AC debugging"),
+      row("activation_checkpoint", "debug", B(false), kDefault, "AC debugging"),
+
+      row("compile", "enable", B(false), kDefault, "torch.compile"),
+      row("compile", "components", L({"model", "loss"}), kDefault, "torch.compile"),
+      row("compile", "backend", S("inductor"), kDefault, "torch.compile"),
+
+      row("quantize.linear.float8", "enable_fsdp_float8_all_gather", B(false), kDefault, "float8 FSDP all-gather"),
+      row("quantize.linear.float8", "precompute_float8_dynamic_scale_for_fsdp", B(false), kDefault,
+          "float8 FSDP all-gather"),
+      row("quantize.linear.float8", "recipe_name", None(kStr), kDefault,
+          "float8 rowwise recipes; \"tensorwise\" is what titan does", is_tensorwise),
+      row("quantize.linear.float8", "filter_fqns", L({}), kTitan),
+      row("quantize.linear.float8", "emulate", B(false), kDefault, "float8 emulation on GPUs"),
+      row("quantize.linear.mx", "mxfp8_dim1_cast_kernel_choice", S("triton"), kDefault, "MX formats"),
+      row("quantize.linear.mx", "recipe_name", S("mxfp8_cublas"), kDefault, "MX formats"),
+      row("quantize.linear.mx", "filter_fqns", L({"output"}), kDefault, "MX formats"),
+      row("quantize.grouped_mm.float8", "fqns", L({}), kDefault, "mixture of experts"),
+      row("quantize.grouped_mm.mx", "recipe_name", S("mxfp8"), kDefault, "mixture of experts"),
+      row("quantize.grouped_mm.mx", "fqns", L({}), kDefault, "mixture of experts"),
+
+      row("comm", "init_timeout_seconds", I(300), kTitan),
+      row("comm", "train_timeout_seconds", I(100), kTitan),
+      row("comm", "trace_buf_size", I(20000), kCosmetic, "NCCL flight-recorder buffer (debugging)"),
+      row("comm", "save_traces_folder", S("comm_traces"), kCosmetic, "NCCL flight-recorder output (debugging)"),
+      row("comm", "save_traces_file_prefix", S("rank_"), kCosmetic, "NCCL flight-recorder output (debugging)"),
+      row("comm", "mode", S("default"), kDefault, "fake or local-tensor backends; use titan estimate"),
+
+      row("memory_estimation", "enable", B(false), kDefault, "memory estimation in the trainer; use titan estimate"),
+      row("memory_estimation", "disable_fake_mode", B(false), kDefault, "memory estimation in the trainer"),
+
+      row("fault_tolerance", "enable", B(false), kDefault, "torchft fault tolerance"),
+      row("fault_tolerance", "process_group", S("gloo"), kDefault, "torchft fault tolerance"),
+      row("fault_tolerance", "process_group_timeout_ms", I(10000), kDefault, "torchft fault tolerance"),
+      row("fault_tolerance", "replica_id", I(0), kDefault, "torchft fault tolerance"),
+      row("fault_tolerance", "group_size", I(0), kDefault, "torchft fault tolerance"),
+      row("fault_tolerance", "min_replica_size", I(1), kDefault, "torchft fault tolerance"),
+      row("fault_tolerance", "semi_sync_method", None(kStr), kDefault, "torchft fault tolerance"),
+
+      row("experimental", "custom_import", S(""), kCosmetic, "a Python module to import"),
+      row("experimental", "custom_args_module", S(""), kDefault,
+          "extends the config schema (old name of custom_config_module)", names_torchtitan_module),
+
+      row("validation", "enable", B(false), kDefault, "validation runs"),
+      row("validation", "dataset", S("c4_validation"), kDefault, "validation runs"),
+      row("validation", "dataset_path", None(kStr), kDefault, "validation runs"),
+      row("validation", "local_batch_size", I(8), kDefault, "validation runs"),
+      row("validation", "seq_len", I(2048), kDefault, "validation runs"),
+      row("validation", "freq", I(10), kDefault, "validation runs"),
+      row("validation", "steps", I(-1), kDefault, "validation runs"),
+      row("validation.dataloader", "num_workers", I(0), kCosmetic, "as [training.dataloader]"),
+      row("validation.dataloader", "persistent_workers", B(false), kCosmetic, "as [training.dataloader]"),
+      row("validation.dataloader", "pin_memory", B(false), kCosmetic, "as [training.dataloader]"),
+      row("validation.dataloader", "prefetch_factor", None(kInt), kCosmetic, "as [training.dataloader]"),
+
+      row("debug", "seed", None(kInt), kTitan),
+      row("debug", "deterministic", B(false), kTitan),
+      row("debug", "deterministic_warn_only", B(false), kDefault, "deterministic mode that only warns"),
+      row("debug", "moe_force_load_balance", B(false), kDefault, "mixture of experts"),
+  };
+}
+
+}  // namespace
+
+const std::vector<TorchtitanKey>& torchtitan_keys() {
+  static const std::vector<TorchtitanKey> table = make_table();
+  return table;
+}
+
+}  // namespace titan::config
