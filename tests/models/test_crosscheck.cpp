@@ -64,14 +64,18 @@ titan::testing::CommandResult run_crosscheck(const ModelArgs& args, const ModelA
   outputs.emplace_back("trunc_normal_probe", probe);
   save_safetensors(dir + "/outputs.safetensors", outputs);
 
-  // Tolerance 1e-5 of each tensor's largest magnitude: both sides do the same
+  // Tolerance 2e-6 of each tensor's largest magnitude: both sides do the same
   // fp32 math, but with different kernels and reduction orders (SDPA vs an
   // explicit masked softmax, real-pair vs complex RoPE, fused vs written-out
   // RMSNorm), so each op contributes rounding of a few ulps (~1e-7) that a
-  // two-layer forward + backward accumulates; measured: at most 3.5e-7.
+  // two-layer forward + backward accumulates; measured: at most 3.5e-7. The
+  // bound sits ~6x above that floor and below what a real mistake costs: a
+  // norm eps of 1e-6 instead of 1e-5 moves the logits by 5.5e-6 relative,
+  // which the 1e-5 this test used before let through (the gradients move
+  // 8e-6 to 2.2e-5; DetectsAWrongNormEps).
   const std::string cmd = python() + " " + titan::testing::source_path("tests/reference/llama3_ref.py") +
                           " compare " + dir + "/weights.safetensors " + dir + "/inputs.safetensors " +
-                          dir + "/outputs.safetensors --tol 1e-5";
+                          dir + "/outputs.safetensors --tol 2e-6";
   auto result = titan::testing::run_command(cmd);
   titan::testing::remove_scratch_dir(dir);
   return result;
@@ -91,6 +95,17 @@ TEST(Llama3CrossCheck, DetectsAModelThatDiffers) {
   ModelArgs actual = claimed;
   actual.rope_scaling.enabled = false;
   auto result = run_crosscheck(actual, claimed);
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("above tolerance"), std::string::npos) << result.output;
+}
+
+// A subtler mistake than the RoPE one: RMSNorm's eps off by 10x.
+TEST(Llama3CrossCheck, DetectsAWrongNormEps) {
+  ModelArgs claimed = titan::testing::tiny_args();
+  ModelArgs actual = claimed;
+  actual.norm_eps = claimed.norm_eps / 10;
+  auto result = run_crosscheck(actual, claimed);
+  std::cout << result.output;
   EXPECT_NE(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("above tolerance"), std::string::npos) << result.output;
 }
