@@ -122,14 +122,10 @@ RankFile write_rank_file(const std::string& dir, int rank, const ShardedState& s
   }
   if (tensors.empty()) return result;
   result.file = rank_file_name(rank);
-  const std::string header =
-      encode_safetensors_header(tensors, {{"format", "pt"}, {"DCP_SHARDING_INFO", sharding.dump()}});
-  DurableFile f(dir + "/" + result.file);
-  f.write(header.data(), header.size());
-  for (const auto& [name, t] : tensors) f.write(t.data_ptr(), static_cast<size_t>(t.numel() * t.element_size()));
-  f.close();
-  result.bytes = f.bytes_written();
-  result.crc32 = f.crc32();
+  const SafetensorsWritten written = write_safetensors_durably(
+      dir + "/" + result.file, tensors, {{"format", "pt"}, {"DCP_SHARDING_INFO", sharding.dump()}});
+  result.bytes = written.bytes;
+  result.crc32 = written.crc32;
   return result;
 }
 

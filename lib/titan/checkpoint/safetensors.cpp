@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "titan/checkpoint/file_io.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::checkpoint {
@@ -102,20 +103,26 @@ void save_safetensors(const std::string& path,
     TITAN_CHECK(tensor.defined(), "safetensors: tensor '", name, "' is undefined");
     cpu.emplace_back(name, tensor.detach().to(at::kCPU).contiguous());
   }
-  const std::string header = encode_safetensors_header(cpu, metadata);
+  // Written under a temporary name and renamed: a crash never leaves a
+  // torn file under the final name.
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    TITAN_CHECK(out.good(), "safetensors: cannot open ", tmp, " for writing");
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    for (const auto& [name, t] : cpu)
-      out.write(static_cast<const char*>(t.data_ptr()),
-                static_cast<std::streamsize>(t.numel() * t.element_size()));
-    out.flush();
-    TITAN_CHECK(out.good(), "safetensors: write to ", tmp, " failed (disk full?)");
+  write_safetensors_durably(tmp, cpu, metadata);
+  rename_durably(tmp, path);
+}
+
+SafetensorsWritten write_safetensors_durably(const std::string& path,
+                                             const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                                             const std::map<std::string, std::string>& metadata) {
+  const std::string header = encode_safetensors_header(tensors, metadata);
+  DurableFile out(path);
+  out.write(header.data(), header.size());
+  for (const auto& [name, t] : tensors) {
+    TITAN_CHECK(t.device().is_cpu() && t.is_contiguous(), "safetensors: tensor '", name,
+                "' must be a contiguous CPU tensor to be written");
+    out.write(t.data_ptr(), static_cast<size_t>(t.numel() * t.element_size()));
   }
-  TITAN_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "safetensors: cannot rename ", tmp,
-              " to ", path);
+  out.close();
+  return {out.bytes_written(), out.crc32()};
 }
 
 SafetensorsHeader read_safetensors_header(const std::string& path) {

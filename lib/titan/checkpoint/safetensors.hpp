@@ -10,6 +10,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -71,6 +72,19 @@ SafetensorsHeader read_safetensors_header(const std::string& path);
 
 /// @brief Reads one tensor that `read_safetensors_header(path)` listed.
 at::Tensor read_safetensors_tensor(const std::string& path, const SafetensorsEntry& entry);
+
+/// @brief What write_safetensors_durably wrote.
+struct SafetensorsWritten {
+  uint64_t bytes = 0;  ///< file size
+  uint32_t crc32 = 0;  ///< CRC-32 of the whole file
+};
+
+/// @brief Writes `tensors` (CPU, contiguous) to `path` itself, fsync'ed
+/// (no temporary name: for files inside a folder that is renamed as a
+/// whole, like a checkpoint's). Throws titan::Error naming the file.
+SafetensorsWritten write_safetensors_durably(const std::string& path,
+                                             const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                                             const std::map<std::string, std::string>& metadata = {});
 
 /// @brief Reads a whole safetensors file into CPU tensors. A truncated file,
 /// bad JSON, unknown dtype or out-of-range offsets is a one-line titan::Error

@@ -1,23 +1,13 @@
 #include "titan/profiling/trace_flops.hpp"
 
-#include <nlohmann/json.hpp>
-
-#include <fstream>
 #include <vector>
 
-#include "titan/util/error.hpp"
+#include "titan/profiling/trace_reader.hpp"
 
 namespace titan::profiling {
 
 TraceFlops count_trace_flops(const std::string& path, double from_us, double to_us) {
-  std::ifstream in(path);
-  TITAN_CHECK(in.good(), "trace: cannot open ", path);
-  nlohmann::json trace;
-  try {
-    trace = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("trace: " + path + " is not valid JSON (" + e.what() + ")");
-  }
+  const nlohmann::json trace = load_trace_json(path);
   TraceFlops c;
   for (const auto& e : trace.at("traceEvents")) {
     if (e.value("ph", "") != "X" || !e.contains("args") || !e["args"].contains("Input Dims")) continue;

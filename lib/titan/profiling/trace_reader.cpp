@@ -1,14 +1,12 @@
 #include "titan/profiling/trace_reader.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include <fstream>
 
 #include "titan/util/error.hpp"
 
 namespace titan::profiling {
 
-std::vector<TraceEvent> read_trace_events(const std::string& path) {
+nlohmann::json load_trace_json(const std::string& path) {
   std::ifstream in(path);
   TITAN_CHECK(in.good(), "trace: cannot open ", path);
   nlohmann::json trace;
@@ -18,6 +16,11 @@ std::vector<TraceEvent> read_trace_events(const std::string& path) {
     throw Error("trace: " + path + " is not valid JSON (" + e.what() + ")");
   }
   TITAN_CHECK(trace.is_object() && trace.contains("traceEvents"), "trace: ", path, " has no traceEvents");
+  return trace;
+}
+
+std::vector<TraceEvent> read_trace_events(const std::string& path) {
+  const nlohmann::json trace = load_trace_json(path);
   std::vector<TraceEvent> out;
   for (const auto& e : trace.at("traceEvents"))
     if (e.value("ph", "") == "X") out.push_back({e.value("name", ""), e.value("ts", 0.0), e.value("dur", 0.0)});

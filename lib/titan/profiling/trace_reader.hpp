@@ -3,6 +3,8 @@
 /// @brief Reading a Chrome / Perfetto JSON trace back (what TraceProfiler
 /// writes): its complete events, for chapter tables and tests.
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <vector>
 
@@ -16,6 +18,10 @@ struct TraceEvent {
   /// Whether `inner` lies within this event's interval.
   bool contains(const TraceEvent& inner) const { return inner.ts >= ts && inner.ts + inner.dur <= ts + dur; }
 };
+
+/// @brief The trace at `path` parsed, checked to hold "traceEvents".
+/// Throws titan::Error naming the file when it is missing or not a trace.
+nlohmann::json load_trace_json(const std::string& path);
 
 /// @brief The complete events of the trace at `path`, in file order.
 /// Throws titan::Error naming the file when it is missing or not a trace.
