@@ -49,5 +49,16 @@ $T --training.steps 10 --checkpoint.enable_checkpoint --checkpoint.interval 5 \
 $T --training.steps 12 --checkpoint.enable_checkpoint --checkpoint.interval 5 \
   --job.dump_folder "$OUT/ckpt" 2>&1 | tee "$OUT/ckpt_resume.log" | grep -E "resumed|training done" || status=1
 ls -la "$OUT/ckpt/profile_trace/iteration_5" "$OUT/ckpt/memory_snapshot/iteration_5" 2>&1 | tee -a "$OUT/ckpt.log"
+# titan estimate against CUDA's allocator (docs/estimate.md): the memory
+# timeline's peak (CUDA "allocated" counters) beside the estimate, for a
+# wider model than the debug one so that activations dominate.
+for ac in none full; do
+  E="--job.config_file train_configs/debug_model.toml --training.batch_size 8 --training.seq_len 1024 --activation_checkpoint.mode $ac"
+  "$BUILD/bin/titan" train $E --training.device cuda --training.steps 2 --profiling.enable_memory_snapshot \
+    --profiling.profile_freq 2 --job.dump_folder "$OUT/estimate_$ac" > "$OUT/estimate_$ac.log" 2>&1 || status=1
+  est=$("$BUILD/bin/titan" estimate $E | grep "Total estimated")
+  python3 -c "import json,sys; m=json.load(open(sys.argv[1])); print('estimate vs CUDA, AC $ac: measured peak', max(x['peak_in_phase'] for x in m), 'bytes;', sys.argv[2])" \
+    "$OUT/estimate_$ac/memory_snapshot/iteration_2/rank0_memory_timeline.json" "$est" | tee -a "$OUT/estimate.log" || status=1
+done
 echo "gpu_check: status $status"
 exit $status

@@ -25,15 +25,24 @@
 //   ./build/bin/ch10_mfu --seq-len 512 --dim 512
 //   ./build/bin/ch10_mfu --quick      # CTest
 //
+// Last, it checks `titan estimate`'s memory model (lib/titan/estimate) on
+// the same step: the estimated peak against the peak the trainer's memory
+// timeline recorded.
+//
 // Exit status 0 when the counted matmul FLOPs equal 6 · (N − N_embedding −
-// N_norms) per token (the norm weights do no matmul), to 1e-9.
+// N_norms) per token (the norm weights do no matmul), to 1e-9, and the
+// estimated peak is within 10 % of the measured one.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "titan/data/files.hpp"
+#include "titan/estimate/memory_estimate.hpp"
 #include "titan/launch/options.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/metrics/format.hpp"
@@ -73,6 +82,7 @@ int main(int argc, char** argv) {
     cfg.metrics.log_freq = 3;
     cfg.profiling.enable_profiling = true;
     cfg.profiling.profile_freq = 3, cfg.profiling.profiler_warmup = 1, cfg.profiling.profiler_active = 1;
+    cfg.profiling.enable_memory_snapshot = true;  // step 3's memory timeline, for part 4
     train::TrainerOptions o;
     o.model_args = a;
     o.console = false;
@@ -130,9 +140,31 @@ int main(int argc, char** argv) {
     std::printf("   The recorded step runs under the profiler (slower than the others); the trainer's log line\n"
                 "   reports MFU from unprofiled steps: %.1f%% over steps 2-3 here.\n\n", summary.mfu_pct);
 
-    const bool ok = std::abs(exact - 1) < 1e-9;
-    std::printf("%s\n", ok ? "OK: the counted matmul FLOPs equal 6 · (N − N_embedding − N_norms) per token"
-                           : "FAIL: the counted matmul FLOPs differ from the formula");
+    // ------------------------------------------------ (4) memory: estimated vs measured
+    // titan estimate's walk of the step (parameters, AdamW's moments, every
+    // saved activation, the loss end) against what the counting allocator
+    // saw: the largest peak of step 3's phases.
+    auto mib = [](int64_t bytes) { return strprintf("%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0)); };
+    const estimate::JobEstimate est = estimate::estimate_job(cfg, 1, a);
+    const estimate::RankMemory& r = est.worst();
+    const std::string timeline = dump + "/memory_snapshot/iteration_3/rank0_memory_timeline.json";
+    std::ifstream timeline_file(timeline);
+    TITAN_CHECK(timeline_file.good(), "no memory timeline at ", timeline);
+    const nlohmann::json marks = nlohmann::json::parse(timeline_file);
+    int64_t measured = 0;
+    for (const auto& m : marks) measured = std::max<int64_t>(measured, m.at("peak_in_phase").get<int64_t>());
+    const double mem_ratio = static_cast<double>(r.peak) / static_cast<double>(measured);
+    std::printf("4. memory of step 3, titan estimate against the counting allocator:\n");
+    std::printf("   parameters %s + optimizer %s + activations %s + loss gradient %s = %s estimated (%s)\n",
+                mib(r.parameters).c_str(), mib(r.optimizer_state).c_str(),
+                mib(r.activations).c_str(), mib(r.transient).c_str(), mib(r.peak).c_str(),
+                r.peak_phase.c_str());
+    std::printf("   measured peak %s: estimate / measured = %.4f\n\n", mib(measured).c_str(), mem_ratio);
+
+    const bool ok = std::abs(exact - 1) < 1e-9 && std::abs(mem_ratio - 1) <= 0.10;
+    std::printf("%s\n", ok ? "OK: the counted matmul FLOPs equal 6 · (N − N_embedding − N_norms) per token, and the "
+                             "memory estimate is within 10 % of the measured peak"
+                           : "FAIL: the counted matmul FLOPs differ from the formula, or the memory estimate is off");
     data::files::remove_all(dump);
     return ok ? 0 : 1;
   });

@@ -1,0 +1,70 @@
+// `titan estimate`: what a job would need per rank — parameters,
+// gradients, optimizer state, activations, FSDP's gathered weights, the
+// peak — and its FLOPs per step, from the config alone (the model is built
+// on the meta device; nothing is allocated or run).
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "titan/config/config.hpp"
+#include "titan/estimate/memory_estimate.hpp"
+#include "titan/launch/program.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::cli {
+
+static int64_t parse_world(const std::string& flag, const std::string& value) {
+  char* end = nullptr;
+  const long long n = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || n < 1)
+    throw Error("titan estimate: " + flag + " wants a positive number of ranks, got '" + value + "'");
+  return n;
+}
+
+static void throw_if_joined(const std::string& a) {
+  throw Error("titan estimate: write '" + a.substr(0, 7) + " " + a.substr(8) + "' (a space, not '=')");
+}
+
+static int cmd_estimate(int argc, char** argv) {
+  // --nproc N names the ranks as `titan train --nproc N` does, but nothing
+  // is launched: rename it before run_main's self-launch sees it.
+  static char world_flag[] = "--world_size";
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--nproc") argv[i] = world_flag;
+    if (a.rfind("--nproc=", 0) == 0) throw_if_joined(a);
+  }
+  return run_main(argc, argv, [](int argc, char** argv) {
+    std::vector<std::string> own;
+    config::JobConfig cfg = config::parse_job_config(argc, argv, 2, &own);
+    // The ranks: as `titan train --nproc N` would use, or torchrun's WORLD_SIZE.
+    int64_t world = 1;
+    if (const char* w = std::getenv("WORLD_SIZE")) world = parse_world("WORLD_SIZE", w);
+    for (size_t i = 0; i < own.size(); ++i) {
+      const std::string& a = own[i];
+      if (a == "--help" || a == "-h") {
+        std::printf(
+            "usage: titan estimate [--job.config_file F] [--section.key value ...] [--nproc N]\n"
+            "Estimates per-rank memory (parameters, gradients, optimizer state, activations, FSDP's gathered\n"
+            "weights, the peak) and FLOPs per step of the job on N ranks (default: WORLD_SIZE or 1), without\n"
+            "running it: the model is built on the meta device, so any flavor (--model.flavor 405B) is free.\n");
+        return 0;
+      }
+      if ((a == "--nproc" || a == "--world_size") && i + 1 < own.size()) {
+        world = parse_world(a, own[++i]);
+      } else {
+        throw Error("titan estimate: unexpected argument '" + a + "' (see titan estimate --help)");
+      }
+    }
+    const estimate::JobEstimate e = estimate::estimate_job(cfg, world);
+    std::fputs(estimate::format_estimate(e).c_str(), stdout);
+    return 0;
+  });
+}
+
+TITAN_COMMAND("estimate", cmd_estimate,
+              "estimate per-rank memory and FLOPs per step of a config without running it (meta device)");
+
+}  // namespace titan::cli

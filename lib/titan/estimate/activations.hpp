@@ -1,0 +1,79 @@
+#pragma once
+/// @file
+/// @brief What a Llama 3 training step keeps for backward, per token, by
+/// the tensors titan's forward actually saves: the activation half of
+/// `titan estimate`.
+///
+/// The counts follow the code, tensor by tensor (ATen's autograd formulas
+/// decide what is saved; titan's modules decide which tensors exist):
+///
+/// | where | kept until backward (per token) |
+/// | --- | --- |
+/// | attention_norm, ffn_norm (at::rms_norm) | the normalised input x·rstd (D) and the output (D), rstd (1, fp32) |
+/// | wq, wk, wv | their input is the norm's output (counted above); their outputs q (H·Q), k, v (KV·Q each; H·Q each when SDPA gets K/V repeated for GQA) |
+/// | RoPE | nothing: it multiplies by constant tables |
+/// | attention | its output (H·Q) and log-sum-exp (H, fp32); wo's input is that output |
+/// | residuals | h = x + attention (D, ffn_norm's input) and the block's output (D, the next block's input) |
+/// | SwiGLU | w1's output (F, SiLU's input), SiLU's output and w3's output (F each, the product's inputs), the product (F, w2's input) |
+/// | head | the final norm (2·D + 1), the logits (V), their fp32 copy for the loss when the logits are bf16, log_softmax's output (V, fp32) |
+///
+/// with D = dim, H = n_heads, Q = head_dim, KV = n_kv_heads, F = the FFN
+/// hidden size, V = the vocabulary. Under tensor parallelism (degree t)
+/// everything between the column- and row-wise linears is divided by t;
+/// with sequence parallelism the norms and residuals are too, but each
+/// norm's all-gathered output (D) is what the column-wise linears save.
+/// Activation checkpointing keeps only a wrapped block's output (full,
+/// selective N) or that plus its seven matmul outputs (op); backward then
+/// rebuilds one block's saved set at a time. Measured against the counting
+/// allocator on the CPU: docs/estimate.md.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "titan/models/llama3/model_args.hpp"
+#include "titan/ops/attention/backend.hpp"
+
+namespace titan::estimate {
+
+/// @brief The layout facts that change what a block saves.
+struct ActivationLayout {
+  int64_t tp = 1;                  ///< tensor-parallel degree
+  bool sequence_parallel = false;  ///< SP (with tp > 1)
+  bool loss_parallel = false;      ///< logits stay vocabulary-sharded into the loss
+  ops::AttentionBackend attention = ops::AttentionBackend::sdpa;  ///< sdpa repeats K/V for GQA
+  int64_t activation_bytes = 4;    ///< bytes per element of activations (the compute dtype)
+};
+
+/// @brief Bytes per token (of the full sequence a rank's batch holds) one
+/// transformer block keeps for backward, by activation-checkpoint treatment.
+struct BlockActivations {
+  double saved = 0;         ///< no AC: everything autograd saves
+  double kept_full = 0;     ///< checkpointed (full / selective N): the block's output only
+  double kept_op = 0;       ///< per-op SAC: the output plus the 7 matmul outputs
+  double grad_transient = 0;  ///< gradients alive inside its backward: the incoming one (D) and one F-sized
+};
+
+/// @brief Bytes per token of the model's ends.
+struct HeadActivations {
+  double stage_input = 0;  ///< the first block's input: the embeddings' output or the received activations
+  double saved = 0;        ///< final norm, logits, their fp32 copy, log_softmax's output
+  double transient = 0;    ///< the logits' gradient at the start of backward (fp32)
+};
+
+/// @brief What one block keeps (see the table in the file comment).
+BlockActivations block_activations(const models::llama3::ModelArgs& args, const ActivationLayout& layout);
+
+/// @brief What the embeddings' output and the loss end keep.
+HeadActivations head_activations(const models::llama3::ModelArgs& args, const ActivationLayout& layout);
+
+/// @brief Which of `n_layers` blocks activation checkpointing wraps (the
+/// trainer's own choice, ac::blocks_to_checkpoint) and whether per op.
+struct AcChoice {
+  std::vector<bool> wrapped;  ///< per layer id
+  bool per_op = false;        ///< selective_ac_option = "op"
+};
+
+/// @brief The trainer's AC choice for a mode and option (throws on a bad one, as the trainer).
+AcChoice ac_choice(const std::string& mode, const std::string& selective_ac_option, int64_t n_layers);
+
+}  // namespace titan::estimate

@@ -1,0 +1,381 @@
+// The per-rank walk of memory_estimate.hpp: parameters from the model on
+// the meta device, split as TP and FSDP split them; activations from
+// activations.hpp; the peak as the largest of the step's moments.
+#include "titan/estimate/memory_estimate.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include <ATen/ATen.h>
+
+#include "titan/config/validate.hpp"
+#include "titan/estimate/activations.hpp"
+#include "titan/metrics/format.hpp"
+#include "titan/models/llama3/flops.hpp"
+#include "titan/models/llama3/pipeline.hpp"
+#include "titan/models/llama3/transformer.hpp"
+#include "titan/parallel/pipeline/schedule.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::estimate {
+namespace {
+
+using models::llama3::ModelArgs;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int64_t dtype_bytes(const std::string& name) { return name == "bfloat16" ? 2 : 4; }
+
+// A parameter's TP-local shape (llama3_tp_plan: embedding row-wise and the
+// LM head column-wise split the vocabulary, wq/wk/wv/w1/w3 their output
+// rows, wo/w2 their input columns; norms are replicated).
+std::vector<int64_t> tp_local_shape(const std::string& fqn, std::vector<int64_t> shape, int64_t tp) {
+  if (tp == 1) return shape;
+  auto ends_with = [&](const char* s) {
+    const std::string tail(s);
+    return fqn.size() >= tail.size() && fqn.compare(fqn.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  if (ends_with("tok_embeddings.weight") || ends_with("output.weight") || ends_with("wq.weight") ||
+      ends_with("wk.weight") || ends_with("wv.weight") || ends_with("w1.weight") || ends_with("w3.weight"))
+    shape[0] = ceil_div(shape[0], tp);
+  else if (ends_with("wo.weight") || ends_with("w2.weight"))
+    shape[1] = ceil_div(shape[1], tp);
+  return shape;
+}
+
+// One FSDP unit's (or, without FSDP, one group's) sizes on this rank.
+struct UnitBytes {
+  int64_t shard_numel = 0;     // this rank's (padded) shard elements
+  int64_t gathered_numel = 0;  // the unsharded, padded elements
+  int64_t output_and_norm_numel = 0;  // root unit only: the parameters whose gradients come first
+};
+
+// Walks the meta model's parameters into units: "root" and "layers.<id>".
+std::map<std::string, UnitBytes> unit_sizes(const ModelArgs& args, int64_t tp, int64_t shards) {
+  models::llama3::Transformer model(args, at::TensorOptions().dtype(at::kFloat).device(at::kMeta));
+  std::map<std::string, UnitBytes> units;
+  for (const auto& item : model->named_parameters()) {
+    const std::string& fqn = item.key();
+    std::vector<int64_t> shape = tp_local_shape(fqn, item.value().sizes().vec(), tp);
+    int64_t rest = 1;
+    for (size_t i = 1; i < shape.size(); ++i) rest *= shape[i];
+    const int64_t rows = ceil_div(shape[0], shards);  // FSDP pads dim 0 to a multiple of the shards
+    std::string unit = "root";
+    if (fqn.rfind("layers.", 0) == 0) unit = fqn.substr(0, fqn.find('.', 7));
+    UnitBytes& u = units[unit];
+    u.shard_numel += rows * rest;
+    u.gathered_numel += rows * shards * rest;
+    if (unit == "root" && fqn.rfind("tok_embeddings", 0) != 0) u.output_and_norm_numel += shape[0] * rest;
+  }
+  return units;
+}
+
+// Root parameters a stage holds: the embedding on the first, norm and
+// output on the last (the numels of `root` split accordingly).
+struct RootShare {
+  int64_t shard_numel = 0, gathered_numel = 0, output_and_norm_numel = 0;
+};
+
+RootShare root_share(const ModelArgs& args, const UnitBytes& root, int64_t tp, int64_t shards, bool first, bool last) {
+  const int64_t emb_rows = ceil_div(ceil_div(args.vocab_size, tp), shards);
+  const int64_t emb_shard = emb_rows * args.dim, emb_gathered = emb_rows * shards * args.dim;
+  RootShare r;
+  if (first) r.shard_numel += emb_shard, r.gathered_numel += emb_gathered;
+  if (last) {
+    r.shard_numel += root.shard_numel - emb_shard;
+    r.gathered_numel += root.gathered_numel - emb_gathered;
+    r.output_and_norm_numel = root.output_and_norm_numel;
+  }
+  return r;
+}
+
+// The most micro-batches whose forward ran and whose backward has not, per
+// stage, in the schedule's own order of actions.
+std::map<int, int64_t> microbatches_in_flight(const pp::ScheduleSpec& spec, int rank) {
+  std::map<int, int64_t> live, most;
+  const bool split = pp::splits_backward(spec.kind);
+  const std::vector<pp::RankActions> actions = pp::compute_actions(spec);
+  for (const pp::Action& a : actions.at(static_cast<size_t>(rank))) {
+    if (a.type == pp::ActionType::Forward) most[a.stage] = std::max(most[a.stage], ++live[a.stage]);
+    // Zero-bubble schedules free a micro-batch's inputs only at its W.
+    const bool frees = split ? a.type == pp::ActionType::BackwardWeight : a.type == pp::ActionType::Backward;
+    if (frees) --live[a.stage];
+  }
+  return most;
+}
+
+// GiB for real flavors, MiB for the small ones a laptop trains.
+std::string gib(double bytes) {
+  const double mib = bytes / (1024.0 * 1024.0);
+  return mib < 1024.0 ? metrics::strprintf("%.1f MiB", mib) : metrics::strprintf("%.2f GiB", mib / 1024.0);
+}
+
+}  // namespace
+
+const RankMemory& JobEstimate::worst() const {
+  TITAN_CHECK(!ranks.empty(), "estimate: no ranks");
+  return *std::max_element(ranks.begin(), ranks.end(),
+                           [](const RankMemory& a, const RankMemory& b) { return a.peak < b.peak; });
+}
+
+JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
+                         const std::optional<models::llama3::ModelArgs>& model_args) {
+  JobEstimate e;
+  e.flavor = model_args ? "custom" : cfg.model.flavor;
+  e.args = model_args ? *model_args : models::llama3::flavor_args(cfg.model.flavor);
+  e.args.max_seq_len = cfg.training.seq_len;
+  ModelArgs& args = e.args;
+  e.dims = parallel::ParallelDims::from_config(cfg, world_size);
+  const parallel::ParallelDims& dims = e.dims;
+  const config::BatchPlan batches = config::plan_batches(cfg, dims.dp_degree());
+
+  const bool fsdp = dims.fsdp_enabled();
+  const bool ddp = dims.dp_replicate > 1 && !fsdp;
+  const int64_t shards = fsdp ? dims.dp_shard * dims.cp : 1;
+  const bool pipelined = dims.pp > 1;
+  const bool offload = fsdp && cfg.training.enable_cpu_offload;
+  const int64_t param_bytes = fsdp ? dtype_bytes(cfg.training.mixed_precision_param) : 4;
+  const int64_t reduce_bytes = fsdp ? dtype_bytes(cfg.training.mixed_precision_reduce) : 4;
+  const std::string& reshard = cfg.training.fsdp_reshard_after_forward;
+  const bool blocks_reshard = reshard == "always" || (reshard == "default" && !pipelined);
+
+  ActivationLayout layout;
+  layout.tp = dims.tp;
+  layout.sequence_parallel = dims.tp > 1 && cfg.training.enable_sequence_parallel;
+  layout.loss_parallel = dims.tp > 1 && cfg.training.enable_loss_parallel;
+  layout.attention = ops::parse_attention_backend(cfg.model.attn_type);
+  layout.activation_bytes = param_bytes;  // FSDP computes in param_dtype; otherwise fp32
+  const BlockActivations block = block_activations(args, layout);
+  const HeadActivations head = head_activations(args, layout);
+  const AcChoice ac = ac_choice(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option,
+                                args.n_layers);
+
+  // Pipeline: the schedule's stages and micro-batches (the trainer's plan).
+  std::vector<pp::LayerRange> stage_layers{{0, args.n_layers}};
+  pp::ScheduleSpec spec;
+  int64_t micro_tokens = batches.local_batch * cfg.training.seq_len;
+  if (pipelined) {
+    const models::llama3::PipelinePlan plan = models::llama3::plan_pipeline(cfg, args.n_layers, batches.local_batch);
+    stage_layers = plan.layers;
+    spec = plan.spec;
+    micro_tokens = cfg.experimental.pipeline_parallel_microbatch_size * cfg.training.seq_len;
+  }
+  const double tokens = static_cast<double>(micro_tokens) / static_cast<double>(dims.cp);  // per rank
+
+  const std::map<std::string, UnitBytes> units = unit_sizes(args, dims.tp, shards);
+  e.parameters = models::llama3::count_parameters(args);
+  e.tokens_per_step = batches.global_batch * cfg.training.seq_len;
+  e.flops_per_token = models::llama3::flops_per_token(args, cfg.training.seq_len);
+  e.flops_per_step = e.flops_per_token * static_cast<double>(e.tokens_per_step);
+  // Recompute: one more forward of each checkpointed block — its matmuls
+  // (2 FLOPs per parameter per token) and attention's two products (4·H·Q
+  // per token and position, torchtitan's convention) — or, per op, only
+  // attention (the matmul outputs are kept).
+  int64_t wrapped_count = 0;
+  for (bool w : ac.wrapped) wrapped_count += w ? 1 : 0;
+  const double block_params = static_cast<double>(models::llama3::count_parameters(args) -
+                                                  2 * models::llama3::count_embedding_parameters(args) - args.dim) /
+                              static_cast<double>(args.n_layers);
+  const double attention_fwd = 4.0 * static_cast<double>(args.n_heads * args.head_dim() * cfg.training.seq_len);
+  const double recompute_per_token = ac.per_op ? attention_fwd : 2.0 * block_params + attention_fwd;
+  e.recompute_flops_per_step =
+      recompute_per_token * static_cast<double>(wrapped_count) * static_cast<double>(e.tokens_per_step);
+
+  const int num_stages = static_cast<int>(stage_layers.size());
+  for (int pr = 0; pr < static_cast<int>(dims.pp); ++pr) {
+    RankMemory r;
+    r.pp_rank = pr;
+    r.stages = pipelined ? spec.stages_of_rank(pr) : std::vector<int>{0};
+    const std::map<int, int64_t> in_flight =
+        pipelined ? microbatches_in_flight(spec, pr) : std::map<int, int64_t>{{0, 1}};
+
+    // Units this rank holds, in forward order, and the root's share.
+    struct Block {
+      std::string name;
+      UnitBytes unit;
+      bool wrapped = false;
+      int stage = 0;
+    };
+    std::vector<Block> blocks;
+    RootShare root;
+    bool has_first = false, has_last = false;
+    for (int s : r.stages) {
+      for (int64_t l = stage_layers[static_cast<size_t>(s)].begin; l < stage_layers[static_cast<size_t>(s)].end; ++l) {
+        const std::string name = "layers." + std::to_string(l);
+        blocks.push_back({name, units.at(name), static_cast<bool>(ac.wrapped[static_cast<size_t>(l)]), s});
+      }
+      has_first = has_first || s == 0;
+      has_last = has_last || s == num_stages - 1;
+    }
+    const RootShare share = root_share(args, units.at("root"), dims.tp, shards, has_first, has_last);
+    root = share;
+
+    int64_t shard_numel = root.shard_numel;
+    for (const Block& b : blocks) shard_numel += b.unit.shard_numel;
+    r.parameters = offload ? 0 : 4 * shard_numel;
+    r.gradients = r.parameters;
+    r.optimizer_state = 2 * r.parameters;
+    r.ddp_buckets = ddp ? 4 * shard_numel : 0;
+    const double persistent = static_cast<double>(r.parameters + r.optimizer_state + r.ddp_buckets);
+
+    // Activation bytes of each block for this rank's micro-batch.
+    auto kept = [&](const Block& b) {
+      const double per_token = !b.wrapped ? block.saved : (ac.per_op ? block.kept_op : block.kept_full);
+      return per_token * tokens;
+    };
+    const double saved_block = block.saved * tokens;
+    const double head_in = head.stage_input * tokens;  // every stage keeps its input
+    const double head_saved = has_last ? head.saved * tokens : 0.0;
+    const double head_transient = has_last ? head.transient * tokens : 0.0;
+    const double flow = block.grad_transient * tokens;
+
+    auto gathered = [&](const Block& b) { return fsdp ? static_cast<double>(param_bytes * b.unit.gathered_numel) : 0.0; };
+    const double root_gathered = fsdp ? static_cast<double>(param_bytes * root.gathered_numel) : 0.0;
+    auto local_grads = [&](const Block& b) { return offload ? 0.0 : 4.0 * static_cast<double>(b.unit.shard_numel); };
+    // Gradients of the norm and LM head come first in backward; under FSDP
+    // the root unit holds them unsharded until the embedding's arrives.
+    const double head_grads = fsdp ? static_cast<double>(param_bytes * root.output_and_norm_numel)
+                                   : 4.0 * static_cast<double>(root.output_and_norm_numel);
+    const double all_grads = static_cast<double>(r.gradients);
+
+    struct Moment {
+      std::string phase;
+      double activations = 0, gathered = 0, grads = 0, transient = 0;
+      double total(double p) const { return p + activations + gathered + grads + transient; }
+    };
+    std::vector<Moment> moments;
+
+    if (pipelined) {
+      // Several micro-batches in flight per stage; every gradient already
+      // made (after the first backward), all blocks gathered (no reshard
+      // between micro-batches by default).
+      Moment m;
+      m.phase = "steady state";
+      for (int s : r.stages) {
+        double per_mb = head_in;
+        for (const Block& b : blocks)
+          if (b.stage == s) per_mb += kept(b);
+        const int64_t n = in_flight.count(s) ? in_flight.at(s) : 1;
+        r.microbatches_in_flight = std::max(r.microbatches_in_flight, n);
+        m.activations += per_mb * static_cast<double>(n);
+      }
+      m.activations += head_saved;
+      m.gathered = root_gathered;
+      for (const Block& b : blocks) m.gathered += blocks_reshard ? 0.0 : gathered(b);
+      if (blocks_reshard && !blocks.empty()) m.gathered += gathered(blocks.back());
+      m.grads = all_grads + (fsdp ? head_grads : 0.0);
+      m.transient = std::max(head_transient, saved_block + flow);
+      moments.push_back(m);
+    } else {
+      // Gradient accumulation: the micro-steps after the first start with
+      // every gradient already there.
+      const bool accumulating = batches.accumulation_steps > 1;
+      // 1. Start of backward.
+      Moment start;
+      start.phase = "start of backward";
+      start.activations = head_in + head_saved;
+      for (const Block& b : blocks) start.activations += kept(b);
+      start.gathered = root_gathered;
+      for (const Block& b : blocks) start.gathered += blocks_reshard && &b != &blocks.back() ? 0.0 : gathered(b);
+      start.grads = accumulating ? all_grads : 0.0;
+      start.transient = head_transient;
+      moments.push_back(start);
+      // 2. Backward of each block, last to first.
+      for (size_t i = blocks.size(); i-- > 0;) {
+        Moment m;
+        m.phase = "backward of " + blocks[i].name;
+        m.activations = head_in;
+        for (size_t j = 0; j < i; ++j) m.activations += kept(blocks[j]);
+        // Its own saved set: kept from forward, or rebuilt by the recompute
+        // (per-op SAC rebuilds it around the matmul outputs it kept).
+        m.activations += saved_block;
+        double done = head_grads;
+        for (size_t j = i + 1; j < blocks.size(); ++j) done += local_grads(blocks[j]);
+        m.grads = accumulating ? all_grads + (fsdp ? head_grads : 0.0) : done;
+        m.gathered = root_gathered + gathered(blocks[i]);
+        // The next block to run backward was freed after forward and is prefetched now.
+        if (fsdp && blocks_reshard && i > 0) m.gathered += gathered(blocks[i - 1]);
+        m.transient = flow;
+        // The block after it (done just before) is still reduce-scattering.
+        if (fsdp && i + 1 < blocks.size())
+          m.transient += static_cast<double>(reduce_bytes * blocks[i + 1].unit.gathered_numel);
+        moments.push_back(m);
+      }
+      // 3. End of backward: every gradient, the root's reduction in flight.
+      Moment end;
+      end.phase = "end of backward";
+      end.grads = all_grads + (fsdp ? head_grads : 0.0);
+      end.gathered = root_gathered;
+      if (fsdp) end.transient = static_cast<double>(reduce_bytes * root.gathered_numel);
+      moments.push_back(end);
+    }
+
+    const Moment& top = *std::max_element(moments.begin(), moments.end(), [&](const Moment& a, const Moment& b) {
+      return a.total(persistent) < b.total(persistent);
+    });
+    r.peak_phase = top.phase;
+    r.activations = static_cast<int64_t>(top.activations);
+    r.fsdp_gathered = static_cast<int64_t>(top.gathered);
+    r.gradients_at_peak = static_cast<int64_t>(top.grads);
+    r.transient = static_cast<int64_t>(top.transient);
+    r.peak = static_cast<int64_t>(top.total(persistent));
+    e.ranks.push_back(r);
+  }
+
+  // The layout line and what is left out.
+  std::string l = dims.describe();
+  l += fsdp ? ", FSDP " + cfg.training.mixed_precision_param + " params" : (ddp ? ", DDP" : "");
+  if (dims.tp > 1) l += layout.sequence_parallel ? ", TP+SP" : ", TP";
+  if (pipelined) l += ", " + spec.describe();
+  l += ", AC " + cfg.activation_checkpoint.mode;
+  if (cfg.activation_checkpoint.mode == "selective") l += " (" + cfg.activation_checkpoint.selective_ac_option + ")";
+  l += ", attention " + cfg.model.attn_type;
+  l += metrics::strprintf(", %lld x %lld tokens per micro-batch", static_cast<long long>(pipelined ? cfg.experimental.pipeline_parallel_microbatch_size : batches.local_batch),
+                          static_cast<long long>(cfg.training.seq_len));
+  e.layout = l;
+  if (offload) e.notes.push_back("CPU offload: shards, gradients and optimizer state are in host memory, not counted");
+  if (cfg.float8.enable_float8_linear)
+    e.notes.push_back("float8 linears are counted as their param-dtype counterparts (their saved inputs are smaller)");
+  if (dims.cp > 1) e.notes.push_back("context parallelism: the ring's K/V buffers are not counted");
+  if (pipelined) e.notes.push_back("pipeline: in-flight micro-batches on top of every gradient (an upper bound)");
+  e.notes.push_back("not counted: CUDA context and workspaces, the caching allocator's fragmentation, communication buffers of NCCL");
+  return e;
+}
+
+std::string format_estimate(const JobEstimate& e) {
+  std::string s;
+  s += metrics::strprintf("model      llama3 %s: %s parameters, %lld layers, dim %lld, vocab %lld\n",
+                          e.flavor.c_str(), metrics::with_thousands(static_cast<double>(e.parameters)).c_str(),
+                          static_cast<long long>(e.args.n_layers), static_cast<long long>(e.args.dim),
+                          static_cast<long long>(e.args.vocab_size));
+  s += "layout     " + e.layout + "\n";
+  s += metrics::strprintf("%-9s %-10s %12s %12s %12s %12s %12s %12s %12s %12s  %s\n", "pp rank", "stages", "params",
+                          "grads", "optimizer", "ddp buckets", "activations", "fsdp gather", "grads@peak",
+                          "transient", "peak (phase)");
+  for (const RankMemory& r : e.ranks) {
+    std::string stages;
+    for (int st : r.stages) stages += (stages.empty() ? "" : ",") + std::to_string(st);
+    s += metrics::strprintf("%-9d %-10s %12s %12s %12s %12s %12s %12s %12s %12s  %s (%s)\n", r.pp_rank, stages.c_str(),
+                            gib(static_cast<double>(r.parameters)).c_str(), gib(static_cast<double>(r.gradients)).c_str(),
+                            gib(static_cast<double>(r.optimizer_state)).c_str(),
+                            gib(static_cast<double>(r.ddp_buckets)).c_str(),
+                            gib(static_cast<double>(r.activations)).c_str(),
+                            gib(static_cast<double>(r.fsdp_gathered)).c_str(),
+                            gib(static_cast<double>(r.gradients_at_peak)).c_str(),
+                            gib(static_cast<double>(r.transient)).c_str(), gib(static_cast<double>(r.peak)).c_str(),
+                            r.peak_phase.c_str());
+  }
+  for (const std::string& n : e.notes) s += "note       " + n + "\n";
+  const RankMemory& w = e.worst();
+  // torchtitan's estimation.py lines (sizes in GiB, per rank where per rank).
+  s += "Estimated model size: " + gib(4.0 * static_cast<double>(e.parameters)) + " (fp32, whole model)\n";
+  s += "Estimated optimizer state size: " + gib(static_cast<double>(w.optimizer_state)) + " per rank\n";
+  s += "Total estimated GPU memory: " + gib(static_cast<double>(w.peak)) + " per rank (peak, pp rank " +
+       std::to_string(w.pp_rank) + ")\n";
+  s += metrics::strprintf("Estimated FLOP per step: %.3g (model FLOPs, whole job; %.3g per rank; AC recompute adds %.3g)\n",
+                          e.flops_per_step, e.flops_per_step / static_cast<double>(e.dims.world_size),
+                          e.recompute_flops_per_step);
+  return s;
+}
+
+}  // namespace titan::estimate
