@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "titan/ops/attention/document_mask.hpp"
 #include "titan/ops/attention/flash_cpu_args.hpp"
 #include "titan/util/error.hpp"
 
@@ -76,10 +77,13 @@ void run_backward(const flash_detail::BackwardArgs& a) {
 }  // namespace
 
 FlashForward flash_attention_forward(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
-                                     bool causal, std::optional<double> scale, const FlashOptions& opts) {
+                                     bool causal, std::optional<double> scale, const FlashOptions& opts,
+                                     const at::Tensor& doc_start_in) {
   const at::Tensor q = usable(q_in, "q"), k = usable(k_in, "k"), v = usable(v_in, "v");
   flash_detail::ForwardArgs a;
   a.p = problem(q, k, v, causal, scale, opts);
+  const at::Tensor doc_start = checked_document_starts(doc_start_in, causal, a.p.batch, a.p.sq, "flash_attention");
+  if (doc_start.defined()) a.p.doc_start = doc_start.data_ptr<int64_t>();
   // The output is laid out [B, S, H, D] and returned as its transpose: what
   // the model reshapes to [B, S, H·D] next, so that costs no copy.
   at::Tensor out = at::empty({a.p.batch, a.p.sq, a.p.hq, a.p.d}, q.options()).transpose(1, 2);
@@ -94,12 +98,16 @@ FlashForward flash_attention_forward(const at::Tensor& q_in, const at::Tensor& k
 
 FlashGrads flash_attention_backward(const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in,
                                     const at::Tensor& v_in, const at::Tensor& out, const at::Tensor& lse,
-                                    bool causal, std::optional<double> scale, const FlashOptions& opts) {
+                                    bool causal, std::optional<double> scale, const FlashOptions& opts,
+                                    const at::Tensor& doc_start_in) {
   const at::Tensor q = usable(q_in, "q"), k = usable(k_in, "k"), v = usable(v_in, "v");
   const at::Tensor dout = usable(dout_in.scalar_type() == q.scalar_type() ? dout_in : dout_in.to(q.scalar_type()),
                                  "dout");
   flash_detail::BackwardArgs a;
   a.p = problem(q, k, v, causal, scale, opts);
+  const at::Tensor doc_start =
+      checked_document_starts(doc_start_in, causal, a.p.batch, a.p.sq, "flash_attention_backward");
+  if (doc_start.defined()) a.p.doc_start = doc_start.data_ptr<int64_t>();
   TITAN_CHECK(dout.sizes() == q.sizes() && out.sizes() == q.sizes(), "flash_attention_backward: dout ",
               dout.sizes(), " / out ", out.sizes(), " must be shaped like q ", q.sizes());
   TITAN_CHECK(lse.scalar_type() == at::kFloat && lse.sizes() == at::IntArrayRef({a.p.batch, a.p.hq, a.p.sq}),

@@ -52,8 +52,16 @@ struct FlashGrads {
 /// a contiguous last dimension. `causal` masks key j > query i and needs
 /// S == S_kv (tiles wholly above the diagonal are skipped). `scale` defaults
 /// to 1/√D.
+///
+/// `doc_start` (optional, [B, S] int64) turns causal into block-causal
+/// (document) masking — torchtitan's attn_mask_type "block_causal": each
+/// position holds where its document begins (document_starts() in
+/// document_mask.hpp), and query i sees key j iff doc_start[i] <= j <= i.
+/// Starts must not decrease along a sequence (documents are contiguous);
+/// tiles no row of a query tile may see are skipped, in both passes.
 FlashForward flash_attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
-                                     std::optional<double> scale = std::nullopt, const FlashOptions& opts = {});
+                                     std::optional<double> scale = std::nullopt, const FlashOptions& opts = {},
+                                     const at::Tensor& doc_start = {});
 
 /// @brief Backward of flash_attention_forward: from dout (like out) and the
 /// forward's inputs, out and lse, the gradients of q, k and v. P is
@@ -62,6 +70,7 @@ FlashForward flash_attention_forward(const at::Tensor& q, const at::Tensor& k, c
 /// head group.
 FlashGrads flash_attention_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
                                     const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, bool causal,
-                                    std::optional<double> scale = std::nullopt, const FlashOptions& opts = {});
+                                    std::optional<double> scale = std::nullopt, const FlashOptions& opts = {},
+                                    const at::Tensor& doc_start = {});
 
 }  // namespace titan::ops

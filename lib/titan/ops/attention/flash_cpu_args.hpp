@@ -20,6 +20,10 @@ struct Strides {
 struct Problem {
   int64_t batch = 0, hq = 0, hkv = 0, sq = 0, sk = 0, d = 0;
   bool causal = false;
+  /// Block-causal (document) masking: [batch, sq] int64, the position where
+  /// each token's document begins; query i sees key j iff
+  /// doc_start[i] <= j <= i. Null: plain causal or full. Needs causal, sq == sk.
+  const int64_t* doc_start = nullptr;
   bool bf16 = false;  ///< inputs/outputs are bf16 (else fp32)
   float scale = 1.0f;
   int64_t q_tile = 64, kv_tile = 256;

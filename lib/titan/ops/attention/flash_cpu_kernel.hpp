@@ -135,9 +135,34 @@ const T* lowered(const float* x, T* buf, int64_t rows, int64_t cols, int64_t ld)
   }
 }
 
-// The number of keys of tile [j0, j0 + cols) that query row i may see.
-int64_t visible(bool causal, int64_t i, int64_t j0, int64_t cols) {
-  return causal ? std::min(cols, i - j0 + 1) : cols;
+// The keys of tile [j0, j0 + cols) that query row i of batch b may see:
+// columns [lo, hi) of the tile (causal: up to the diagonal; with document
+// masking also from the row's document start on). Empty when hi <= lo.
+struct Visible {
+  int64_t lo = 0, hi = 0;
+  int64_t count() const { return std::max<int64_t>(0, hi - lo); }
+};
+
+Visible visible(const Problem& p, int64_t b, int64_t i, int64_t j0, int64_t cols) {
+  Visible v{0, p.causal ? std::min(cols, i - j0 + 1) : cols};
+  if (p.doc_start) v.lo = std::clamp<int64_t>(p.doc_start[b * p.sq + i] - j0, 0, cols);
+  return v;
+}
+
+// The first key any of rows [i0, i0 + rows) sees: document starts never
+// decrease along a sequence, but take the minimum rather than rely on it.
+int64_t first_visible_key(const Problem& p, int64_t b, int64_t i0, int64_t rows) {
+  if (!p.doc_start) return 0;
+  int64_t lo = i0;
+  for (int64_t r = 0; r < rows; ++r) lo = std::min(lo, p.doc_start[b * p.sq + i0 + r]);
+  return lo;
+}
+
+// Softmax numerators of a row restricted to columns [lo, hi): exp(x − sub)
+// there, zero elsewhere in [0, width); returns their sum.
+float exp_visible(float* x, const Visible& v, int64_t width, float sub) {
+  std::fill(x, x + v.lo, 0.0f);
+  return exp_rows(x + v.lo, v.count(), width - v.lo, sub);
 }
 
 // ---- forward --------------------------------------------------------------
@@ -166,7 +191,10 @@ void forward_impl(const ForwardArgs& a) {
       // Causal: keys past the tile's last query are masked for every row, so
       // the tiles above the diagonal are never computed.
       const int64_t kv_end = p.causal ? i0 + rows : p.sk;
-      for (int64_t j0 = 0; j0 < kv_end; j0 += kt) {
+      // Document masking: tiles wholly before every row's document start
+      // are skipped too (the varlen saving on short documents).
+      const int64_t kv_begin = (first_visible_key(p, b, i0, rows) / kt) * kt;
+      for (int64_t j0 = kv_begin; j0 < kv_end; j0 += kt) {
         const int64_t cols = std::min(kt, kv_end - j0);
         const T* kj = k + b * a.ks.b + g * a.ks.h + j0 * a.ks.s;
         const T* vj = v + b * a.vs.b + g * a.vs.h + j0 * a.vs.s;
@@ -174,10 +202,11 @@ void forward_impl(const ForwardArgs& a) {
         tile_gemm(p.gemm, false, true, rows, cols, d, p.scale, qi, a.qs.s, kj, a.ks.s, 0.0f, s, kt);
         for (int64_t r = 0; r < rows; ++r) {
           float* sr = s + r * kt;
-          const int64_t n = visible(p.causal, i0 + r, j0, cols);
+          const Visible vis = visible(p, b, i0 + r, j0, cols);
+          const int64_t n = vis.count();
           const float m_old = m_buf.ptr[r];
-          const float m_new = n > 0 ? std::max(m_old, row_max(sr, n)) : m_old;
-          const float sum = n > 0 ? exp_rows(sr, n, cols, m_new) : (std::fill(sr, sr + cols, 0.0f), 0.0f);
+          const float m_new = n > 0 ? std::max(m_old, row_max(sr + vis.lo, n)) : m_old;
+          const float sum = n > 0 ? exp_visible(sr, vis, cols, m_new) : (std::fill(sr, sr + cols, 0.0f), 0.0f);
           // Online softmax: what was accumulated under the old maximum is
           // rescaled to the new one (exp(-inf) = 0 on the first tile).
           const float alpha = m_old == m_new ? 1.0f : std::exp(m_old - m_new);
@@ -249,12 +278,17 @@ void backward_impl(const BackwardArgs& a) {
       fill(dv_buf, kt * d, 0.0f);
       // Causal: query rows before j0 see none of this tile's keys.
       const int64_t i_first = p.causal ? (j0 / qt) * qt : 0;
+      // Document masking: rows whose document starts after this tile's last
+      // key see none of it; starts never decrease, so they are a suffix.
+      int64_t i_end = p.sq;
+      if (p.doc_start)
+        while (i_end > i_first && p.doc_start[b * p.sq + i_end - 1] > j0 + cols - 1) --i_end;
       first_row = std::min(first_row, i_first);
       for (int64_t hh = 0; hh < rep; ++hh) {
         const int64_t h = g * rep + hh;
         const float* lse = a.lse + (b * p.hq + h) * p.sq;
         const float* delta = a.delta + (b * p.hq + h) * p.sq;
-        for (int64_t i0 = i_first; i0 < p.sq; i0 += qt) {
+        for (int64_t i0 = i_first; i0 < i_end; i0 += qt) {
           const int64_t rows = std::min(qt, p.sq - i0);
           const T* qi = q + b * a.qs.b + h * a.qs.h + i0 * a.qs.s;
           const T* doi = dout + b * a.dos.b + h * a.dos.h + i0 * a.dos.s;
@@ -264,9 +298,9 @@ void backward_impl(const BackwardArgs& a) {
           tile_gemm(p.gemm, false, true, rows, cols, d, p.scale, qi, a.qs.s, kj, a.ks.s, 0.0f, s, kt);
           for (int64_t r = 0; r < rows; ++r) {
             float* sr = s + r * kt;
-            const int64_t n = visible(p.causal, i0 + r, j0, cols);
-            if (n > 0)
-              exp_rows(sr, n, cols, lse[i0 + r]);
+            const Visible vis = visible(p, b, i0 + r, j0, cols);
+            if (vis.count() > 0)
+              exp_visible(sr, vis, cols, lse[i0 + r]);
             else
               std::fill(sr, sr + cols, 0.0f);
           }

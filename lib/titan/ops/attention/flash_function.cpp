@@ -8,11 +8,18 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// doc_start travels wrapped: as a plain at::Tensor argument autograd would
+// treat it as an input (and reject it when undefined); it needs no gradient.
+struct DocumentStarts {
+  at::Tensor starts;
+};
+
 struct FlashAttentionFunction : torch::autograd::Function<FlashAttentionFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            bool causal, std::optional<double> scale, FlashOptions opts) {
-    FlashForward f = flash_attention_forward(q, k, v, causal, scale, opts);
+                            bool causal, std::optional<double> scale, FlashOptions opts, DocumentStarts doc) {
+    FlashForward f = flash_attention_forward(q, k, v, causal, scale, opts, doc.starts);
     ctx->save_for_backward({q, k, v, f.out, f.lse});
+    ctx->saved_data["doc_start"] = doc.starts;
     ctx->saved_data["causal"] = causal;
     ctx->saved_data["scale"] = scale.value_or(-1.0);
     ctx->saved_data["q_tile"] = opts.q_tile;
@@ -30,16 +37,17 @@ struct FlashAttentionFunction : torch::autograd::Function<FlashAttentionFunction
     opts.gemm = static_cast<TileGemm>(ctx->saved_data["gemm"].toInt());
     FlashGrads g = flash_attention_backward(grads[0], s[0], s[1], s[2], s[3], s[4],
                                             ctx->saved_data["causal"].toBool(),
-                                            scale > 0 ? std::optional<double>(scale) : std::nullopt, opts);
-    return {g.dq, g.dk, g.dv, at::Tensor(), at::Tensor(), at::Tensor()};
+                                            scale > 0 ? std::optional<double>(scale) : std::nullopt, opts,
+                                            ctx->saved_data["doc_start"].toTensor());
+    return {g.dq, g.dk, g.dv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
-                           std::optional<double> scale, const FlashOptions& opts) {
-  return FlashAttentionFunction::apply(q, k, v, causal, scale, opts);
+                           std::optional<double> scale, const FlashOptions& opts, const at::Tensor& doc_start) {
+  return FlashAttentionFunction::apply(q, k, v, causal, scale, opts, DocumentStarts{doc_start});
 }
 
 }  // namespace titan::ops

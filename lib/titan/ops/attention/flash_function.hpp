@@ -15,8 +15,10 @@ namespace titan::ops {
 /// backward through flash_attention_backward. Shapes and dtypes as
 /// flash_attention_forward: q [B, Hq, S, D], k/v [B, Hkv, S, D] (GQA without
 /// repeating K/V). Saves q, k, v, the output and the log-sum-exp — O(S · D),
-/// never the S × S probabilities.
+/// never the S × S probabilities. `doc_start`: block-causal (document)
+/// masking as flash_attention_forward.
 at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
-                           std::optional<double> scale = std::nullopt, const FlashOptions& opts = {});
+                           std::optional<double> scale = std::nullopt, const FlashOptions& opts = {},
+                           const at::Tensor& doc_start = {});
 
 }  // namespace titan::ops
