@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "titan/metrics/tensor_memory.hpp"
@@ -88,6 +89,17 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+// q, k, v and an upstream gradient for sequence length s, seeded alike for
+// every variant.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> random_qkv(const Options& o, int64_t s) {
+  at::manual_seed(0);
+  at::Tensor q = at::randn({o.batch, o.heads, s, o.dim}).to(o.dtype);
+  at::Tensor k = at::randn({o.batch, o.kv_heads, s, o.dim}).to(o.dtype);
+  at::Tensor v = at::randn({o.batch, o.kv_heads, s, o.dim}).to(o.dtype);
+  at::Tensor dout = at::randn({o.batch, o.heads, s, o.dim}).to(o.dtype);
+  return {q, k, v, dout};
+}
+
 // Milliseconds of one call.
 double time_ms(const std::function<void()>& fn) {
   const double t0 = now_ms();
@@ -120,11 +132,8 @@ int main(int argc, char** argv) {
               "MiB math");
   const bool gqa = o.kv_heads != o.heads;
   for (int64_t s : o.seqs) {
-    at::manual_seed(0);
-    const at::Tensor q = at::randn({o.batch, o.heads, s, o.dim}).to(o.dtype);
-    const at::Tensor k = at::randn({o.batch, o.kv_heads, s, o.dim}).to(o.dtype);
-    const at::Tensor v = at::randn({o.batch, o.kv_heads, s, o.dim}).to(o.dtype);
-    const at::Tensor dout = at::randn({o.batch, o.heads, s, o.dim}).to(o.dtype);
+    const auto qkv = random_qkv(o, s);
+    const at::Tensor &q = std::get<0>(qkv), &k = std::get<1>(qkv), &v = std::get<2>(qkv), &dout = std::get<3>(qkv);
     // ATen's CPU flash kernel has no GQA: it gets K/V repeated (not timed).
     const at::Tensor kr = gqa ? k.repeat_interleave(o.heads / o.kv_heads, 1) : k;
     const at::Tensor vr = gqa ? v.repeat_interleave(o.heads / o.kv_heads, 1) : v;
@@ -191,11 +200,8 @@ int main(int argc, char** argv) {
                 static_cast<long long>(o.doc_len));
     std::printf("%6s | %10s %12s %8s\n", "seq", "causal", "block-causal", "speed-up");
     for (int64_t s : o.seqs) {
-      at::manual_seed(0);
-      const at::Tensor q = at::randn({o.batch, o.heads, s, o.dim}).to(o.dtype);
-      const at::Tensor k = at::randn({o.batch, o.kv_heads, s, o.dim}).to(o.dtype);
-      const at::Tensor v = at::randn({o.batch, o.kv_heads, s, o.dim}).to(o.dtype);
-      const at::Tensor dout = at::randn({o.batch, o.heads, s, o.dim}).to(o.dtype);
+      const auto qkv = random_qkv(o, s);
+    const at::Tensor &q = std::get<0>(qkv), &k = std::get<1>(qkv), &v = std::get<2>(qkv), &dout = std::get<3>(qkv);
       const at::Tensor pos = at::arange(s, at::kLong).expand({o.batch, s});
       const at::Tensor starts = (pos.div(o.doc_len, "floor") * o.doc_len).contiguous();
       auto fb = [&](const at::Tensor& doc) {
