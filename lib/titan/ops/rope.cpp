@@ -43,14 +43,19 @@ RopeTable make_rope_table(int64_t head_dim, int64_t max_seq_len, double theta,
 
 at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   TITAN_CHECK(x.dim() == 4, "apply_rope: expected [batch, seq, heads, head_dim], got ", x.sizes());
-  const int64_t seq = x.size(1), half = x.size(3) / 2;
-  TITAN_CHECK(cos.size(0) == seq && cos.size(1) == half,
-              "apply_rope: table is ", cos.sizes(), " but x needs [", seq, ", ", half, "]");
+  const int64_t batch = x.size(0), seq = x.size(1), half = x.size(3) / 2;
+  const bool per_sequence = cos.dim() == 3;
+  TITAN_CHECK(per_sequence ? (cos.size(0) == batch && cos.size(1) == seq && cos.size(2) == half)
+                           : (cos.dim() == 2 && cos.size(0) == seq && cos.size(1) == half),
+              "apply_rope: table is ", cos.sizes(), " but x needs [", seq, ", ", half, "] or [", batch, ", ", seq,
+              ", ", half, "]");
   // x viewed as pairs (re, im) = (x[2i], x[2i+1]); (re + i·im)·(cos + i·sin).
   at::Tensor pairs = x.to(at::kFloat).unflatten(-1, {half, 2});
   at::Tensor re = pairs.select(-1, 0), im = pairs.select(-1, 1);
-  // [seq, half] -> [1, seq, 1, half] to broadcast over batch and heads.
-  at::Tensor c = cos.view({1, seq, 1, half}), s = sin.view({1, seq, 1, half});
+  // [seq, half] -> [1, seq, 1, half] to broadcast over batch and heads
+  // ([batch, seq, half] -> [batch, seq, 1, half]: over heads only).
+  const int64_t b = per_sequence ? batch : 1;
+  at::Tensor c = cos.reshape({b, seq, 1, half}), s = sin.reshape({b, seq, 1, half});
   at::Tensor out = at::stack({re * c - im * s, re * s + im * c}, -1);
   return out.flatten(-2).to(x.scalar_type());
 }

@@ -43,7 +43,9 @@ RopeTable make_rope_table(int64_t head_dim, int64_t max_seq_len, double theta,
 /// rotate_half layout.
 ///
 /// `cos`/`sin` are [seq, head_dim / 2] (a prefix of the table, or the rows of
-/// the positions this rank holds). The rotation is done in fp32 and the result
+/// the positions this rank holds), or [batch, seq, head_dim / 2] when every
+/// sequence has positions of its own (document masking: positions restart
+/// at 0 with each document). The rotation is done in fp32 and the result
 /// cast back to x's dtype, as torchtitan does.
 at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 

@@ -1,5 +1,6 @@
 #include "titan/models/llama3/attention.hpp"
 
+#include "titan/ops/attention/document_mask.hpp"
 #include "titan/ops/init.hpp"
 #include "titan/ops/rope.hpp"
 
@@ -22,17 +23,21 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
   return x.unsqueeze(3).expand({b, s, kv, n_rep, d}).reshape({b, s, kv * n_rep, d});
 }
 
-at::Tensor AttentionImpl::forward(const at::Tensor& x_in, const at::Tensor& cos_in, const at::Tensor& sin_in) {
-  return call_with_hooks(x_in, [&](const at::Tensor& x) { return attend(x, cos_in, sin_in); });
+at::Tensor AttentionImpl::forward(const at::Tensor& x_in, const at::Tensor& cos_in, const at::Tensor& sin_in,
+                                  const at::Tensor& doc_start) {
+  return call_with_hooks(x_in, [&](const at::Tensor& x) { return attend(x, cos_in, sin_in, doc_start); });
 }
 
-at::Tensor AttentionImpl::attend(const at::Tensor& x, const at::Tensor& cos_in, const at::Tensor& sin_in) {
+at::Tensor AttentionImpl::attend(const at::Tensor& x, const at::Tensor& cos_in, const at::Tensor& sin_in,
+                                 const at::Tensor& doc_start) {
   const int64_t b = x.size(0), s = x.size(1);
   // Under sequence parallelism the block's input holds seq/tp positions but
   // attention sees the whole (all-gathered) sequence, so the caller passes
-  // the table for the longest and each user takes the rows it needs.
-  const at::Tensor cos = cos_in.size(0) == s ? cos_in : cos_in.narrow(0, 0, s);
-  const at::Tensor sin = sin_in.size(0) == s ? sin_in : sin_in.narrow(0, 0, s);
+  // the table for the longest and each user takes the rows it needs
+  // (per-sequence tables, [batch, seq, half], are always whole).
+  const int64_t seq_dim = cos_in.dim() - 2;
+  const at::Tensor cos = cos_in.size(seq_dim) == s ? cos_in : cos_in.narrow(seq_dim, 0, s);
+  const at::Tensor sin = sin_in.size(seq_dim) == s ? sin_in : sin_in.narrow(seq_dim, 0, s);
   // -1 rather than n_heads: under tensor parallelism each rank holds a slice
   // of the heads, and the local projection's width says how many.
   at::Tensor q = wq(x).view({b, s, -1, head_dim});
@@ -48,11 +53,19 @@ at::Tensor AttentionImpl::attend(const at::Tensor& x, const at::Tensor& cos_in, 
     const int64_t n_rep = n_heads / n_kv_heads;
     k = repeat_kv(k, n_rep);
     v = repeat_kv(v, n_rep);
-    out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                           /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+    if (doc_start.defined()) {
+      // Document masking: the block-causal boolean mask instead of is_causal.
+      out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                             ops::block_causal_mask(doc_start), /*dropout_p=*/0.0,
+                                             /*is_causal=*/false);
+    } else {
+      out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                             /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+    }
   } else {
     // flash and math read kv head h / n_rep for query head h themselves.
-    out = ops::attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), backend, /*causal=*/true);
+    out = ops::attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), backend, /*causal=*/true,
+                         std::nullopt, doc_start);
   }
   out = out.transpose(1, 2).contiguous().view({b, s, -1});
   return wo(out);

@@ -35,7 +35,9 @@ class AttentionImpl : public ops::HookableModule {
   AttentionImpl(const ModelArgs& args, at::TensorOptions options = {});
   /// x [batch, seq, dim]; cos/sin [>= seq, head_dim/2]: the rows of x's
   /// positions (a longer table is cut to its first seq rows).
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  /// `doc_start` ([batch, seq] int64, or undefined): block-causal masking.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                     const at::Tensor& doc_start = {});
   /// torchtitan's init: wq, wk, wv ~ trunc_normal(0, 0.02, [-2, 2]);
   /// wo ~ trunc_normal(0, init_std, [-2, 2]) (init_std is depth-scaled by the block).
   void init_weights(double init_std);
@@ -47,7 +49,7 @@ class AttentionImpl : public ops::HookableModule {
   ops::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
 
  private:
-  at::Tensor attend(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  at::Tensor attend(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& doc_start);
 };
 TORCH_MODULE(Attention);
 

@@ -30,6 +30,8 @@ void ModelArgs::validate() const {
   TITAN_CHECK(norm_eps > 0, "model: norm_eps must be positive, got ", norm_eps);
   TITAN_CHECK(attn_type == "sdpa" || attn_type == "flash" || attn_type == "math", "model: attn_type '", attn_type,
               "' is not one of sdpa, flash, math");
+  TITAN_CHECK(attn_mask_type == "causal" || attn_mask_type == "block_causal", "model: attn_mask_type '",
+              attn_mask_type, "' is not one of causal, block_causal");
 }
 
 std::string to_json(const ModelArgs& a) {

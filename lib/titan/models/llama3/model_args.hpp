@@ -33,6 +33,11 @@ struct ModelArgs {
   /// "math" (explicit softmax). Not part of the checkpoint metadata: it
   /// changes kernels, not the model.
   std::string attn_type = "sdpa";
+  /// The attention mask (torchtitan 0.3's attn_mask_type): "causal" over
+  /// the whole window, or "block_causal": causal within each document of a
+  /// packed window (forward() then needs the batch's doc_start), with RoPE
+  /// positions restarting per document. Not part of the checkpoint either.
+  std::string attn_mask_type = "causal";
 
   /// Number of key/value heads (n_kv_heads, or n_heads when unset).
   int64_t kv_heads() const { return n_kv_heads.value_or(n_heads); }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "titan/ops/attention/document_mask.hpp"
 #include "titan/ops/init.hpp"
 #include "titan/util/error.hpp"
 
@@ -36,11 +37,11 @@ const ops::RopeTable& TransformerImpl::rope_table(at::Device device) {
   return rope_;
 }
 
-at::Tensor TransformerImpl::forward(const at::Tensor& input) {
-  return call_with_hooks(input, [this](const at::Tensor& in) { return forward_body(in); });
+at::Tensor TransformerImpl::forward(const at::Tensor& input, const at::Tensor& doc_start) {
+  return call_with_hooks(input, [this, doc_start](const at::Tensor& in) { return forward_body(in, doc_start); });
 }
 
-at::Tensor TransformerImpl::forward_body(const at::Tensor& input) {
+at::Tensor TransformerImpl::forward_body(const at::Tensor& input, const at::Tensor& doc_start) {
   at::Tensor h;
   if (tok_embeddings) {
     TITAN_CHECK(input.dim() == 2, "llama3: expected tokens [batch, seq], got ", input.sizes());
@@ -62,7 +63,20 @@ at::Tensor TransformerImpl::forward_body(const at::Tensor& input) {
   // passes the whole table and attention takes the rows it needs.
   const int64_t rows = tok_embeddings ? seq : args_.max_seq_len;
   at::Tensor cos = rope.cos.narrow(0, 0, rows), sin = rope.sin.narrow(0, 0, rows);
-  for (const auto& block : blocks()) h = block->forward(h, cos, sin);
+  const bool documents = args_.attn_mask_type == "block_causal";
+  TITAN_CHECK(!documents || doc_start.defined(), "llama3: attn_mask_type \"block_causal\" needs the batch's "
+              "doc_start (data::Batch::doc_start); got none");
+  at::Tensor block_doc_start;
+  if (documents) {
+    TITAN_CHECK(tok_embeddings, "llama3: block_causal attention needs the token embeddings on this stage "
+                "(pipeline parallelism with document masking is not supported yet)");
+    block_doc_start = doc_start.to(h.device());
+    // RoPE positions restart with each document: per-sequence tables.
+    const at::Tensor pos = ops::document_positions(block_doc_start);
+    cos = rope.cos.index_select(0, pos.flatten()).view({pos.size(0), pos.size(1), -1});
+    sin = rope.sin.index_select(0, pos.flatten()).view({pos.size(0), pos.size(1), -1});
+  }
+  for (const auto& block : blocks()) h = block->forward(h, cos, sin, block_doc_start);
   if (norm) h = norm(h);
   if (output) h = output(h);
   return h;

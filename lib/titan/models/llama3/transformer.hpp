@@ -48,7 +48,13 @@ class TransformerImpl : public ops::HookableModule {
   /// tokens [batch, seq] int64 → logits [batch, seq, vocab] (in the weights'
   /// dtype). Without tok_embeddings the input is hidden states [batch, seq,
   /// dim]; without output the result is hidden states. seq ≤ args.max_seq_len.
-  at::Tensor forward(const at::Tensor& input);
+  ///
+  /// `doc_start` ([batch, seq] int64, ops/attention/document_mask.hpp) is
+  /// what args.attn_mask_type = "block_causal" attends by: each token only
+  /// to earlier tokens of its own document, at RoPE positions counted from
+  /// that document's start. Required then (data::Batch::doc_start), unused
+  /// with "causal".
+  at::Tensor forward(const at::Tensor& input, const at::Tensor& doc_start = {});
 
   /// torchtitan's initialisation, in torchtitan's order (so the draws are
   /// deterministic given the torch seed): tok_embeddings ~ N(0, 1); per block
@@ -77,7 +83,7 @@ class TransformerImpl : public ops::HookableModule {
   ops::Linear output{nullptr};             ///< [vocab, dim]; null on earlier pipeline stages
 
  private:
-  at::Tensor forward_body(const at::Tensor& input);
+  at::Tensor forward_body(const at::Tensor& input, const at::Tensor& doc_start);
   const ops::RopeTable& rope_table(at::Device device);
 
   ModelArgs args_;

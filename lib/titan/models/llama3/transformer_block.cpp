@@ -19,11 +19,11 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t layer_id_, const ModelArgs& a
   ffn_norm = register_module("ffn_norm", ops::RMSNorm(args.dim, args.norm_eps, options));
 }
 
-at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos,
-                                         const at::Tensor& sin) {
+at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                         const at::Tensor& doc_start) {
   // By value: activation checkpointing runs this body again in backward.
-  return call_with_hooks(x, [this, cos, sin](const at::Tensor& in) {
-    at::Tensor h = in + attention(attention_norm(in), cos, sin);
+  return call_with_hooks(x, [this, cos, sin, doc_start](const at::Tensor& in) {
+    at::Tensor h = in + attention(attention_norm(in), cos, sin, doc_start);
     return h + feed_forward(ffn_norm(h));
   });
 }

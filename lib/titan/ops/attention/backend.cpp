@@ -1,5 +1,6 @@
 #include "titan/ops/attention/backend.hpp"
 
+#include "titan/ops/attention/document_mask.hpp"
 #include "titan/ops/attention/flash_function.hpp"
 #include "titan/ops/attention/math_attention.hpp"
 #include "titan/util/error.hpp"
@@ -23,18 +24,24 @@ std::string to_string(AttentionBackend b) {
 }
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, AttentionBackend backend,
-                     bool causal, std::optional<double> scale) {
+                     bool causal, std::optional<double> scale, const at::Tensor& doc_start) {
   switch (backend) {
     case AttentionBackend::flash:
-      return flash_attention(q, k, v, causal, scale);
+      return flash_attention(q, k, v, causal, scale, {}, doc_start);
     case AttentionBackend::math:
-      return math_attention(q, k, v, causal, scale);
+      return math_attention(q, k, v, causal, scale, doc_start);
     case AttentionBackend::sdpa:
       break;
   }
   const int64_t rep = q.size(1) / k.size(1);
   const at::Tensor kr = rep == 1 ? k : k.repeat_interleave(rep, 1);
   const at::Tensor vr = rep == 1 ? v : v.repeat_interleave(rep, 1);
+  if (doc_start.defined()) {
+    TITAN_CHECK(causal, "attention: document masking (doc_start) is block-causal; it needs causal = true");
+    // A boolean mask (true = attend) in place of is_causal.
+    return at::scaled_dot_product_attention(q, kr, vr, block_causal_mask(doc_start.to(q.device())), 0.0, false,
+                                            scale);
+  }
   return at::scaled_dot_product_attention(q, kr, vr, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal, scale);
 }
 

@@ -29,8 +29,10 @@ std::string to_string(AttentionBackend b);
 /// @brief Attention of q [B, Hq, S, D] over k/v [B, Hkv, S, D] (Hq % Hkv == 0)
 /// with the chosen backend. For sdpa, K/V are repeated per query head first
 /// (what the model always did; SDPA's own GQA path is not taken on every
-/// device), flash and math take them as they are.
+/// device), flash and math take them as they are. `doc_start` ([B, S]
+/// int64, document_mask.hpp): block-causal masking — the flash kernel reads
+/// it, math and SDPA get block_causal_mask()'s boolean matrix.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, AttentionBackend backend,
-                     bool causal, std::optional<double> scale = std::nullopt);
+                     bool causal, std::optional<double> scale = std::nullopt, const at::Tensor& doc_start = {});
 
 }  // namespace titan::ops
