@@ -9,7 +9,7 @@
 // Tolerance: fp32 against the fp64 reference, relative to the reference's
 // largest value. Measured on 2 and 4 ranks (printed), for every method,
 // split, causal or not, with GQA: out <= 5.3e-7, grads <= 6.6e-7 (the two
-// rotate methods agree bit for bit but for dk at cp 4: they merge in the
+// rotate methods agree bit for bit but for dk/dv at cp 4: they merge in the
 // same order). Bound 5e-6 (about 8x the floor).
 
 #include <ATen/ATen.h>

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "titan/ops/init.hpp"
+#include "titan/parallel/context_parallel/context.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::models::llama3 {
@@ -36,6 +37,11 @@ const ops::RopeTable& TransformerImpl::rope_table(at::Device device) {
   return rope_;
 }
 
+void TransformerImpl::set_context_parallel(std::shared_ptr<const cp::ContextParallel> cp) {
+  cp_ = cp;
+  for (const auto& block : blocks()) block->attention->context_parallel = cp;
+}
+
 at::Tensor TransformerImpl::forward(const at::Tensor& input) {
   return call_with_hooks(input, [this](const at::Tensor& in) { return forward_body(in); });
 }
@@ -62,6 +68,17 @@ at::Tensor TransformerImpl::forward_body(const at::Tensor& input) {
   // passes the whole table and attention takes the rows it needs.
   const int64_t rows = tok_embeddings ? seq : args_.max_seq_len;
   at::Tensor cos = rope.cos.narrow(0, 0, rows), sin = rope.sin.narrow(0, 0, rows);
+  if (cp_) {
+    // This rank holds seq of the cp·seq positions, not 0..seq−1: the table
+    // rows of the positions its chunks cover.
+    TITAN_CHECK(tok_embeddings, "llama3: context parallelism needs the token embeddings on this stage "
+                "(pipeline parallelism with context parallelism is not supported yet)");
+    const int64_t full = seq * cp_->attention.layout.cp;
+    TITAN_CHECK(full <= args_.max_seq_len, "llama3: context-parallel sequence length ", full,
+                " exceeds the model's max_seq_len ", args_.max_seq_len);
+    const at::Tensor pos = cp_->positions(full).to(rope.cos.device());
+    cos = rope.cos.index_select(0, pos), sin = rope.sin.index_select(0, pos);
+  }
   for (const auto& block : blocks()) h = block->forward(h, cos, sin);
   if (norm) h = norm(h);
   if (output) h = output(h);
