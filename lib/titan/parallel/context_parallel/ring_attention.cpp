@@ -93,6 +93,9 @@ struct Accumulator {
 // Forward blocks of this rank's queries against owner's K/V pieces.
 void forward_blocks(const at::Tensor& q, const at::Tensor& ks, const at::Tensor& vs, int64_t rank, int64_t owner,
                     const RingAttentionOptions& opts, Accumulator& acc) {
+  // One range per step's blocks: traces (and the overlap test) see the
+  // compute that the step's transfer runs under.
+  TITAN_PROFILE_RANGE("titan::ring_attention_blocks");
   const int64_t c = q.size(2) / opts.layout.chunks_per_rank();
   for (const Block& b : blocks_for(opts.layout, rank, owner, opts.causal)) {
     const at::Tensor qb = q.narrow(2, b.q * c, c);
@@ -108,6 +111,7 @@ std::pair<at::Tensor, at::Tensor> backward_blocks(const at::Tensor& dout, const 
                                                   const at::Tensor& lse, const at::Tensor& ks, const at::Tensor& vs,
                                                   int64_t rank, int64_t owner, const RingAttentionOptions& opts,
                                                   at::Tensor& dq) {
+  TITAN_PROFILE_RANGE("titan::ring_attention_blocks");
   const int64_t c = q.size(2) / opts.layout.chunks_per_rank();
   at::Tensor dk = at::zeros(ks.sizes(), ks.options().dtype(at::kFloat));
   at::Tensor dv = at::zeros(vs.sizes(), vs.options().dtype(at::kFloat));
