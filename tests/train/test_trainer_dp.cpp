@@ -215,6 +215,20 @@ TEST(TrainerContextParallel, FsdpTimesCpMatchesReference) {
                            kCpFsdpWeightTol, true);
 }
 
+// DDP replicas with CP: FSDP needs cp (the weights are replicated over the
+// cp ranks, their gradients averaged), so the model is HSDP over
+// (dp_replicate, cp), as torchtitan's.
+TEST(TrainerContextParallel, HsdpTimesCpMatchesReference) {
+  if (titan::testing::world().size() != 4) GTEST_SKIP() << "DP-replicate 2 x CP 2 needs 4 ranks";
+  titan::testing::ScratchDir dir("trainer_hsdp_cp");
+  JobConfig c = base_config(dir);
+  c.training.context_parallel_degree = 2;
+  c.training.data_parallel_replicate_degree = 2;
+  c.training.data_parallel_shard_degree = 1;
+  expect_matches_reference(c, "dp_replicate 2 x CP 2 (HSDP over cp)", titan::testing::tiny_model(), kCpFsdpWeightTol,
+                           true);
+}
+
 TEST(TrainerContextParallel, CpTimesTpMatchesReference) {
   if (titan::testing::world().size() != 4) GTEST_SKIP() << "CP 2 x TP 2 needs 4 ranks";
   titan::testing::ScratchDir dir("trainer_cp_tp");

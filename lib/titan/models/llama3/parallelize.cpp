@@ -228,9 +228,6 @@ void check_context_parallel_job(const config::JobConfig& cfg, const parallel::Pa
   layout.check_seq_len(cfg.training.seq_len, "[training] seq_len");
   TITAN_CHECK(!dims.pp_enabled(), "[training] context_parallel_degree = ", dims.cp,
               " with pipeline parallelism is not supported yet (later stages would need the shard's positions)");
-  TITAN_CHECK(!dims.dp_replicate_enabled(), "[training] context_parallel_degree = ", dims.cp,
-              " with data_parallel_replicate_degree = ", dims.dp_replicate,
-              " (DDP / HSDP) is not supported yet: use data_parallel_shard_degree for the data-parallel ranks");
   const int64_t local = cfg.training.seq_len / dims.cp;
   TITAN_CHECK(!dims.tp_enabled() || !cfg.training.enable_sequence_parallel || local % dims.tp == 0,
               "[training] seq_len / context_parallel_degree = ", local, " tokens per cp rank does not divide by ",
