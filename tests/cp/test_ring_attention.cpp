@@ -1,4 +1,7 @@
-// Ring attention on 2 and 4 ranks against single-process attention.
+// Ring attention on 2 and 4 ranks against single-process attention, plus
+// the sequence sharding (round trip, positions, causal work per rank), the
+// bytes each rotate method sends against the analytic count, the ring's
+// transfers running under the blocks, and clear errors for bad layouts.
 //
 // Every rank draws the same full q, k, v (and an upstream gradient) and
 // computes the reference itself: fp64 math_attention with autograd, the
