@@ -132,6 +132,7 @@ TrainRun expect_resume_is_bitwise(const JobConfig& cfg, const std::string& what)
     one.training.data_parallel_shard_degree = -1;
     one.training.enable_loss_parallel = false;
     one.experimental.pipeline_parallel_degree = 1;
+    one.training.context_parallel_degree = 1;
     TrainerOptions single = quiet(cfg);
     single.single_process = true;
     Trainer t(one, single);
@@ -192,6 +193,17 @@ TEST(CheckpointDist, PipelineResumeIsBitwise) {
   // Two stages per rank on 2 ranks (each rank saves two model parts).
   cfg.experimental.pipeline_parallel_schedule = n == 2 ? "Interleaved1F1B" : "1F1B";
   expect_resume_is_bitwise(cfg, n == 2 ? "PP 2 (Interleaved1F1B, 2 stages per rank)" : "PP 2 x FSDP 2 (1F1B)");
+}
+
+// Under context parallelism FSDP shards over dp_shard x cp: every cp rank
+// writes its own boxes (none is a replica), and one process reads them back.
+TEST(CheckpointDist, ContextParallelResumeIsBitwise) {
+  const int n = titan::testing::world().size();
+  SharedDir dir("ckpt_cp");
+  JobConfig cfg = base(dir.path());
+  cfg.training.context_parallel_degree = 2;
+  cfg.training.context_parallel_rotate_method = "alltoall";
+  expect_resume_is_bitwise(cfg, n == 4 ? "FSDP 2 x CP 2" : "CP 2");
 }
 
 // Weights (and their Adam moments) after loading `saved` into the layout

@@ -328,12 +328,15 @@ TEST(ConfigAliases, EveryAliasTargetsARealOptionOfItsType) {
 // ---------------------------------------------------------------- feature gating
 
 TEST(ConfigSupported, LaterFeaturesAreRefusedWithTheirChapter) {
-  JobConfig c = parse({"--training.context_parallel_degree", "4"});
+  JobConfig c = parse({"--model.norm_type", "layernorm"});
   std::string e = error_of([&] { check_supported(c); });
-  EXPECT_HAS(e, "not supported yet: [training] context_parallel_degree = 4 (context parallelism arrives with chapter 11");
-  EXPECT_HAS(e, "--training.context_parallel_degree 1");
+  EXPECT_HAS(e, "not supported yet: [model] norm_type = \"layernorm\" (only rmsnorm is implemented");
+  EXPECT_HAS(e, "--model.norm_type rmsnorm");
   EXPECT_ONE_LINE(e);
-  // Tensor, loss and pipeline parallelism have landed: the gate lets them through.
+  // Tensor, loss, pipeline and context parallelism have landed: the gate lets them through.
+  EXPECT_NO_THROW(check_supported(parse({"--parallelism.context_parallel_degree", "4",
+                                         "--parallelism.context_parallel_rotate_method", "alltoall",
+                                         "--parallelism.context_parallel_load_balancer", "contiguous"})));
   EXPECT_NO_THROW(check_supported(parse({"--training.tensor_parallel_degree", "4", "--training.enable_loss_parallel",
                                          "--training.enable_async_tensor_parallel"})));
   EXPECT_NO_THROW(check_supported(parse({"--activation_checkpoint.mode", "full"})));
@@ -359,7 +362,6 @@ TEST(ConfigSupported, LaterFeaturesAreRefusedWithTheirChapter) {
     std::string expect;
   };
   const std::vector<Case> cases = {
-      {{"--training.context_parallel_degree", "2"}, "chapter 11"},
       {{"--model.norm_type", "layernorm"}, "only rmsnorm"},
       {{"--model.converters", "float8,mx"}, "float8 only"},
       {{"--activation_checkpoint.mode", "memory_budget"}, "memory-budget"},
@@ -592,8 +594,8 @@ TEST(ConfigCli, BadInputIsOneLineAndExitsNonZero) {
       {" config --training.seq_len 0", "error: [training] seq_len = 0 is out of range"},
       {" config --training.seq_lne 5", "did you mean --training.seq_len?"},
       {" config --check-supported --job.config_file " + source_path("train_configs/llama3_70b.toml") +
-           " --training.context_parallel_degree 2",
-       "error: not supported yet: [training] context_parallel_degree = 2"},
+           " --model.norm_type layernorm",
+       "error: not supported yet: [model] norm_type = \"layernorm\""},
   };
   for (const auto& [args, expect] : cases) {
     SCOPED_TRACE(args);

@@ -181,3 +181,21 @@ TEST(TrainCli, TensorParallelDegreeThatDoesNotDivideTheHeadsIsOneLine) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_HAS(r.output, "tensor parallel degree 3 does not divide the model's n_heads (16)");
 }
+
+// Context parallelism through `titan train`: FSDP 2 x CP 2 on 4 emulated
+// ranks runs (its equivalence with one process is test_trainer_dp's
+// TrainerContextParallel), and a sequence that does not cut into 2 x cp
+// chunks is one line on every rank and a non-zero exit, before any rank
+// joins the job.
+TEST(TrainCli, ContextParallelRunsAndRefusesAnUncuttableSequence) {
+  ScratchDir dir("train_cli_cp");
+  auto ok = run_command(debug_run(dir) + " --nproc 4 --parallelism.context_parallel_degree 2"
+                        " --parallelism.context_parallel_rotate_method alltoall");
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_HAS(ok.output, "CP 2 (ring attention, alltoall, headtail sequence split)");
+  EXPECT_HAS(ok.output, "training done: 3/3 steps");
+  auto bad = run_command(debug_run(dir) + " --nproc 2 --parallelism.context_parallel_degree 2 --training.seq_len 18");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_HAS(bad.output, "[training] seq_len = 18 does not divide into 4 equal chunks");
+  EXPECT_HAS(bad.output, "seq_len must divide by 2 x cp");
+}

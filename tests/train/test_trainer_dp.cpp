@@ -1,8 +1,8 @@
 // The trainer on N ranks (FSDP, DDP, HSDP, TP, FSDP x TP, DDP x TP,
-// HSDP x TP, PP alone and with FSDP, DDP and TP, with and without gradient
-// accumulation) against its
+// HSDP x TP, PP alone and with FSDP, DDP and TP, CP alone and with FSDP and
+// TP, with and without gradient accumulation) against its
 // single-process reference: one process that reads the batches of all the
-// data-parallel ranks (emulate_dp_ranks = N / tp) and accumulates them into
+// data-parallel ranks (emulate_dp_ranks = N / (tp·pp·cp)) and accumulates them into
 // each step. Losses and gradient norms must agree step by step and the
 // final (gathered) weights after the run.
 //
@@ -40,6 +40,7 @@ using titan::train::TrainerOptions;
 
 struct Run {
   std::vector<double> losses, grad_norms;
+  int64_t tokens = 0;  // trained on, all ranks, all steps
   std::map<std::string, at::Tensor> weights;  // full, unsharded
 };
 
@@ -57,6 +58,7 @@ Run train(JobConfig cfg, int64_t emulate, const titan::models::llama3::ModelArgs
   o.on_step = [&](const StepResult& r) {
     run.losses.push_back(r.loss);
     run.grad_norms.push_back(r.grad_norm);
+    run.tokens += r.tokens;
   };
   Trainer trainer(std::move(cfg), o);
   trainer.train();
@@ -75,14 +77,15 @@ titan::models::llama3::ModelArgs tp_model() {
 
 void expect_matches_reference(JobConfig cfg, const std::string& what,
                               const titan::models::llama3::ModelArgs& args = titan::testing::tiny_model(),
-                              double weight_tol = 5e-5) {
+                              double weight_tol = 5e-5, bool same_tokens = false) {
   const int n = titan::testing::world().size();
   const std::string dump = cfg.job.dump_folder;
   cfg.job.dump_folder = dump + "/rank" + std::to_string(titan::testing::world().rank());
   Run parallel = train(cfg, 0, args);
 
-  // The reference reads what the data-parallel ranks read: TP ranks share
-  // their group's batch, so there are n / tp of them.
+  // The reference reads what the data-parallel ranks read: TP and CP ranks
+  // share their group's batch (CP ranks each keep a shard of its
+  // sequences), so there are n / (tp · pp · cp) of them.
   JobConfig ref_cfg = cfg;
   ref_cfg.job.dump_folder += "_ref";
   ref_cfg.training.data_parallel_replicate_degree = 1;
@@ -90,7 +93,11 @@ void expect_matches_reference(JobConfig cfg, const std::string& what,
   ref_cfg.training.tensor_parallel_degree = 1;
   ref_cfg.training.enable_loss_parallel = false;
   ref_cfg.experimental.pipeline_parallel_degree = 1;
-  Run ref = train(ref_cfg, n / (cfg.training.tensor_parallel_degree * cfg.experimental.pipeline_parallel_degree), args);
+  ref_cfg.training.context_parallel_degree = 1;
+  Run ref = train(ref_cfg,
+                  n / (cfg.training.tensor_parallel_degree * cfg.experimental.pipeline_parallel_degree *
+                       cfg.training.context_parallel_degree),
+                  args);
 
   ASSERT_EQ(parallel.losses.size(), ref.losses.size());
   double worst_loss = 0, worst_norm = 0, worst_weight = 0;
@@ -117,6 +124,10 @@ void expect_matches_reference(JobConfig cfg, const std::string& what,
   EXPECT_LT(worst_loss, 1e-6) << what;
   EXPECT_LT(worst_norm, 1e-6) << what;
   EXPECT_LT(worst_weight, weight_tol) << what;
+  // Context parallelism: the job trained on each token once (each cp rank
+  // on its shard), not cp times (every rank on the whole sequence, which
+  // would match the reference's loss just as well).
+  if (same_tokens) EXPECT_EQ(parallel.tokens, ref.tokens) << what;
   EXPECT_LT(ref.losses.back(), ref.losses.front()) << "the reference did not learn: the comparison says little";
 }
 
@@ -158,6 +169,75 @@ TEST(TrainerDataParallel, HsdpMatchesReference) {
   JobConfig c = base_config(dir);
   c.training.data_parallel_replicate_degree = 2;
   expect_matches_reference(c, "HSDP 2x2");
+}
+
+// ---------------------------------------------------------------- CP
+// Every rank of the cp group reads the same batch and trains on its shard
+// of each sequence (ring attention over the shards); FSDP shards over
+// dp_shard x cp. Measured as the data-parallel cases: rounding-level
+// differences (the loss is a mean of per-shard means, attention sums its
+// blocks in another order).
+
+TEST(TrainerContextParallel, CpAloneMatchesReference) {
+  const int n = titan::testing::world().size();
+  titan::testing::ScratchDir dir("trainer_cp");
+  JobConfig c = base_config(dir);
+  c.training.context_parallel_degree = n;
+  for (const char* rotate : {"allgather", "alltoall"})
+    for (const char* balance : {"headtail", "contiguous"}) {
+      c.training.context_parallel_rotate_method = rotate;
+      c.training.context_parallel_load_balancer = balance;
+      expect_matches_reference(c, std::string("CP ") + rotate + " " + balance, titan::testing::tiny_model(), 5e-5,
+                               true);
+    }
+}
+
+// Weights under FSDP x CP: each gradient is a sum of 4 per-rank partial
+// sums of per-shard means (the reference: one mean over the batch), and
+// Adam magnifies the rounding of nearly cancelling elements (see the top):
+// measured up to 1.25e-4 after 6 steps (tok_embeddings, 2 micro-batches;
+// 5.0e-5 with one), while losses agree to 7.6e-8 and gradient norms to
+// 2.1e-8. So its weight bound is 2.5e-4; CP alone and CP x TP stay at 5e-5
+// (measured 1.1e-5 and 2.6e-5).
+constexpr double kCpFsdpWeightTol = 2.5e-4;
+
+TEST(TrainerContextParallel, FsdpTimesCpMatchesReference) {
+  if (titan::testing::world().size() != 4) GTEST_SKIP() << "FSDP 2 x CP 2 needs 4 ranks";
+  titan::testing::ScratchDir dir("trainer_fsdp_cp");
+  JobConfig c = base_config(dir);
+  c.training.context_parallel_degree = 2;
+  c.training.context_parallel_rotate_method = "alltoall";
+  expect_matches_reference(c, "FSDP 2 x CP 2 (alltoall, headtail)", titan::testing::tiny_model(), kCpFsdpWeightTol,
+                           true);
+  c.training.global_batch_size = c.training.batch_size * 2 * 2;
+  c.training.context_parallel_rotate_method = "allgather";
+  expect_matches_reference(c, "FSDP 2 x CP 2 (allgather), 2 micro-batches", titan::testing::tiny_model(),
+                           kCpFsdpWeightTol, true);
+}
+
+// DDP replicas with CP: FSDP needs cp (the weights are replicated over the
+// cp ranks, their gradients averaged), so the model is HSDP over
+// (dp_replicate, cp), as torchtitan's.
+TEST(TrainerContextParallel, HsdpTimesCpMatchesReference) {
+  if (titan::testing::world().size() != 4) GTEST_SKIP() << "DP-replicate 2 x CP 2 needs 4 ranks";
+  titan::testing::ScratchDir dir("trainer_hsdp_cp");
+  JobConfig c = base_config(dir);
+  c.training.context_parallel_degree = 2;
+  c.training.data_parallel_replicate_degree = 2;
+  c.training.data_parallel_shard_degree = 1;
+  expect_matches_reference(c, "dp_replicate 2 x CP 2 (HSDP over cp)", titan::testing::tiny_model(), kCpFsdpWeightTol,
+                           true);
+}
+
+TEST(TrainerContextParallel, CpTimesTpMatchesReference) {
+  if (titan::testing::world().size() != 4) GTEST_SKIP() << "CP 2 x TP 2 needs 4 ranks";
+  titan::testing::ScratchDir dir("trainer_cp_tp");
+  JobConfig c = base_config(dir);
+  c.training.context_parallel_degree = 2;
+  c.training.tensor_parallel_degree = 2;
+  c.training.enable_loss_parallel = true;
+  c.training.context_parallel_rotate_method = "alltoall";
+  expect_matches_reference(c, "CP 2 x TP 2 (SP, loss parallel)", tp_model(), 5e-5, true);
 }
 
 // ---------------------------------------------------------------- TP

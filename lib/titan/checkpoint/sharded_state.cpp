@@ -52,7 +52,9 @@ ShardedState model_shards(const std::vector<torch::nn::Module*>& parts, const di
           const std::string& name = job_mesh->names()[static_cast<size_t>(d)];
           if (name == "pp") continue;  // each pipeline rank holds other layers
           if (name == "tp" && tp_sharded) continue;
-          if (name == "dp_shard" && fsdp_sharded) continue;
+          // FSDP shards over dp_shard, and under context parallelism over
+          // dp_shard x cp together (dp_shard_cp).
+          if ((name == "dp_shard" || name == "cp") && fsdp_sharded) continue;
           if (job_mesh->coordinate()[static_cast<size_t>(d)] != 0) s.primary = false;
         }
       }

@@ -98,6 +98,12 @@ struct TrainingSection {
   int64_t data_parallel_shard_degree = -1;     ///< FSDP shards; -1 = the remaining ranks
   int64_t tensor_parallel_degree = 1;          ///< TP ranks
   int64_t context_parallel_degree = 1;         ///< CP ranks
+  /// CP: how K/V reach every rank, "allgather" (all at once) or "alltoall"
+  /// (round the ring, overlapped with the blocks' compute).
+  std::string context_parallel_rotate_method = "allgather";
+  /// CP: "headtail" (2·cp chunks, rank i holds i and 2·cp−1−i: equal causal
+  /// work) or "contiguous" (rank i holds the i-th cp-th of the sequence).
+  std::string context_parallel_load_balancer = "headtail";
   bool enable_loss_parallel = false;           ///< keep logits sharded through the loss (TP)
   /// TP: shard the residual stream on the sequence between blocks (SP);
   /// false gives plain Megatron TP (replicated activations, all-reduces).

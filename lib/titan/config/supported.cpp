@@ -18,11 +18,6 @@ std::string value_if(const JobConfig& cfg, const char* name, bool on) {
 
 const std::vector<FeatureGate>& feature_gates() {
   static const std::vector<FeatureGate> gates = {
-      {"training.context_parallel_degree",
-       [](const JobConfig& c, int) {
-         return value_if(c, "training.context_parallel_degree", c.training.context_parallel_degree > 1);
-       },
-       "context parallelism arrives with chapter 11", "--training.context_parallel_degree 1"},
       {"model.norm_type",
        [](const JobConfig& c, int) { return value_if(c, "model.norm_type", c.model.norm_type != "rmsnorm"); },
        "only rmsnorm is implemented", "--model.norm_type rmsnorm"},

@@ -429,6 +429,44 @@ std::vector<std::shared_ptr<PendingWork>> ProcessGroup::batch_p2p(const std::vec
   return sends;
 }
 
+std::vector<std::shared_ptr<PendingWork>> ProcessGroup::batch_p2p_async(const std::vector<P2POp>& ops) const {
+  std::vector<std::shared_ptr<PendingWork>> works;
+  if (ops.empty()) return works;
+  for (const P2POp& op : ops)
+    TITAN_CHECK(op.tensor.is_contiguous(), (op.is_send ? "send" : "recv"), " on ", describe(),
+                " needs a contiguous tensor");
+  if (!backend_->supportsCoalescing()) {
+    for (const P2POp& op : ops) {
+      at::Tensor t = op.tensor;
+      works.push_back(op.is_send ? send_async(t, op.peer, op.tag) : recv_async(t, op.peer, op.tag));
+    }
+    return works;
+  }
+  // One record for the group, counting what this rank sends (the receives
+  // are the peers' sends).
+  int64_t sent = 0;
+  std::vector<at::Tensor> keep;
+  for (const P2POp& op : ops) {
+    if (op.is_send) sent += nbytes(op.tensor);
+    keep.push_back(op.tensor);
+  }
+  CommRecord record = start_record(CommOp::Send, sent);
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    backend_->startCoalescing();
+    for (const P2POp& op : ops) {
+      std::vector<at::Tensor> t{op.tensor};
+      if (op.is_send) backend_->send(t, op.peer, op.tag);
+      else backend_->recv(t, op.peer, op.tag);
+    }
+    work = backend_->endCoalescing();
+  } catch (const std::exception& e) {
+    fail("batch_p2p", e.what(), 0.0);
+  }
+  works.push_back(std::make_shared<PendingWork>(this, std::move(record), std::move(work), [keep] {}));
+  return works;
+}
+
 void ProcessGroup::barrier() const {
   run(start_record(CommOp::Barrier, 0), [&] {
     c10d::BarrierOptions opts;

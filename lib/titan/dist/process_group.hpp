@@ -150,6 +150,13 @@ class ProcessGroup {
   /// returned works are sends still in flight (wait them before the
   /// buffers go; none with coalescing, where the group's work covers all).
   std::vector<std::shared_ptr<PendingWork>> batch_p2p(const std::vector<P2POp>& ops) const;
+  /// Posts the ops as batch_p2p does (one coalesced group on NCCL, each
+  /// its own asynchronous op on Gloo) but returns at once, so that compute
+  /// can run under the transfers (ring attention passes the next K/V block
+  /// while the current one is computed). Wait every returned work before
+  /// reading a receive or reusing a send's buffer; the works keep the
+  /// tensors alive until then.
+  std::vector<std::shared_ptr<PendingWork>> batch_p2p_async(const std::vector<P2POp>& ops) const;
   void barrier() const;
 
   /// Throws the titan::Error this group reports for a failed `op` (shared by

@@ -29,6 +29,7 @@
 #include "titan/models/llama3/tp_plan.hpp"
 #include "titan/optim/optimizer.hpp"
 #include "titan/parallel/activation_checkpoint/checkpoint.hpp"
+#include "titan/parallel/context_parallel/context.hpp"
 #include "titan/parallel/pipeline/runtime.hpp"
 #include "titan/profiling/memory_snapshot.hpp"
 #include "titan/profiling/range.hpp"
@@ -108,6 +109,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   if (dims_.tp_enabled())
     models::llama3::check_tp_job(args_, dims_.tp, cfg_.training.seq_len, models::llama3::tp_options(cfg_));
   models::llama3::check_pipeline_job(cfg_, dims_, args_.n_layers, plan_.local_batch);
+  models::llama3::check_context_parallel_job(cfg_, dims_);
   ac::blocks_to_checkpoint(cfg_.activation_checkpoint.mode, cfg_.activation_checkpoint.selective_ac_option,
                            args_.n_layers);  // a bad option fails here, before the job starts
 
@@ -125,6 +127,8 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
     mesh_ = std::make_unique<dist::DeviceMesh>(dims_.build_mesh(world));
     const std::string dp_name = dims_.dp_mesh_name();
     if (!dp_name.empty() && dims_.dp_degree() > 1) dp_group_ = mesh_->group(dp_name);
+    loss_group_ = dp_group_;
+    if (dims_.cp_enabled()) loss_group_ = mesh_->group(dims_.dp_degree() > 1 ? "dp_cp" : "cp");
   }
 
   // The CPU peak is calibrated here: every rank has joined (the rendezvous
@@ -379,7 +383,18 @@ StepResult Trainer::train_step() {
   // losses is the mean the N ranks' averaged gradients descend.
   const int64_t readers = static_cast<int64_t>(loaders_.size());
   int64_t next_reader = 0;
-  auto next_batch = [&] { return loaders_[static_cast<size_t>(next_reader++ % readers)]->next(); };
+  // Under context parallelism the cp ranks read the same batch (the data
+  // rank is the dp rank) and each keeps its shard of every sequence: the
+  // tokens and targets of the positions it holds.
+  const std::shared_ptr<const cp::ContextParallel>& context = model_->context_parallel();
+  auto next_batch = [&] {
+    data::Batch b = loaders_[static_cast<size_t>(next_reader++ % readers)]->next();
+    if (context) {
+      b.inputs = cp::shard_sequence(b.inputs, 1, context->attention.layout, context->rank()).contiguous();
+      b.labels = cp::shard_sequence(b.labels, 1, context->attention.layout, context->rank()).contiguous();
+    }
+    return b;
+  };
   AccumulationResult acc =
       parallelized_.pipeline
           ? accumulate_pipeline_gradients(*parallelized_.pipeline, next_batch, plan_.accumulation_steps * readers, device_)
@@ -392,15 +407,15 @@ StepResult Trainer::train_step() {
   // values, so a NaN stops every rank at the same step.
   at::Tensor loss_and_tokens = at::stack({acc.loss.to(at::kDouble), at::scalar_tensor(static_cast<double>(acc.tokens),
                                                                                       acc.loss.options().dtype(at::kDouble))});
-  if (dp_group_) dp_group_->all_reduce(loss_and_tokens);
+  if (loss_group_) loss_group_->all_reduce(loss_and_tokens);
   const at::Tensor host = loss_and_tokens.cpu();  // the step's one host-device sync
-  const double ranks = dp_group_ ? static_cast<double>(dp_group_->size()) : 1.0;
+  const double ranks = loss_group_ ? static_cast<double>(loss_group_->size()) : 1.0;
   r.loss = host[0].item<double>() / ranks;
   // torchtitan's global_max_loss: the worst data-parallel rank's loss.
   r.max_loss = host[0].item<double>();
-  if (dp_group_) {
+  if (loss_group_) {
     at::Tensor max = acc.loss.to(at::kDouble).reshape({1}).clone();
-    dp_group_->all_reduce(max, dist::ReduceOp::Max);
+    loss_group_->all_reduce(max, dist::ReduceOp::Max);
     r.max_loss = max.cpu().item<double>();
   }
   r.tokens = static_cast<int64_t>(host[1].item<double>());

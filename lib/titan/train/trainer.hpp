@@ -170,6 +170,10 @@ class Trainer {
   std::unique_ptr<dist::DeviceMesh> mesh_;
   /// The group the loss is averaged over (the data-parallel ranks); null on one rank.
   std::shared_ptr<dist::ProcessGroup> dp_group_;
+  /// The group the loss and token count are reduced over: dp_group_, or
+  /// under context parallelism the dp × cp ranks (each cp rank holds a
+  /// shard of every sequence); null on one rank.
+  std::shared_ptr<dist::ProcessGroup> loss_group_;
   int rank_ = 0;
   models::llama3::Transformer model_{nullptr};
   models::llama3::ParallelizedModel parallelized_;

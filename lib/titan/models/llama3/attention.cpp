@@ -2,6 +2,7 @@
 
 #include "titan/ops/attention/document_mask.hpp"
 #include "titan/ops/init.hpp"
+#include "titan/parallel/context_parallel/context.hpp"
 #include "titan/ops/rope.hpp"
 
 namespace titan::models::llama3 {
@@ -47,7 +48,11 @@ at::Tensor AttentionImpl::attend(const at::Tensor& x, const at::Tensor& cos_in, 
   k = ops::apply_rope(k, cos, sin);
   // The backends want [batch, heads, seq, head_dim].
   at::Tensor out;
-  if (backend == ops::AttentionBackend::sdpa) {
+  if (context_parallel) {
+    // K/V of the other cp ranks' shards come round the ring; GQA as flash.
+    out = cp::ring_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), *context_parallel->group,
+                             context_parallel->attention);
+  } else if (backend == ops::AttentionBackend::sdpa) {
     // SDPA gets K/V repeated per query head: its GQA path is not taken by
     // every kernel it may pick.
     const int64_t n_rep = n_heads / n_kv_heads;

@@ -11,6 +11,10 @@
 #include "titan/ops/forward_hooks.hpp"
 #include "titan/ops/linear.hpp"
 
+namespace titan::cp {
+struct ContextParallel;
+}
+
 namespace titan::models::llama3 {
 
 /// @brief Causal multi-head attention where n_kv_heads ≤ n_heads key/value
@@ -46,6 +50,10 @@ class AttentionImpl : public ops::HookableModule {
   int64_t n_kv_heads;  ///< key/value heads
   int64_t head_dim;    ///< per-head width
   ops::AttentionBackend backend;  ///< from args.attn_type
+  /// Context parallelism: when set, x holds this rank's sequence shard and
+  /// attention is ring attention over the cp group (its blocks by the CPU
+  /// flash kernel, or the math path on other devices, whatever `backend`).
+  std::shared_ptr<const cp::ContextParallel> context_parallel;
   ops::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
 
  private:

@@ -5,6 +5,7 @@
 #include "titan/config/job_config.hpp"
 #include "titan/dist/device_mesh.hpp"
 #include "titan/parallel/activation_checkpoint/checkpoint.hpp"
+#include "titan/parallel/context_parallel/context.hpp"
 #include "titan/parallel/data_parallel.hpp"
 #include "titan/parallel/float8/float8_linear.hpp"
 #include "titan/parallel/fsdp/fully_shard.hpp"
@@ -135,8 +136,20 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
     for (const auto& p : model->named_parameters()) out[p.key()] = p.value().detach().clone();
     return out;
   };
-  TITAN_CHECK(!dims.cp_enabled(), "parallelize_llama: ", dims.describe(),
-              " asks for context parallelism, not built yet");
+  std::string cp_description;
+  if (dims.cp_enabled()) {
+    TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
+    check_context_parallel_job(cfg, dims);
+    // Attention under TP holds its local heads; ring attention works per
+    // head, so the two compose without more communication.
+    auto context = cp::make_context_parallel(mesh->group("cp"),
+                                             cp::parse_load_balance(cfg.training.context_parallel_load_balancer),
+                                             cp::parse_rotate_method(cfg.training.context_parallel_rotate_method));
+    model->set_context_parallel(context);
+    cp_description = "CP " + std::to_string(dims.cp) + " (ring attention, " +
+                     cfg.training.context_parallel_rotate_method + ", " +
+                     cfg.training.context_parallel_load_balancer + " sequence split)";
+  }
   std::string tp_description;
   if (dims.tp_enabled()) {
     TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
@@ -164,13 +177,19 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
     TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
     // HSDP: replicate over dp_replicate, shard within dp_shard (a 2-D mesh,
     // replicate first); FSDP: the 1-D dp_shard mesh.
+    // Under context parallelism the cp ranks hold the same weights and
+    // see different tokens: FSDP shards over dp_shard × cp together
+    // ("dp_shard_cp", torchtitan's), and its averaging reduce-scatter
+    // averages their gradients too (each cp rank's loss is the mean over
+    // its equally many tokens).
+    const std::string shard_dim = !dims.cp_enabled() ? "dp_shard" : (dims.dp_shard_enabled() ? "dp_shard_cp" : "cp");
     const dist::DeviceMesh dp_mesh = dims.dp_replicate_enabled()
-                                         ? (*mesh)[std::vector<std::string>{"dp_replicate", "dp_shard"}]
-                                         : (*mesh)["dp_shard"];
+                                         ? (*mesh)[std::vector<std::string>{"dp_replicate", shard_dim}]
+                                         : (*mesh)[shard_dim];
     apply_fsdp(model, dp_mesh, cfg, dims.pp_enabled(), r);
-    // Gradients are shards over dp_shard (and equal across replicas), so
-    // the global norm sums squares over the dp_shard group only.
-    r.grad_shard_groups = {mesh->group("dp_shard").get()};
+    // Gradients are shards over the sharding group (and equal across
+    // replicas), so the global norm sums squares over that group only.
+    r.grad_shard_groups = {mesh->group(shard_dim).get()};
   } else if (dims.ddp_enabled()) {
     TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
     apply_ddp(model, *mesh, r);
@@ -178,6 +197,7 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
   r.params = model->parameters();
   if (!ac_description.empty()) r.description = r.description.empty() ? ac_description : ac_description + "; " + r.description;
   if (!f8_description.empty()) r.description = r.description.empty() ? f8_description : f8_description + "; " + r.description;
+  if (!cp_description.empty()) r.description = r.description.empty() ? cp_description : cp_description + "; " + r.description;
   if (dims.tp_enabled()) {
     // Norm membership is decided by name, since FSDP may since have swapped
     // the TP-local tensors for its own shards.
@@ -200,6 +220,19 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
 }
 
 }  // namespace
+
+void check_context_parallel_job(const config::JobConfig& cfg, const parallel::ParallelDims& dims) {
+  if (!dims.cp_enabled()) return;
+  const cp::SequenceLayout layout{dims.cp, cp::parse_load_balance(cfg.training.context_parallel_load_balancer)};
+  cp::parse_rotate_method(cfg.training.context_parallel_rotate_method);
+  layout.check_seq_len(cfg.training.seq_len, "[training] seq_len");
+  TITAN_CHECK(!dims.pp_enabled(), "[training] context_parallel_degree = ", dims.cp,
+              " with pipeline parallelism is not supported yet (later stages would need the shard's positions)");
+  const int64_t local = cfg.training.seq_len / dims.cp;
+  TITAN_CHECK(!dims.tp_enabled() || !cfg.training.enable_sequence_parallel || local % dims.tp == 0,
+              "[training] seq_len / context_parallel_degree = ", local, " tokens per cp rank does not divide by ",
+              "tensor_parallel_degree = ", dims.tp, " for sequence parallelism");
+}
 
 void check_pipeline_job(const config::JobConfig& cfg, const parallel::ParallelDims& dims, int64_t n_layers,
                         int64_t local_batch) {

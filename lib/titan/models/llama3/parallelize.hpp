@@ -97,6 +97,15 @@ TpOptions tp_options(const config::JobConfig& cfg);
 ParallelizedModel parallelize_llama(Transformer& model, const parallel::ParallelDims& dims, dist::DeviceMesh* mesh,
                                     const config::JobConfig& cfg, int64_t local_batch = 0);
 
+/// @brief Refuses, before any rank joins the job, a context-parallel layout
+/// the job cannot run, with one line naming the setting: seq_len not
+/// dividing into the load balancer's chunks (2·cp for headtail), an unknown
+/// rotate method or balancer, a local sequence (seq_len / cp) that sequence
+/// parallelism cannot split over tp, or CP with pipeline parallelism (not
+/// supported yet). No-op without CP. With dp_replicate > 1 the model is
+/// HSDP over (dp_replicate, dp_shard × cp).
+void check_context_parallel_job(const config::JobConfig& cfg, const parallel::ParallelDims& dims);
+
 /// @brief Refuses, before any rank joins the job, a pipeline layout the
 /// job cannot run: the schedule's shape (plan_pipeline) and FSDP's
 /// reshard_after_forward = "always" (micro-batches in flight share the

@@ -5,6 +5,7 @@
 
 #include "titan/ops/attention/document_mask.hpp"
 #include "titan/ops/init.hpp"
+#include "titan/parallel/context_parallel/context.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::models::llama3 {
@@ -37,6 +38,11 @@ const ops::RopeTable& TransformerImpl::rope_table(at::Device device) {
   return rope_;
 }
 
+void TransformerImpl::set_context_parallel(std::shared_ptr<const cp::ContextParallel> cp) {
+  cp_ = cp;
+  for (const auto& block : blocks()) block->attention->context_parallel = cp;
+}
+
 at::Tensor TransformerImpl::forward(const at::Tensor& input, const at::Tensor& doc_start) {
   return call_with_hooks(input, [this, doc_start](const at::Tensor& in) { return forward_body(in, doc_start); });
 }
@@ -66,6 +72,8 @@ at::Tensor TransformerImpl::forward_body(const at::Tensor& input, const at::Tens
   const bool documents = args_.attn_mask_type == "block_causal";
   TITAN_CHECK(!documents || doc_start.defined(), "llama3: attn_mask_type \"block_causal\" needs the batch's "
               "doc_start (data::Batch::doc_start); got none");
+  TITAN_CHECK(!documents || !cp_, "llama3: block_causal attention with context parallelism is not supported yet "
+              "(the ring's blocks need each chunk's document starts)");
   at::Tensor block_doc_start;
   if (documents) {
     TITAN_CHECK(tok_embeddings, "llama3: block_causal attention needs the token embeddings on this stage "
@@ -75,6 +83,17 @@ at::Tensor TransformerImpl::forward_body(const at::Tensor& input, const at::Tens
     const at::Tensor pos = ops::document_positions(block_doc_start);
     cos = rope.cos.index_select(0, pos.flatten()).view({pos.size(0), pos.size(1), -1});
     sin = rope.sin.index_select(0, pos.flatten()).view({pos.size(0), pos.size(1), -1});
+  }
+  if (cp_) {
+    // This rank holds seq of the cp·seq positions, not 0..seq−1: the table
+    // rows of the positions its chunks cover.
+    TITAN_CHECK(tok_embeddings, "llama3: context parallelism needs the token embeddings on this stage "
+                "(pipeline parallelism with context parallelism is not supported yet)");
+    const int64_t full = seq * cp_->attention.layout.cp;
+    TITAN_CHECK(full <= args_.max_seq_len, "llama3: context-parallel sequence length ", full,
+                " exceeds the model's max_seq_len ", args_.max_seq_len);
+    const at::Tensor pos = cp_->positions(full).to(rope.cos.device());
+    cos = rope.cos.index_select(0, pos), sin = rope.sin.index_select(0, pos);
   }
   for (const auto& block : blocks()) h = block->forward(h, cos, sin, block_doc_start);
   if (norm) h = norm(h);

@@ -74,6 +74,13 @@ class TransformerImpl : public ops::HookableModule {
   /// Pipeline split: unregisters norm and output (an earlier stage returns hidden states).
   void drop_head();
 
+  /// @brief Context parallelism: the model's input is from now on this
+  /// rank's shard of each sequence (cp::shard_sequence of the tokens), RoPE
+  /// rotates by the positions the shard holds and every attention runs
+  /// ring attention over the cp group. Null turns it off.
+  void set_context_parallel(std::shared_ptr<const cp::ContextParallel> cp);
+  const std::shared_ptr<const cp::ContextParallel>& context_parallel() const { return cp_; }
+
   /// The arguments the model was built from.
   const ModelArgs& args() const { return args_; }
 
@@ -89,6 +96,7 @@ class TransformerImpl : public ops::HookableModule {
   ModelArgs args_;
   ops::RopeTable rope_;  // cached for rope_device_
   std::optional<at::Device> rope_device_;
+  std::shared_ptr<const cp::ContextParallel> cp_;
 };
 TORCH_MODULE(Transformer);
 
