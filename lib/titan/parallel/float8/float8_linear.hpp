@@ -55,6 +55,25 @@ Scaled scale_tensorwise(const at::Tensor& x, at::ScalarType dtype, const dist::P
 /// unsharded layer would (torchao does this for DTensor weights).
 at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const dist::ProcessGroup* amax_group = nullptr);
 
+/// @brief What convert_to_float8_training does (torchtitan's
+/// [quantize.linear.float8] options).
+struct Float8Options {
+  /// Layers kept in high precision: a name relative to root, or its last
+  /// dotted parts (torchtitan's filter_fqns).
+  std::vector<std::string> filter_fqns = {"output"};
+  /// The TP group of sharded layers (call after tensor parallelism): the
+  /// amaxes are taken over it. Must outlive the model.
+  std::shared_ptr<dist::ProcessGroup> tp_group;
+  /// torchao's enable_fsdp_float8_all_gather: when fsdp::fully_shard
+  /// later shards a converted layer, its weight is cast to float8 e4m3 on
+  /// each rank before the all-gather, with the scale of the whole weight
+  /// (amax over the shard group), travels as 1 byte per element instead of
+  /// param_dtype's 2 or 4, and goes into the matmul as it arrives (no
+  /// second cast). Master weights and gradients are unchanged. Without
+  /// fully_shard it changes nothing.
+  bool fsdp_float8_all_gather = false;
+};
+
 /// @brief Makes every ops::Linear under `root` compute with float8_linear,
 /// except those whose name (relative to root) is in `skip_fqns` or ends
 /// with "." + one of them (torchtitan's filter_fqns, default ["output"]),
@@ -62,8 +81,24 @@ at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const dist::P
 /// cores need; torchtitan skips them too). Returns the names converted.
 /// With `tp_group`, the converted layers take their amaxes over it (call
 /// after tensor parallelism was applied; the group must outlive the model).
+std::vector<std::string> convert_to_float8_training(torch::nn::Module& root, const Float8Options& options);
+
+/// @brief The same with filter_fqns `skip_fqns` and `tp_group`, the rest default.
 std::vector<std::string> convert_to_float8_training(torch::nn::Module& root,
                                                     const std::vector<std::string>& skip_fqns = {"output"},
                                                     std::shared_ptr<dist::ProcessGroup> tp_group = nullptr);
+
+/// @brief torchao's precompute_float8_dynamic_scale_for_fsdp: the float8
+/// scales of every layer under `root` that gathers its weight in float8
+/// (Float8Options::fsdp_float8_all_gather, after fully_shard), from the
+/// global amaxes of the current weights, found with one all-reduce of all
+/// those layers' amaxes together (per shard group, and per TP group)
+/// instead of one per layer at each all-gather. Call it after every
+/// optimizer step, on every rank (torchtitan's post-optimizer hook); the
+/// all-gathers use these scales until the next call, so call it again
+/// after anything else changes the weights (a checkpoint load after it).
+/// Before the first call the layers find their scales per layer. Returns
+/// the number of layers updated.
+int64_t precompute_float8_dynamic_scale_for_fsdp(torch::nn::Module& root);
 
 }  // namespace titan::float8
