@@ -151,6 +151,8 @@ struct Float8Section {
   /// With the float8 all-gather: one all-reduce of every layer's amax after
   /// each optimizer step instead of one per layer per all-gather.
   bool precompute_float8_dynamic_scale_for_fsdp = false;
+  /// torchao's scaling recipe: "tensorwise" or "rowwise".
+  std::string recipe_name = "tensorwise";
 };
 
 /// @brief [comm]: collective timeouts.

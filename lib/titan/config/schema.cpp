@@ -137,6 +137,10 @@ std::vector<Field> make_fields() {
                   "FSDP all-gathers the float8 layers' weights as float8 e4m3 (1 byte per element)"),
       TITAN_FIELD(float8, precompute_float8_dynamic_scale_for_fsdp,
                   "with the float8 all-gather: the weights' scales from one all-reduce after each optimizer step"),
+      TITAN_FIELD(float8, recipe_name,
+                  "float8 scaling: one scale per tensor, or per row along each GEMM's inner dimension (torchao's "
+                  "recipes)",
+                  "tensorwise", "rowwise"),
 
       TITAN_FIELD(comm, init_timeout_seconds, "timeout of rendezvous and the first collective (> 0)"),
       TITAN_FIELD(comm, timeout_seconds, "timeout of every later collective (> 0)"),

@@ -163,8 +163,10 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
     // As torchtitan: the float8 all-gather only where FSDP shards (and the
     // precomputed scales only with it).
     f8.fsdp_float8_all_gather = cfg.float8.enable_fsdp_float8_all_gather && dims.fsdp_enabled();
+    f8.recipe = float8::recipe_from_name(cfg.float8.recipe_name);
     const auto converted = float8::convert_to_float8_training(*model, f8);
-    f8_description = "float8 linear (" + std::to_string(converted.size()) + " layers, tensorwise scaling";
+    f8_description = "float8 linear (" + std::to_string(converted.size()) + " layers, " + cfg.float8.recipe_name +
+                     " scaling";
     if (f8.fsdp_float8_all_gather) {
       f8_description += ", float8 all-gather";
       if (cfg.float8.precompute_float8_dynamic_scale_for_fsdp) {

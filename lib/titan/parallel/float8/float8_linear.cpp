@@ -93,6 +93,45 @@ struct Float8Matmul : public torch::autograd::Function<Float8Matmul> {
   }
 };
 
+// Rowwise-scaled a · b: a [M, K] with scale [M, 1], b [K, N] column-major
+// with scale [1, N] (quantising scales; the kernel wants their inverses).
+at::Tensor rowwise_mm(const Scaled& a, const Scaled& b, at::ScalarType out) {
+  const at::Tensor inv_a = a.scale.reciprocal(), inv_b = b.scale.reciprocal();
+  if (a.data.is_cuda()) return at::_scaled_mm(a.data, b.data, inv_a, inv_b, {}, {}, out);
+  // ATen 2.11's CPU kernel asserts per-tensor scales: the same arithmetic
+  // by hand (fp32 products of the float8 values, then the scales).
+  return (at::mm(a.data.to(at::kFloat), b.data.to(at::kFloat)) * inv_a * inv_b).to(out);
+}
+
+// torchao's rowwise recipe (Float8LinearRecipeName.ROWWISE): every GEMM
+// operand scaled per row along its contraction dimension, all in e4m3;
+// backward re-casts the saved high-precision x and W along the backward
+// GEMMs' contraction dimensions (so x and W are kept, not their casts).
+struct Float8RowwiseMatmul : public torch::autograd::Function<Float8RowwiseMatmul> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x2d, const at::Tensor& w) {
+    ctx->save_for_backward({x2d, w});
+    const Scaled xq = scale_axiswise(x2d, at::kFloat8_e4m3fn, 1);  // [N, 1]: per token
+    const Scaled wq = scale_axiswise(w, at::kFloat8_e4m3fn, 1);    // [out, 1]: per output feature
+    return rowwise_mm(xq, Scaled{wq.data.t(), wq.scale.t()}, x2d.scalar_type());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x2d = saved[0], &w = saved[1];
+    const at::Tensor g = grads[0].contiguous();
+    // grad_x [N, in] = g [N, out] · W [out, in]: g per row, W per column.
+    const Scaled g_rows = scale_axiswise(g, at::kFloat8_e4m3fn, 1);
+    const Scaled w_cols = scale_axiswise(w, at::kFloat8_e4m3fn, 0);  // [1, in]
+    at::Tensor grad_x = rowwise_mm(g_rows, Scaled{column_major(w_cols.data), w_cols.scale}, x2d.scalar_type());
+    // grad_W [out, in] = gᵀ [out, N] · x [N, in]: both per column (over tokens).
+    const Scaled g_cols = scale_axiswise(g, at::kFloat8_e4m3fn, 0);  // [1, out]
+    const Scaled x_cols = scale_axiswise(x2d, at::kFloat8_e4m3fn, 0);  // [1, in]
+    at::Tensor grad_w = rowwise_mm(Scaled{g_cols.data.t().contiguous(), g_cols.scale.t()},
+                                   Scaled{column_major(x_cols.data), x_cols.scale}, w.scalar_type());
+    return {grad_x, grad_w};
+  }
+};
+
 // y = x Wᵀ through Float8Matmul, for x of any rank.
 at::Tensor float8_matmul(const at::Tensor& x, const at::Tensor& w, const dist::ProcessGroup* amax_group,
                          const Scaled* cast_weight) {
@@ -155,17 +194,25 @@ class Float8WeightGather : public ops::ForwardHook, public fsdp::AllGatherExtens
   c10::weak_intrusive_ptr<c10::TensorImpl> stand_in_{c10::intrusive_ptr<c10::TensorImpl>()};
 };
 
+at::Tensor rowwise_matmul(const at::Tensor& x, const at::Tensor& w) {
+  TITAN_CHECK(x.size(-1) == w.size(1), "float8_linear: input has ", x.size(-1), " features, weight expects ", w.size(1));
+  std::vector<int64_t> out_shape = x.sizes().vec();
+  out_shape.back() = w.size(0);
+  return Float8RowwiseMatmul::apply(x.reshape({-1, x.size(-1)}).contiguous(), w).view(out_shape);
+}
+
 // Replaces its Linear's matmul (ForwardHook::forward_override), reading the
 // weight at each call: FSDP installs the gathered one before forward (or,
 // with the float8 all-gather, a stand-in whose float8 data `gather` holds).
 class Float8Hook : public ops::ForwardHook {
  public:
   Float8Hook(ops::LinearImpl* linear, std::shared_ptr<dist::ProcessGroup> tp_group,
-             std::shared_ptr<Float8WeightGather> gather)
-      : linear_(linear), tp_group_(std::move(tp_group)), gather_(std::move(gather)) {}
+             std::shared_ptr<Float8WeightGather> gather, Recipe recipe)
+      : linear_(linear), tp_group_(std::move(tp_group)), gather_(std::move(gather)), recipe_(recipe) {}
 
   at::Tensor forward_override(const at::Tensor& input) override {
     const at::Tensor& w = linear_->weight;
+    if (recipe_ == Recipe::Rowwise) return rowwise_matmul(input, w);
     return float8_matmul(input, w, tp_group_.get(), gather_ ? gather_->gathered_for(w) : nullptr);
   }
   ops::LinearImpl* linear() const { return linear_; }
@@ -175,6 +222,7 @@ class Float8Hook : public ops::ForwardHook {
   ops::LinearImpl* linear_;  // the module owns this hook
   std::shared_ptr<dist::ProcessGroup> tp_group_;
   std::shared_ptr<Float8WeightGather> gather_;  // null without the float8 all-gather
+  Recipe recipe_;
 };
 
 std::vector<Float8Hook*> hooks_under(torch::nn::Module& root) {
@@ -196,11 +244,36 @@ Scaled scale_tensorwise(const at::Tensor& x, at::ScalarType dtype, const dist::P
   return {cast_scaled(x, scale, dtype), scale};
 }
 
+Recipe recipe_from_name(const std::string& name) {
+  if (name == "tensorwise") return Recipe::Tensorwise;
+  if (name == "rowwise") return Recipe::Rowwise;
+  throw Error("float8 recipe_name \"" + name + "\" is not one of \"tensorwise\", \"rowwise\"" +
+              (name == "rowwise_with_gw_hp" ? " (torchao's rowwise_with_gw_hp is not supported yet)" : ""));
+}
+
+Scaled scale_axiswise(const at::Tensor& x, at::ScalarType dtype, int64_t dim) {
+  TITAN_CHECK(dtype == at::kFloat8_e4m3fn || dtype == at::kFloat8_e5m2, "float8: unsupported dtype ", dtype);
+  at::NoGradGuard no_grad;
+  const at::Tensor amax = x.detach().abs().amax({dim}, /*keepdim=*/true).to(at::kFloat);
+  // torchao's round_scales_to_power_of_2: the scaling and unscaling are
+  // then exact, only the cast rounds.
+  const at::Tensor scale = at::exp2(at::floor(at::log2(scale_from_amax(amax, dtype))));
+  return {cast_scaled(x, scale, dtype), scale};
+}
+
+at::Tensor float8_linear_rowwise(const at::Tensor& x, const at::Tensor& w) { return rowwise_matmul(x, w); }
+
 at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const dist::ProcessGroup* amax_group) {
   return float8_matmul(x, w, amax_group, nullptr);
 }
 
 std::vector<std::string> convert_to_float8_training(torch::nn::Module& root, const Float8Options& options) {
+  TITAN_CHECK(options.recipe == Recipe::Tensorwise || !options.fsdp_float8_all_gather,
+              "float8: the float8 FSDP all-gather needs recipe_name \"tensorwise\" (torchao gathers tensorwise-scaled "
+              "weights only); turn one of them off");
+  TITAN_CHECK(options.recipe == Recipe::Tensorwise || !options.tp_group,
+              "float8: recipe_name \"rowwise\" with tensor parallelism is not supported yet (its row amaxes would "
+              "need reducing over whichever dimension TP splits); use \"tensorwise\" with TP");
   std::vector<std::string> converted;
   for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
     auto* linear = dynamic_cast<ops::LinearImpl*>(item.value().get());
@@ -218,7 +291,7 @@ std::vector<std::string> convert_to_float8_training(torch::nn::Module& root, con
       gather = std::make_shared<Float8WeightGather>(options.tp_group);
       linear->add_forward_hook(gather);  // does nothing in forward; fully_shard finds it here
     }
-    linear->add_forward_hook(std::make_shared<Float8Hook>(linear, options.tp_group, gather));
+    linear->add_forward_hook(std::make_shared<Float8Hook>(linear, options.tp_group, gather, options.recipe));
     converted.push_back(name);
   }
   return converted;

@@ -55,6 +55,37 @@ Scaled scale_tensorwise(const at::Tensor& x, at::ScalarType dtype, const dist::P
 /// unsharded layer would (torchao does this for DTensor weights).
 at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const dist::ProcessGroup* amax_group = nullptr);
 
+/// @brief How the float8 operands are scaled (torchao's recipe_name).
+enum class Recipe {
+  /// One scale per tensor; e4m3 forward, e5m2 output gradient (torchao's default).
+  Tensorwise,
+  /// torchao's "rowwise": one scale per row of each GEMM operand along the
+  /// contraction dimension (x per token, W per output feature in forward;
+  /// re-cast from the high-precision x and W in backward along the
+  /// backward GEMMs' contraction dimensions), scales rounded down to a power
+  /// of two, e4m3 for everything, the output gradient included.
+  Rowwise,
+};
+
+/// @brief The recipe called `name` ("tensorwise", "rowwise"); titan::Error
+/// naming the valid ones for any other (torchao's "rowwise_with_gw_hp"
+/// is not built).
+Recipe recipe_from_name(const std::string& name);
+
+/// @brief Axiswise dynamic scaling: one scale per slice of x along `dim`
+/// (scale = max(dtype) / amax over `dim`, rounded down to a power of two,
+/// kept as a size-1 dimension: [rows, 1] for dim 1 of a matrix), data =
+/// clamp(x · scale, ±max(dtype)) cast to `dtype`.
+Scaled scale_axiswise(const at::Tensor& x, at::ScalarType dtype, int64_t dim);
+
+/// @brief float8_linear with the rowwise recipe (x [..., in], w [out, in],
+/// autograd-aware). The GEMMs run through at::_scaled_mm with per-row
+/// scales on CUDA; ATen 2.11's CPU _scaled_mm takes only per-tensor scales,
+/// so on the CPU they are emulated: the float8 operands upcast, multiplied
+/// in fp32, and the result multiplied by the row and column dequantising
+/// scales (powers of two: exact), which is the kernel's arithmetic.
+at::Tensor float8_linear_rowwise(const at::Tensor& x, const at::Tensor& w);
+
 /// @brief What convert_to_float8_training does (torchtitan's
 /// [quantize.linear.float8] options).
 struct Float8Options {
@@ -72,6 +103,9 @@ struct Float8Options {
   /// second cast). Master weights and gradients are unchanged. Without
   /// fully_shard it changes nothing.
   bool fsdp_float8_all_gather = false;
+  /// Scaling recipe. Rowwise takes neither tp_group nor the float8
+  /// all-gather (titan::Error; torchao's all-gather is tensorwise only).
+  Recipe recipe = Recipe::Tensorwise;
 };
 
 /// @brief Makes every ops::Linear under `root` compute with float8_linear,
