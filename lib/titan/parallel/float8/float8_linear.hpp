@@ -15,6 +15,10 @@
 /// ATen 2.11 has an emulated kernel (`_scaled_mm_out_cpu_emulated`: it
 /// upcasts the float8 operands and multiplies in fp32), so CPU runs see
 /// exactly float8's rounding of the operands but not its speed.
+///
+/// Also here: torchao's rowwise recipe (Recipe::Rowwise) and its FSDP
+/// float8 all-gather (Float8Options::fsdp_float8_all_gather and
+/// precompute_float8_dynamic_scale_for_fsdp); docs/float8.md has both.
 
 #include <ATen/core/Tensor.h>
 

@@ -145,11 +145,11 @@ at::Tensor FsdpUnit::gather_segment(const at::Tensor& row, const FsdpParam& p) c
   return row.narrow(-1, p.gather_offset, bytes).view(dtype);
 }
 
-// This rank's segment of the flat buffer: every parameter's shard padded to
-// padded_rows, cast to param_dtype, on the compute device (the copy is where
-// offloaded shards come off the CPU).
-// Parameters with an extension send what it makes of their shard (it may
-// run collectives, so it is called on every rank, with or without rows).
+// This rank's row of the all-gather buffer: every parameter's shard padded
+// to padded_rows, cast to its gather dtype (param_dtype, or what its
+// extension makes of it: the extension may run collectives, so it is called
+// on every rank, with or without rows), on the compute device (the copy is
+// where offloaded shards come off the CPU).
 at::Tensor FsdpUnit::shard_send_buffer() const {
   at::Tensor buf = at::zeros({gather_numel_}, at::TensorOptions().dtype(gather_dtype_).device(compute_device_));
   for (const FsdpParam& p : params_) {
