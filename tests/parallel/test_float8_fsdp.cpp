@@ -64,9 +64,12 @@ struct FsdpRun {
   int64_t analytic_bytes = 0;          // per step
 };
 
-FsdpRun run_fsdp(Gather how, at::ScalarType param_dtype = at::kFloat) {
+// hsdp: on 4 ranks a 2 x 2 (replicate x shard) mesh; offload: shards in CPU memory.
+FsdpRun run_fsdp(Gather how, at::ScalarType param_dtype = at::kFloat, bool hsdp = false, bool offload = false) {
   const verify::RunSpec s = spec();
-  DeviceMesh mesh(world(), {world().size()}, {"dp_shard"});
+  hsdp = hsdp && world().size() == 4;
+  DeviceMesh mesh = hsdp ? DeviceMesh(world(), {2, 2}, {"dp_replicate", "dp_shard"})
+                         : DeviceMesh(world(), {world().size()}, {"dp_shard"});
   Transformer model = verify::build_model(s, s.model_seed);
   float8::Float8Options o;
   o.fsdp_float8_all_gather = how != Gather::Fp32ThenCast;
@@ -75,7 +78,7 @@ FsdpRun run_fsdp(Gather how, at::ScalarType param_dtype = at::kFloat) {
 
   // The analytic all-gather volume, from the unsharded shapes.
   FsdpRun r;
-  const int64_t n = world().size();
+  const int64_t n = hsdp ? 2 : world().size();  // the shard group
   const std::set<std::string> f8(converted.begin(), converted.end());
   for (const auto& item : model->named_parameters()) {
     const std::string& name = item.key();
@@ -90,6 +93,7 @@ FsdpRun run_fsdp(Gather how, at::ScalarType param_dtype = at::kFloat) {
   fsdp::FullyShardOptions opts;
   opts.mp_policy.param_dtype = param_dtype;
   opts.mp_policy.reduce_dtype = at::kFloat;
+  if (offload) opts.offload_policy = fsdp::CPUOffloadPolicy{true};
   for (auto& block : model->blocks()) fsdp::fully_shard(*block, mesh, opts);
   fsdp::fully_shard(*model, mesh, opts);
   auto opt = verify::build_optimizer(s, model->parameters());
@@ -100,7 +104,7 @@ FsdpRun run_fsdp(Gather how, at::ScalarType param_dtype = at::kFloat) {
     t.begin_step = [&model](int64_t) { EXPECT_EQ(float8::precompute_float8_dynamic_scale_for_fsdp(*model), 14); };
   CommLog::instance().clear();
   r.traj = verify::run_steps(s, model, *opt, world().rank(), world().size(), t);
-  const std::string group = mesh.group(0)->name();
+  const std::string group = mesh.group(mesh.ndim() - 1)->name();
   for (int64_t step = 1; step <= s.steps; ++step) {
     int64_t bytes = 0, reduces = 0;
     for (const auto& rec : CommLog::instance().records_of_step(step)) {
@@ -203,6 +207,20 @@ TEST(Float8Fsdp, Bf16ParamsFloat8AllGatherWithinBf16Rounding) {
     std::printf("[measured] x%d bf16 params, all-gather bytes per step: bf16 %lld, float8 %lld (ratio %.3f)\n",
                 world().size(), static_cast<long long>(bf16.gather_bytes[0]), static_cast<long long>(f8.gather_bytes[0]),
                 static_cast<double>(f8.gather_bytes[0]) / static_cast<double>(bf16.gather_bytes[0]));
+}
+
+TEST(Float8Fsdp, WithHsdpAndCpuOffloadStillEqualsGatherThenCast) {
+  // HSDP on 4 ranks (the amax over the shard group of 2; the replicas hold
+  // the same weights) and shards in CPU memory (the cast runs on the
+  // compute device). Measured: bit-identical, 2 and 4 ranks.
+  const FsdpRun plain = run_fsdp(Gather::Fp32ThenCast, at::kFloat, /*hsdp=*/true, /*offload=*/true);
+  const FsdpRun pre = run_fsdp(Gather::Float8Precomputed, at::kFloat, /*hsdp=*/true, /*offload=*/true);
+  const Worst w = worst(plain.traj, pre.traj);
+  print(world().size() == 4 ? "HSDP 2x2 + offload, precomputed vs fp32 + cast" : "offload, precomputed vs fp32 + cast", w);
+  EXPECT_EQ(w.loss, 0.0);
+  EXPECT_EQ(w.grad, 0.0);
+  EXPECT_EQ(w.param, 0.0);
+  for (size_t k = 0; k < pre.gather_bytes.size(); ++k) EXPECT_EQ(pre.gather_bytes[k], pre.analytic_bytes);
 }
 
 TEST(Float8Fsdp, PrecomputeWithoutFsdpDoesNothing) {

@@ -153,7 +153,9 @@ at::Tensor FsdpUnit::gather_segment(const at::Tensor& row, const FsdpParam& p) c
 at::Tensor FsdpUnit::shard_send_buffer() const {
   at::Tensor buf = at::zeros({gather_numel_}, at::TensorOptions().dtype(gather_dtype_).device(compute_device_));
   for (const FsdpParam& p : params_) {
-    at::Tensor src = p.extension ? p.extension->pre_all_gather(p.shard.detach()) : p.shard.detach();
+    // On the compute device before the extension sees it: its collectives
+    // (NCCL) need device tensors, also with CPU offload.
+    at::Tensor src = p.extension ? p.extension->pre_all_gather(p.shard.detach().to(compute_device_)) : p.shard.detach();
     if (p.local_rows == 0) continue;
     gather_segment(buf, p).narrow(0, 0, p.local_rows * p.row_numel).copy_(src.reshape({-1}));
   }
