@@ -38,6 +38,22 @@ for f8 in false true; do
     --float8.enable_float8_linear=$f8 --training.steps 30 --metrics.log_freq 10 \
     --job.dump_folder "$OUT/float8_$f8" 2>&1 | tee "$OUT/float8_$f8.log" | grep -E "parallel|tokens/s|loss  " || status=1
 done
+# The rowwise recipe on the GPU: at::_scaled_mm with per-row scales (fp32
+# output needs sm_90 and cuBLAS >= 12.9; the CPU emulates it), losses next
+# to the tensorwise run above (docs/float8.md).
+"$BUILD/bin/titan" train --job.config_file train_configs/debug_model.toml --training.device cuda \
+  --float8.enable_float8_linear --float8.recipe_name rowwise --training.steps 30 --metrics.log_freq 10 \
+  --job.dump_folder "$OUT/float8_rowwise" 2>&1 | tee "$OUT/float8_rowwise.log" | grep -E "parallel|tokens/s|loss  " || status=1
+# The float8 FSDP all-gather needs one GPU per rank (NCCL): with two or
+# more, two ranks with and without it; the losses must be equal.
+if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+  for ag in false true; do
+    "$BUILD/bin/titan" train --nproc 2 --job.config_file train_configs/debug_model.toml --training.device cuda \
+      --float8.enable_float8_linear --float8.enable_fsdp_float8_all_gather=$ag \
+      --float8.precompute_float8_dynamic_scale_for_fsdp=$ag --training.steps 10 --metrics.log_freq 5 \
+      --job.dump_folder "$OUT/float8_ag_$ag" 2>&1 | tee "$OUT/float8_ag_$ag.log" | grep -E "parallel|loss  " || status=1
+  done
+fi
 # Checkpoints on the GPU: an async_with_pinned_mem save (page-locked host
 # buffers, device-to-host copies) and the resume from it; profiling: a CUDA
 # Kineto trace and the allocator snapshot for memory_viz (docs/checkpoint.md,

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <functional>
 
 #include "support/dist_test.hpp"
 #include "titan/dist/comm_log.hpp"
@@ -84,22 +85,30 @@ TEST(ActivationCheckpoint, EveryModeTrainsBitForBitLikeNone) {
   }
 }
 
+// Bytes of activations the graph holds after a forward of the model that
+// `wrap` checkpointed.
+int64_t activations_after_forward(const verify::RunSpec& spec, const std::function<void(Transformer&)>& wrap) {
+  Transformer model = verify::build_model(spec, spec.model_seed);
+  wrap(model);
+  const auto mb = verify::local_micro_batches(spec, 1, 0, 1).front();
+  const c10::Device dev = spec.device;
+  for (int k = 0; k < 2; ++k) {  // the first pass allocates the RoPE table and .grad
+    titan::metrics::reset_tensor_memory_peak(dev);
+    const int64_t start = titan::metrics::tensor_memory(dev).current_bytes;
+    at::Tensor loss = titan::train::cross_entropy(model->forward(mb.inputs), mb.labels);
+    const int64_t after_forward = titan::metrics::tensor_memory(dev).current_bytes - start;
+    loss.backward();
+    if (k == 1) return after_forward;
+  }
+  return 0;
+}
+
 TEST(ActivationCheckpoint, KeepsLessActivationMemory) {
   const verify::RunSpec spec = ac_spec();
   auto peak_of = [&](const Mode* m) {
-    Transformer model = verify::build_model(spec, spec.model_seed);
-    if (m) apply(model, *m);
-    const auto mb = verify::local_micro_batches(spec, 1, 0, 1).front();
-    const c10::Device dev = spec.device;
-    for (int k = 0; k < 2; ++k) {  // the first pass allocates the RoPE table and .grad
-      titan::metrics::reset_tensor_memory_peak(dev);
-      const int64_t start = titan::metrics::tensor_memory(dev).current_bytes;
-      at::Tensor loss = titan::train::cross_entropy(model->forward(mb.inputs), mb.labels);
-      const int64_t after_forward = titan::metrics::tensor_memory(dev).current_bytes - start;
-      loss.backward();
-      if (k == 1) return after_forward;
-    }
-    return int64_t{0};
+    return activations_after_forward(spec, [m](Transformer& model) {
+      if (m) apply(model, *m);
+    });
   };
   const int64_t none = peak_of(nullptr), full = peak_of(&kModes[0]), every2 = peak_of(&kModes[1]),
                 op = peak_of(&kModes[3]);
@@ -205,6 +214,55 @@ TEST(ActivationCheckpoint, WithTensorParallelEqualsPlainTpAndRecomputesItsCollec
   // its recompute.
   EXPECT_EQ(collectives[1] - collectives[0], 4 * spec.model.n_layers);
   EXPECT_EQ(collectives[2] - collectives[0], 4 * spec.model.n_layers);  // op keeps matmuls, not collectives
+}
+
+// torchtitan's per_op_sac_force_recompute_mm_shapes_by_fqns: naming
+// feed_forward.w1 recomputes every matmul of its weight shape (w1 and w3,
+// both [hidden, dim]) instead of keeping it. Training stays bit for bit the
+// same; the kept activations shrink by those two outputs per block
+// ([batch·seq, hidden] fp32 each: 8·16·192·4 = 96 KiB), which the test
+// computes from the shapes. The default (["moe.router.gate"]) names
+// nothing in Llama and changes nothing.
+TEST(ActivationCheckpoint, ForcedRecomputeShapesAreNotKept) {
+  const verify::RunSpec spec = ac_spec();
+  auto op_with = [&](std::vector<std::string> fqns) {
+    return [fqns](Transformer& model) {
+      for (auto& b : model->blocks())
+        ac::checkpoint_module_selective_op(*b, fqns, "layers." + std::to_string(b->layer_id));
+    };
+  };
+  const int64_t op = activations_after_forward(spec, op_with({}));
+  const int64_t dflt = activations_after_forward(spec, op_with({"moe.router.gate"}));
+  const int64_t forced = activations_after_forward(spec, op_with({"feed_forward.w1"}));
+  const titan::models::llama3::ModelArgs args = spec.model;
+  Transformer probe = verify::build_model(spec, spec.model_seed);
+  const int64_t hidden = probe->blocks()[0]->feed_forward->w1->weight.size(0);
+  const int64_t expected = 2 * args.n_layers * spec.global_batch * spec.seq_len * hidden * 4;
+  if (world().rank() == 0)
+    std::printf("[measured] op AC kept: %.1f KiB, default force list %.1f KiB, w1/w3 forced %.1f KiB (expected %.1f "
+                "KiB less)\n",
+                op / 1024.0, dflt / 1024.0, forced / 1024.0, expected / 1024.0);
+  EXPECT_EQ(dflt, op);
+  EXPECT_EQ(op - forced, expected);
+
+  Transformer model = verify::build_model(spec, spec.model_seed);
+  op_with({"feed_forward.w1"})(model);
+  auto opt = verify::build_optimizer(spec, model->parameters());
+  bool ok = true;
+  const double d = worst(verify::compare(verify::train_reference(spec), verify::run_steps(spec, model, *opt, 0, 1),
+                                         verify::Tolerance{0, 0}, verify::Tolerance{0, 0}),
+                         &ok);
+  EXPECT_TRUE(ok) << "max diff " << d;
+
+  Transformer other = verify::build_model(spec, spec.model_seed);
+  try {
+    op_with({"attention"})(other);
+    ADD_FAILURE() << "a name matching a non-Linear module was accepted";
+  } catch (const titan::Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("layers.0.attention, which is not a Linear"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
 }
 
 TEST(ActivationCheckpoint, BadOptionsAreOneLine) {

@@ -58,7 +58,7 @@ Diffs run(bool amax_over_group) {
                                            {"down", std::make_shared<tp::RowwiseParallel>()}});
       titan::float8::convert_to_float8_training(*root, {}, amax_over_group ? mesh.group(0) : nullptr);
     } else {
-      titan::float8::convert_to_float8_training(*root, {});
+      titan::float8::convert_to_float8_training(*root, std::vector<std::string>{});
     }
     return std::make_pair(up, down);
   };

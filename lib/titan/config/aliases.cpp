@@ -37,6 +37,11 @@ const std::vector<Alias>& aliases() {
       {"comm", "train_timeout_seconds", "comm.timeout_seconds", false, "torchtitan"},
       {"checkpoint", "last_save_model_only", "checkpoint.model_weights_only", false, "torchtitan v0.2"},
       {"quantize.linear.float8", "filter_fqns", "float8.filter_fqns", false, "torchtitan v0.2"},
+      {"quantize.linear.float8", "enable_fsdp_float8_all_gather", "float8.enable_fsdp_float8_all_gather", false,
+       "torchtitan v0.2"},
+      {"quantize.linear.float8", "precompute_float8_dynamic_scale_for_fsdp",
+       "float8.precompute_float8_dynamic_scale_for_fsdp", false, "torchtitan v0.2"},
+      {"quantize.linear.float8", "recipe_name", "float8.recipe_name", false, "torchtitan v0.2"},
       {"debug", "seed", "training.seed", false, "torchtitan v0.2"},
       {"debug", "deterministic", "training.deterministic", false, "torchtitan v0.2"},
   };

@@ -141,6 +141,9 @@ struct CheckpointSection {
 struct ActivationCheckpointSection {
   std::string mode = "none";                ///< "none", "selective" or "full"
   std::string selective_ac_option = "2";    ///< "op" or every N-th layer ("2")
+  /// Op mode: matmuls with the weight shape of a Linear whose name contains
+  /// one of these are recomputed, not kept (torchtitan's rule).
+  std::vector<std::string> per_op_sac_force_recompute_mm_shapes_by_fqns = {"moe.router.gate"};
 };
 
 /// @brief [float8]: FP8 linear layers.
@@ -149,6 +152,13 @@ struct Float8Section {
   /// Linear layers left in high precision (a name or a name's last parts);
   /// torchtitan's [quantize.linear.float8] filter_fqns.
   std::vector<std::string> filter_fqns = {"output"};
+  /// FSDP all-gathers the converted weights in float8 (1 byte per element).
+  bool enable_fsdp_float8_all_gather = false;
+  /// With the float8 all-gather: one all-reduce of every layer's amax after
+  /// each optimizer step instead of one per layer per all-gather.
+  bool precompute_float8_dynamic_scale_for_fsdp = false;
+  /// torchao's scaling recipe: "tensorwise" or "rowwise".
+  std::string recipe_name = "tensorwise";
 };
 
 /// @brief [comm]: collective timeouts.

@@ -133,9 +133,20 @@ std::vector<Field> make_fields() {
                   "memory_budget"),
       TITAN_FIELD(activation_checkpoint, selective_ac_option,
                   "selective mode: \"op\" (per operator) or N (every N-th layer, N > 0)"),
+      TITAN_FIELD(activation_checkpoint, per_op_sac_force_recompute_mm_shapes_by_fqns,
+                  "op mode: matmuls with the weight shape of a Linear whose name contains one of these are "
+                  "recomputed, not kept"),
 
       TITAN_FIELD(float8, enable_float8_linear, "train linear layers in float8"),
       TITAN_FIELD(float8, filter_fqns, "linear layers kept in high precision (a name, or its last dotted parts)"),
+      TITAN_FIELD(float8, enable_fsdp_float8_all_gather,
+                  "FSDP all-gathers the float8 layers' weights as float8 e4m3 (1 byte per element)"),
+      TITAN_FIELD(float8, precompute_float8_dynamic_scale_for_fsdp,
+                  "with the float8 all-gather: the weights' scales from one all-reduce after each optimizer step"),
+      TITAN_FIELD(float8, recipe_name,
+                  "float8 scaling: one scale per tensor, or per row along each GEMM's inner dimension (torchao's "
+                  "recipes)",
+                  "tensorwise", "rowwise"),
 
       TITAN_FIELD(comm, init_timeout_seconds, "timeout of rendezvous and the first collective (> 0)"),
       TITAN_FIELD(comm, timeout_seconds, "timeout of every later collective (> 0)"),

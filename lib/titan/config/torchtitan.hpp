@@ -42,7 +42,7 @@ struct TorchtitanKey {
   TorchtitanStatus own_status;
   std::string note;  ///< why, for docs/config.md and the "not supported" line
   /// Further values titan honours although it has no option for them
-  /// (e.g. recipe_name "tensorwise", what titan's float8 does); null = none.
+  /// (e.g. custom_config_module naming a torchtitan module); null = none.
   bool (*also_accepts)(const Value& v) = nullptr;
 
   /// "section.key"

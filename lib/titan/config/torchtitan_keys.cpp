@@ -37,12 +37,6 @@ bool names_torchtitan_module(const Value& v) {
   return s && (s->empty() || s->rfind("torchtitan.", 0) == 0);
 }
 
-// titan's float8 linear is torchao's tensorwise recipe.
-bool is_tensorwise(const Value& v) {
-  const std::string* s = std::get_if<std::string>(&v);
-  return s && *s == "tensorwise";
-}
-
 std::vector<TorchtitanKey> make_table() {
   return {
       row("job", "config_file", None(kStr), kTitan),
@@ -158,8 +152,7 @@ std::vector<TorchtitanKey> make_table() {
 
       row("activation_checkpoint", "mode", S("selective"), kTitan),
       row("activation_checkpoint", "selective_ac_option", S("2"), kTitan),
-      row("activation_checkpoint", "per_op_sac_force_recompute_mm_shapes_by_fqns", L({"moe.router.gate"}), kDefault,
-          "per-op AC recompute lists"),
+      row("activation_checkpoint", "per_op_sac_force_recompute_mm_shapes_by_fqns", L({"moe.router.gate"}), kTitan),
       row("activation_checkpoint", "early_stop", B(false), kDefault, "AC early stop"),
       row("activation_checkpoint", "memory_budget", F(0.5), kDefault, "memory_budget AC"),
       row("activation_checkpoint", "visualize_memory_budget_pareto", B(false), kDefault, "memory_budget AC"),
@@ -171,11 +164,9 @@ std::vector<TorchtitanKey> make_table() {
       row("compile", "components", L({"model", "loss"}), kDefault, "torch.compile"),
       row("compile", "backend", S("inductor"), kDefault, "torch.compile"),
 
-      row("quantize.linear.float8", "enable_fsdp_float8_all_gather", B(false), kDefault, "float8 FSDP all-gather"),
-      row("quantize.linear.float8", "precompute_float8_dynamic_scale_for_fsdp", B(false), kDefault,
-          "float8 FSDP all-gather"),
-      row("quantize.linear.float8", "recipe_name", None(kStr), kDefault,
-          "float8 rowwise recipes; \"tensorwise\" is what titan does", is_tensorwise),
+      row("quantize.linear.float8", "enable_fsdp_float8_all_gather", B(false), kTitan),
+      row("quantize.linear.float8", "precompute_float8_dynamic_scale_for_fsdp", B(false), kTitan),
+      row("quantize.linear.float8", "recipe_name", None(kStr), kTitan),
       row("quantize.linear.float8", "filter_fqns", L({}), kTitan),
       row("quantize.linear.float8", "emulate", B(false), kDefault, "float8 emulation on GPUs"),
       row("quantize.linear.mx", "mxfp8_dim1_cast_kernel_choice", S("triton"), kDefault, "MX formats"),

@@ -433,6 +433,7 @@ StepResult Trainer::train_step() {
     TITAN_PROFILE_RANGE("titan::optimizer");
     optimizer_->step();
     scheduler_->step();
+    if (parallelized_.after_optimizer_step) parallelized_.after_optimizer_step();
   }
   if (memory_) memory_->mark(r.step, "optimizer", params_, optimizer_.get());
   step_ = r.step;

@@ -119,7 +119,9 @@ std::string apply_activation_checkpointing(Transformer& model, const config::Job
               "async TP compute their own way: not supported together yet (use mode = \"full\" with them)");
   for (const auto& block : model->blocks()) {
     if (!which.at(static_cast<size_t>(block->layer_id))) continue;
-    if (per_op) ac::checkpoint_module_selective_op(*block);
+    if (per_op)
+      ac::checkpoint_module_selective_op(*block, a.per_op_sac_force_recompute_mm_shapes_by_fqns,
+                                         "layers." + std::to_string(block->layer_id));
     else ac::checkpoint_module(*block);
     ++wrapped;
   }
@@ -166,11 +168,28 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
     TITAN_CHECK(!(dims.tp_enabled() && cfg.training.enable_async_tensor_parallel),
                 "[float8] enable_float8_linear with enable_async_tensor_parallel: async TP replaces the matmuls "
                 "float8 would run (not supported together yet)");
+    float8::Float8Options f8;
+    f8.filter_fqns = cfg.float8.filter_fqns;
     // Under TP every converted layer takes its amaxes over the tp group, so
     // its pieces scale as the whole layer would.
-    const auto converted = float8::convert_to_float8_training(
-        *model, cfg.float8.filter_fqns, dims.tp_enabled() && mesh ? mesh->group("tp") : nullptr);
-    f8_description = "float8 linear (" + std::to_string(converted.size()) + " layers, tensorwise scaling)";
+    if (dims.tp_enabled() && mesh) f8.tp_group = mesh->group("tp");
+    // As torchtitan: the float8 all-gather only where FSDP shards (and the
+    // precomputed scales only with it).
+    f8.fsdp_float8_all_gather = cfg.float8.enable_fsdp_float8_all_gather && dims.fsdp_enabled();
+    f8.recipe = float8::recipe_from_name(cfg.float8.recipe_name);
+    const auto converted = float8::convert_to_float8_training(*model, f8);
+    f8_description = "float8 linear (" + std::to_string(converted.size()) + " layers, " + cfg.float8.recipe_name +
+                     " scaling";
+    if (f8.fsdp_float8_all_gather) {
+      f8_description += ", float8 all-gather";
+      if (cfg.float8.precompute_float8_dynamic_scale_for_fsdp) {
+        f8_description += " with precomputed scales";
+        // torchtitan's post-optimizer hook: the scales of the next step's
+        // all-gathers, one all-reduce for all layers.
+        r.after_optimizer_step = [model]() mutable { float8::precompute_float8_dynamic_scale_for_fsdp(*model); };
+      }
+    }
+    f8_description += ")";
   }
   const std::string ac_description = apply_activation_checkpointing(model, cfg);
   if (dims.fsdp_enabled()) {
@@ -303,6 +322,11 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
     for (const auto& pm : parts)
       if (pm.finish_gradient_sync) pm.finish_gradient_sync();
   };
+  if (parts.front().after_optimizer_step)
+    r.after_optimizer_step = [parts] {
+      for (const auto& pm : parts)
+        if (pm.after_optimizer_step) pm.after_optimizer_step();
+    };
   auto pp_group = mesh->group("pp");
   const c10::Device device = dist::world().device();
   r.full_state_dict = [parts, args, pp_group, device] {

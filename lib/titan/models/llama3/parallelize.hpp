@@ -54,6 +54,9 @@ struct ParallelizedModel {
   /// Called after the last backward of a step, before clipping: waits for
   /// gradient communication still in flight. Empty when none can be.
   std::function<void()> finish_gradient_sync;
+  /// Called after every optimizer step (torchtitan's post-optimizer hook):
+  /// float8's precomputed all-gather scales. Empty when nothing needs it.
+  std::function<void()> after_optimizer_step;
   /// Gathers the full, unsharded weights under torchtitan's names
   /// (collective under FSDP: every rank must call it).
   std::function<std::map<std::string, at::Tensor>()> full_state_dict;

@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <set>
 
 #include "titan/ops/linear.hpp"
 #include "titan/util/error.hpp"
@@ -159,13 +160,14 @@ struct CachedLinear : public torch::autograd::Function<CachedLinear> {
 };
 
 // On each Linear of an op-checkpointed module: records its output in the
-// forward, hands it back (with linear's backward) in the recompute.
+// forward, hands it back (with linear's backward) in the recompute — unless
+// its weight shape is forced to be recomputed.
 class MatmulCacheHook : public ops::ForwardHook {
  public:
-  explicit MatmulCacheHook(ops::LinearImpl* linear) : linear_(linear) {}
+  MatmulCacheHook(ops::LinearImpl* linear, bool recompute) : linear_(linear), recompute_(recompute) {}
   at::Tensor forward_override(const at::Tensor& x) override {
     MatmulCache* cache = t_cache;
-    if (!cache) return {};  // not inside an op-checkpointed forward
+    if (!cache || recompute_) return {};  // not inside an op-checkpointed forward, or never kept
     if (!cache->recorded) {
       at::Tensor y = at::linear(x, linear_->weight);
       cache->outputs.push_back(y.detach());
@@ -180,18 +182,35 @@ class MatmulCacheHook : public ops::ForwardHook {
 
  private:
   ops::LinearImpl* linear_;  // the module owns this hook
+  bool recompute_;
 };
 
 }  // namespace
 
-void checkpoint_module_selective_op(ops::HookableModule& module) {
+void checkpoint_module_selective_op(ops::HookableModule& module, const std::vector<std::string>& force_recompute_fqns,
+                                    const std::string& base_fqn) {
+  // torchtitan's rule: the weight shapes of the Linears whose name contains
+  // one of the strings; any matmul with such a weight is recomputed.
+  std::set<std::vector<int64_t>> recompute_shapes;
+  for (const auto& item : module.named_modules("", /*include_self=*/false)) {
+    const std::string fqn = base_fqn.empty() ? item.key() : base_fqn + "." + item.key();
+    bool named = false;
+    for (const std::string& f : force_recompute_fqns) named = named || fqn.find(f) != std::string::npos;
+    if (!named) continue;
+    auto* linear = dynamic_cast<ops::LinearImpl*>(item.value().get());
+    TITAN_CHECK(linear != nullptr, "[activation_checkpoint] per_op_sac_force_recompute_mm_shapes_by_fqns matches ", fqn,
+                ", which is not a Linear (name Linear layers, e.g. \"feed_forward.w1\")");
+    recompute_shapes.insert(linear->weight.sizes().vec());
+  }
   for (const auto& item : module.named_modules("", /*include_self=*/false))
     if (auto* linear = dynamic_cast<ops::LinearImpl*>(item.value().get())) {
       // Once per Linear (wrapping again is harmless); outside an
       // op-checkpointed forward the hook does nothing.
       bool present = false;
       for (const auto& h : linear->forward_hooks()) present = present || dynamic_cast<MatmulCacheHook*>(h.get());
-      if (!present) linear->add_forward_hook(std::make_shared<MatmulCacheHook>(linear));
+      if (!present)
+        linear->add_forward_hook(
+            std::make_shared<MatmulCacheHook>(linear, recompute_shapes.count(linear->weight.sizes().vec()) > 0));
     }
   module.set_forward_wrapper([](const at::Tensor& input, std::function<at::Tensor(const at::Tensor&)> run) {
     auto cache = std::make_shared<MatmulCache>();

@@ -45,7 +45,18 @@ void checkpoint_module(ops::HookableModule& module);
 /// other matmul; titan keeps all matmuls and recomputes attention, whose
 /// backward inputs are device-specific kernels' internals.) Not with
 /// float8 or async TP, which replace those matmuls themselves.
-void checkpoint_module_selective_op(ops::HookableModule& module);
+///
+/// `force_recompute_fqns` is torchtitan's
+/// per_op_sac_force_recompute_mm_shapes_by_fqns: every Linear under
+/// `module` whose name (`base_fqn` + "." + its name in module, e.g.
+/// "layers.0.feed_forward.w1") contains one of these strings gives its
+/// weight shape, and every matmul of the module with a weight of such a
+/// shape is recomputed rather than kept (matched by shape, as torchtitan's
+/// policy does: layers of equal shape go too; under TP the local shapes).
+/// A name that matches a module other than a Linear is a one-line error.
+void checkpoint_module_selective_op(ops::HookableModule& module,
+                                    const std::vector<std::string>& force_recompute_fqns = {},
+                                    const std::string& base_fqn = "");
 
 /// @brief Which blocks torchtitan's apply_ac wraps: mode "none" (none),
 /// "full" (all), "selective" with `selective_ac_option` a positive integer

@@ -4,12 +4,15 @@
 #include <torch/autograd.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <limits>
 #include <memory>
 
 #include "titan/dist/process_group.hpp"
 #include "titan/ops/forward_hooks.hpp"
 #include "titan/ops/linear.hpp"
+#include "titan/parallel/fsdp/all_gather_extension.hpp"
+#include "titan/parallel/fsdp/fully_shard.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::float8 {
@@ -20,6 +23,25 @@ using torch::autograd::variable_list;
 
 double max_of(at::ScalarType t) {
   return t == at::kFloat8_e4m3fn ? 448.0 : 57344.0;  // e4m3fn, e5m2
+}
+
+// max |x| as an fp32 [1] tensor; 0 for an empty x (an FSDP shard may
+// have no rows, and max() of nothing is an error).
+at::Tensor local_amax(const at::Tensor& x) {
+  if (x.numel() == 0) return at::zeros({1}, x.options().dtype(at::kFloat));
+  return x.detach().abs().max().to(at::kFloat).reshape({1});
+}
+
+// scale = max(dtype) / amax, amax clamped below at 1e-12 (a zero tensor
+// gets a finite scale), in fp32.
+at::Tensor scale_from_amax(const at::Tensor& amax, at::ScalarType dtype) {
+  return (max_of(dtype) / amax.clamp_min(1e-12)).to(at::kFloat);
+}
+
+// clamp(x · scale, ±max(dtype)) cast to dtype.
+at::Tensor cast_scaled(const at::Tensor& x, const at::Tensor& scale, at::ScalarType dtype) {
+  const double fmax = max_of(dtype);
+  return (x.detach().to(at::kFloat) * scale).clamp(-fmax, fmax).to(dtype);
 }
 
 // _scaled_mm wants its second operand column-major.
@@ -37,12 +59,18 @@ const dist::ProcessGroup* group_of(AutogradContext* ctx) {
   return reinterpret_cast<const dist::ProcessGroup*>(ctx->saved_data["amax_group"].toInt());
 }
 
+// `cast_weight`, when not 0, points to the weight already in e4m3 with its
+// scale (FSDP's float8 all-gather; valid during forward); then w is only
+// the tensor its gradient goes to. (A pointer as a number, like the group:
+// autograd Functions take no undefined tensor arguments.)
 struct Float8Matmul : public torch::autograd::Function<Float8Matmul> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x2d, const at::Tensor& w, int64_t group) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x2d, const at::Tensor& w, int64_t group,
+                            int64_t cast_weight) {
     const auto* amax_group = reinterpret_cast<const dist::ProcessGroup*>(group);
     ctx->saved_data["amax_group"] = group;
     Scaled xq = scale_tensorwise(x2d, at::kFloat8_e4m3fn, amax_group);
-    Scaled wq = scale_tensorwise(w, at::kFloat8_e4m3fn, amax_group);
+    Scaled wq = cast_weight ? *reinterpret_cast<const Scaled*>(cast_weight)
+                            : scale_tensorwise(w, at::kFloat8_e4m3fn, amax_group);
     ctx->save_for_backward({xq.data, xq.scale, wq.data, wq.scale});
     ctx->saved_data["out_dtype"] = static_cast<int64_t>(x2d.scalar_type());
     ctx->saved_data["w_dtype"] = static_cast<int64_t>(w.scalar_type());
@@ -61,63 +89,254 @@ struct Float8Matmul : public torch::autograd::Function<Float8Matmul> {
     // grad_W [out, in] = gᵀ [out, N] · x [N, in]
     at::Tensor grad_w =
         scaled_mm(Scaled{g.data.t().contiguous(), g.scale}, Scaled{column_major(xq.data), xq.scale}, w_dtype);
-    return {grad_x, grad_w, at::Tensor()};
+    return {grad_x, grad_w, at::Tensor(), at::Tensor()};
   }
 };
 
+// Rowwise-scaled a · b: a [M, K] with scale [M, 1], b [K, N] column-major
+// with scale [1, N] (quantising scales; the kernel wants their inverses).
+at::Tensor rowwise_mm(const Scaled& a, const Scaled& b, at::ScalarType out) {
+  const at::Tensor inv_a = a.scale.reciprocal(), inv_b = b.scale.reciprocal();
+  if (a.data.is_cuda()) return at::_scaled_mm(a.data, b.data, inv_a, inv_b, {}, {}, out);
+  // ATen 2.11's CPU kernel asserts per-tensor scales: the same arithmetic
+  // by hand (fp32 products of the float8 values, then the scales).
+  return (at::mm(a.data.to(at::kFloat), b.data.to(at::kFloat)) * inv_a * inv_b).to(out);
+}
+
+// torchao's rowwise recipe (Float8LinearRecipeName.ROWWISE): every GEMM
+// operand scaled per row along its contraction dimension, all in e4m3;
+// backward re-casts the saved high-precision x and W along the backward
+// GEMMs' contraction dimensions (so x and W are kept, not their casts).
+struct Float8RowwiseMatmul : public torch::autograd::Function<Float8RowwiseMatmul> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x2d, const at::Tensor& w) {
+    ctx->save_for_backward({x2d, w});
+    const Scaled xq = scale_axiswise(x2d, at::kFloat8_e4m3fn, 1);  // [N, 1]: per token
+    const Scaled wq = scale_axiswise(w, at::kFloat8_e4m3fn, 1);    // [out, 1]: per output feature
+    return rowwise_mm(xq, Scaled{wq.data.t(), wq.scale.t()}, x2d.scalar_type());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x2d = saved[0], &w = saved[1];
+    const at::Tensor g = grads[0].contiguous();
+    // grad_x [N, in] = g [N, out] · W [out, in]: g per row, W per column.
+    const Scaled g_rows = scale_axiswise(g, at::kFloat8_e4m3fn, 1);
+    const Scaled w_cols = scale_axiswise(w, at::kFloat8_e4m3fn, 0);  // [1, in]
+    at::Tensor grad_x = rowwise_mm(g_rows, Scaled{column_major(w_cols.data), w_cols.scale}, x2d.scalar_type());
+    // grad_W [out, in] = gᵀ [out, N] · x [N, in]: both per column (over tokens).
+    const Scaled g_cols = scale_axiswise(g, at::kFloat8_e4m3fn, 0);  // [1, out]
+    const Scaled x_cols = scale_axiswise(x2d, at::kFloat8_e4m3fn, 0);  // [1, in]
+    at::Tensor grad_w = rowwise_mm(Scaled{g_cols.data.t().contiguous(), g_cols.scale.t()},
+                                   Scaled{column_major(x_cols.data), x_cols.scale}, w.scalar_type());
+    return {grad_x, grad_w};
+  }
+};
+
+// y = x Wᵀ through Float8Matmul, for x of any rank.
+at::Tensor float8_matmul(const at::Tensor& x, const at::Tensor& w, const dist::ProcessGroup* amax_group,
+                         const Scaled* cast_weight) {
+  TITAN_CHECK(x.size(-1) == w.size(1), "float8_linear: input has ", x.size(-1), " features, weight expects ", w.size(1));
+  std::vector<int64_t> out_shape = x.sizes().vec();
+  out_shape.back() = w.size(0);
+  at::Tensor y = Float8Matmul::apply(x.reshape({-1, x.size(-1)}).contiguous(), w, reinterpret_cast<int64_t>(amax_group),
+                                     reinterpret_cast<int64_t>(cast_weight));
+  return y.view(out_shape);
+}
+
+// The float8 all-gather of one converted weight (FSDP's extension, a
+// forward hook of its Linear only so that fully_shard finds it): casts the
+// shard to e4m3 before the all-gather and keeps the gathered float8 weight
+// for the matmul.
+class Float8WeightGather : public ops::ForwardHook, public fsdp::AllGatherExtension {
+ public:
+  explicit Float8WeightGather(std::shared_ptr<dist::ProcessGroup> tp_group) : tp_group_(std::move(tp_group)) {}
+
+  std::string param_name() const override { return "weight"; }
+  at::ScalarType all_gather_dtype() const override { return at::kFloat8_e4m3fn; }
+  void on_fully_shard(std::shared_ptr<dist::ProcessGroup> shard_group) override { shard_group_ = std::move(shard_group); }
+  at::Tensor pre_all_gather(const at::Tensor& shard) override {
+    at::NoGradGuard no_grad;
+    at::Tensor scale = precomputed_scale_;
+    if (!scale.defined()) {
+      // The whole weight's amax: over the shard group, then over TP for a
+      // TP-sharded layer (the unsharded layer's scale, as without FSDP).
+      at::Tensor amax = local_amax(shard);
+      shard_group_->all_reduce(amax, dist::ReduceOp::Max);
+      if (tp_group_) tp_group_->all_reduce(amax, dist::ReduceOp::Max);
+      scale = scale_from_amax(amax.reshape({}), at::kFloat8_e4m3fn);
+    }
+    pending_scale_ = scale;
+    return cast_scaled(shard, scale, at::kFloat8_e4m3fn);
+  }
+  void post_all_gather(const at::Tensor& gathered, const at::Tensor& stand_in) override {
+    gathered_ = Scaled{gathered, pending_scale_};
+    stand_in_ = stand_in.getIntrusivePtr();
+  }
+
+  /// The gathered e4m3 weight when `w` is the stand-in FSDP installed for it, else null.
+  const Scaled* gathered_for(const at::Tensor& w) const {
+    return gathered_.data.defined() && stand_in_.lock().get() == w.unsafeGetTensorImpl() ? &gathered_ : nullptr;
+  }
+  bool sharded() const { return shard_group_ != nullptr; }
+  const std::shared_ptr<dist::ProcessGroup>& shard_group() const { return shard_group_; }
+  const std::shared_ptr<dist::ProcessGroup>& tp_group() const { return tp_group_; }
+  void set_precomputed_scale(at::Tensor s) { precomputed_scale_ = std::move(s); }
+
+ private:
+  std::shared_ptr<dist::ProcessGroup> tp_group_;
+  std::shared_ptr<dist::ProcessGroup> shard_group_;  // set by fully_shard
+  at::Tensor precomputed_scale_;  // precompute_float8_dynamic_scale_for_fsdp
+  at::Tensor pending_scale_;      // of the all-gather in flight
+  // The gathered e4m3 weight of the current forward (FSDP's storage) and
+  // the stand-in the module holds meanwhile; weak, so that the stand-in's
+  // graph (which holds the FSDP unit, which holds this extension) is no cycle.
+  Scaled gathered_;
+  c10::weak_intrusive_ptr<c10::TensorImpl> stand_in_{c10::intrusive_ptr<c10::TensorImpl>()};
+};
+
+at::Tensor rowwise_matmul(const at::Tensor& x, const at::Tensor& w) {
+  TITAN_CHECK(x.size(-1) == w.size(1), "float8_linear: input has ", x.size(-1), " features, weight expects ", w.size(1));
+  std::vector<int64_t> out_shape = x.sizes().vec();
+  out_shape.back() = w.size(0);
+  return Float8RowwiseMatmul::apply(x.reshape({-1, x.size(-1)}).contiguous(), w).view(out_shape);
+}
+
 // Replaces its Linear's matmul (ForwardHook::forward_override), reading the
-// weight at each call: FSDP installs the gathered one before forward.
+// weight at each call: FSDP installs the gathered one before forward (or,
+// with the float8 all-gather, a stand-in whose float8 data `gather` holds).
 class Float8Hook : public ops::ForwardHook {
  public:
-  Float8Hook(ops::LinearImpl* linear, std::shared_ptr<dist::ProcessGroup> group)
-      : linear_(linear), group_(std::move(group)) {}
+  Float8Hook(ops::LinearImpl* linear, std::shared_ptr<dist::ProcessGroup> tp_group,
+             std::shared_ptr<Float8WeightGather> gather, Recipe recipe)
+      : linear_(linear), tp_group_(std::move(tp_group)), gather_(std::move(gather)), recipe_(recipe) {}
+
   at::Tensor forward_override(const at::Tensor& input) override {
-    return float8_linear(input, linear_->weight, group_.get());
+    const at::Tensor& w = linear_->weight;
+    if (recipe_ == Recipe::Rowwise) return rowwise_matmul(input, w);
+    return float8_matmul(input, w, tp_group_.get(), gather_ ? gather_->gathered_for(w) : nullptr);
   }
+  ops::LinearImpl* linear() const { return linear_; }
+  Float8WeightGather* gather() const { return gather_.get(); }
 
  private:
   ops::LinearImpl* linear_;  // the module owns this hook
-  std::shared_ptr<dist::ProcessGroup> group_;
+  std::shared_ptr<dist::ProcessGroup> tp_group_;
+  std::shared_ptr<Float8WeightGather> gather_;  // null without the float8 all-gather
+  Recipe recipe_;
 };
+
+std::vector<Float8Hook*> hooks_under(torch::nn::Module& root) {
+  std::vector<Float8Hook*> out;
+  for (const auto& item : root.named_modules("", /*include_self=*/true))
+    if (auto* linear = dynamic_cast<ops::LinearImpl*>(item.value().get()))
+      for (const auto& h : linear->forward_hooks())
+        if (auto* f8 = dynamic_cast<Float8Hook*>(h.get())) out.push_back(f8);
+  return out;
+}
 
 }  // namespace
 
 Scaled scale_tensorwise(const at::Tensor& x, at::ScalarType dtype, const dist::ProcessGroup* amax_group) {
   TITAN_CHECK(dtype == at::kFloat8_e4m3fn || dtype == at::kFloat8_e5m2, "float8: unsupported dtype ", dtype);
-  const double fmax = max_of(dtype);
-  at::Tensor amax = x.detach().abs().max().to(at::kFloat).reshape({1});
+  at::Tensor amax = local_amax(x);
   if (amax_group) amax_group->all_reduce(amax, dist::ReduceOp::Max);
-  amax = amax.reshape({}).clamp_min(1e-12);
-  at::Tensor scale = (fmax / amax).to(at::kFloat);
-  at::Tensor data = (x.detach().to(at::kFloat) * scale).clamp(-fmax, fmax).to(dtype);
-  return {data, scale};
+  at::Tensor scale = scale_from_amax(amax.reshape({}), dtype);
+  return {cast_scaled(x, scale, dtype), scale};
 }
+
+Recipe recipe_from_name(const std::string& name) {
+  if (name == "tensorwise") return Recipe::Tensorwise;
+  if (name == "rowwise") return Recipe::Rowwise;
+  throw Error("float8 recipe_name \"" + name + "\" is not one of \"tensorwise\", \"rowwise\"" +
+              (name == "rowwise_with_gw_hp" ? " (torchao's rowwise_with_gw_hp is not supported yet)" : ""));
+}
+
+Scaled scale_axiswise(const at::Tensor& x, at::ScalarType dtype, int64_t dim) {
+  TITAN_CHECK(dtype == at::kFloat8_e4m3fn || dtype == at::kFloat8_e5m2, "float8: unsupported dtype ", dtype);
+  at::NoGradGuard no_grad;
+  const at::Tensor amax = x.detach().abs().amax({dim}, /*keepdim=*/true).to(at::kFloat);
+  // torchao's round_scales_to_power_of_2: the scaling and unscaling are
+  // then exact, only the cast rounds.
+  const at::Tensor scale = at::exp2(at::floor(at::log2(scale_from_amax(amax, dtype))));
+  return {cast_scaled(x, scale, dtype), scale};
+}
+
+at::Tensor float8_linear_rowwise(const at::Tensor& x, const at::Tensor& w) { return rowwise_matmul(x, w); }
 
 at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const dist::ProcessGroup* amax_group) {
-  TITAN_CHECK(x.size(-1) == w.size(1), "float8_linear: input has ", x.size(-1), " features, weight expects ", w.size(1));
-  std::vector<int64_t> out_shape = x.sizes().vec();
-  out_shape.back() = w.size(0);
-  at::Tensor y = Float8Matmul::apply(x.reshape({-1, x.size(-1)}).contiguous(), w,
-                                     reinterpret_cast<int64_t>(amax_group));
-  return y.view(out_shape);
+  return float8_matmul(x, w, amax_group, nullptr);
 }
 
-std::vector<std::string> convert_to_float8_training(torch::nn::Module& root, const std::vector<std::string>& skip,
-                                                    std::shared_ptr<dist::ProcessGroup> tp_group) {
+std::vector<std::string> convert_to_float8_training(torch::nn::Module& root, const Float8Options& options) {
+  TITAN_CHECK(options.recipe == Recipe::Tensorwise || !options.fsdp_float8_all_gather,
+              "float8: the float8 FSDP all-gather needs recipe_name \"tensorwise\" (torchao gathers tensorwise-scaled "
+              "weights only); turn one of them off");
+  TITAN_CHECK(options.recipe == Recipe::Tensorwise || !options.tp_group,
+              "float8: recipe_name \"rowwise\" with tensor parallelism is not supported yet (its row amaxes would "
+              "need reducing over whichever dimension TP splits); use \"tensorwise\" with TP");
   std::vector<std::string> converted;
   for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
     auto* linear = dynamic_cast<ops::LinearImpl*>(item.value().get());
     if (!linear) continue;
     const std::string& name = item.key();
     bool skipped = false;
-    for (const std::string& s : skip)
+    for (const std::string& s : options.filter_fqns)
       skipped = skipped || name == s ||
                 (name.size() > s.size() && name.compare(name.size() - s.size() - 1, s.size() + 1, "." + s) == 0);
     if (skipped || linear->weight.size(0) % 16 != 0 || linear->weight.size(1) % 16 != 0) continue;
-    linear->add_forward_hook(std::make_shared<Float8Hook>(linear, tp_group));
+    TITAN_CHECK(!fsdp::is_fully_sharded(*linear) && hooks_under(*linear).empty(), "convert_to_float8_training: ",
+                name, " is already converted or sharded (convert before fully_shard, once)");
+    std::shared_ptr<Float8WeightGather> gather;
+    if (options.fsdp_float8_all_gather) {
+      gather = std::make_shared<Float8WeightGather>(options.tp_group);
+      linear->add_forward_hook(gather);  // does nothing in forward; fully_shard finds it here
+    }
+    linear->add_forward_hook(std::make_shared<Float8Hook>(linear, options.tp_group, gather, options.recipe));
     converted.push_back(name);
   }
   return converted;
+}
+
+std::vector<std::string> convert_to_float8_training(torch::nn::Module& root, const std::vector<std::string>& skip,
+                                                    std::shared_ptr<dist::ProcessGroup> tp_group) {
+  Float8Options o;
+  o.filter_fqns = skip;
+  o.tp_group = std::move(tp_group);
+  return convert_to_float8_training(root, o);
+}
+
+int64_t precompute_float8_dynamic_scale_for_fsdp(torch::nn::Module& root) {
+  at::NoGradGuard no_grad;
+  std::vector<Float8Hook*> hooks;
+  for (Float8Hook* h : hooks_under(root))
+    if (h->gather() && h->gather()->sharded()) hooks.push_back(h);
+  if (hooks.empty()) return 0;
+  // Outside a forward each module holds its shard: the local amaxes of all
+  // layers in one vector, reduced with one all-reduce per group (a model
+  // has one shard group, and one TP group with TP). Every rank holds the
+  // same layers in the same order, so the vectors line up.
+  std::vector<at::Tensor> amaxes;
+  for (Float8Hook* h : hooks) amaxes.push_back(local_amax(h->linear()->weight));
+  at::Tensor all = at::cat(amaxes);
+  std::vector<const dist::ProcessGroup*> groups;
+  for (Float8Hook* h : hooks)
+    for (const dist::ProcessGroup* g : {h->gather()->shard_group().get(), h->gather()->tp_group().get()})
+      if (g && std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
+  for (const dist::ProcessGroup* g : groups) {
+    // Layers outside g contribute nothing to its reduction (and get
+    // nothing from it): zeros, the identity of a max over amaxes.
+    at::Tensor member = at::zeros({static_cast<int64_t>(hooks.size())}, all.options().dtype(at::kBool));
+    for (size_t i = 0; i < hooks.size(); ++i)
+      if (hooks[i]->gather()->shard_group().get() == g || hooks[i]->gather()->tp_group().get() == g)
+        member[static_cast<int64_t>(i)] = true;
+    at::Tensor part = at::where(member, all, at::zeros_like(all));
+    g->all_reduce(part, dist::ReduceOp::Max);
+    all = at::where(member, part, all);
+  }
+  at::Tensor scales = scale_from_amax(all, at::kFloat8_e4m3fn);
+  for (size_t i = 0; i < hooks.size(); ++i)
+    hooks[i]->gather()->set_precomputed_scale(scales[static_cast<int64_t>(i)].clone());
+  return static_cast<int64_t>(hooks.size());
 }
 
 }  // namespace titan::float8

@@ -15,6 +15,10 @@
 /// ATen 2.11 has an emulated kernel (`_scaled_mm_out_cpu_emulated`: it
 /// upcasts the float8 operands and multiplies in fp32), so CPU runs see
 /// exactly float8's rounding of the operands but not its speed.
+///
+/// Also here: torchao's rowwise recipe (Recipe::Rowwise) and its FSDP
+/// float8 all-gather (Float8Options::fsdp_float8_all_gather and
+/// precompute_float8_dynamic_scale_for_fsdp); docs/float8.md has both.
 
 #include <ATen/core/Tensor.h>
 
@@ -55,6 +59,59 @@ Scaled scale_tensorwise(const at::Tensor& x, at::ScalarType dtype, const dist::P
 /// unsharded layer would (torchao does this for DTensor weights).
 at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const dist::ProcessGroup* amax_group = nullptr);
 
+/// @brief How the float8 operands are scaled (torchao's recipe_name).
+enum class Recipe {
+  /// One scale per tensor; e4m3 forward, e5m2 output gradient (torchao's default).
+  Tensorwise,
+  /// torchao's "rowwise": one scale per row of each GEMM operand along the
+  /// contraction dimension (x per token, W per output feature in forward;
+  /// re-cast from the high-precision x and W in backward along the
+  /// backward GEMMs' contraction dimensions), scales rounded down to a power
+  /// of two, e4m3 for everything, the output gradient included.
+  Rowwise,
+};
+
+/// @brief The recipe called `name` ("tensorwise", "rowwise"); titan::Error
+/// naming the valid ones for any other (torchao's "rowwise_with_gw_hp"
+/// is not built).
+Recipe recipe_from_name(const std::string& name);
+
+/// @brief Axiswise dynamic scaling: one scale per slice of x along `dim`
+/// (scale = max(dtype) / amax over `dim`, rounded down to a power of two,
+/// kept as a size-1 dimension: [rows, 1] for dim 1 of a matrix), data =
+/// clamp(x · scale, ±max(dtype)) cast to `dtype`.
+Scaled scale_axiswise(const at::Tensor& x, at::ScalarType dtype, int64_t dim);
+
+/// @brief float8_linear with the rowwise recipe (x [..., in], w [out, in],
+/// autograd-aware). The GEMMs run through at::_scaled_mm with per-row
+/// scales on CUDA; ATen 2.11's CPU _scaled_mm takes only per-tensor scales,
+/// so on the CPU they are emulated: the float8 operands upcast, multiplied
+/// in fp32, and the result multiplied by the row and column dequantising
+/// scales (powers of two: exact), which is the kernel's arithmetic.
+at::Tensor float8_linear_rowwise(const at::Tensor& x, const at::Tensor& w);
+
+/// @brief What convert_to_float8_training does (torchtitan's
+/// [quantize.linear.float8] options).
+struct Float8Options {
+  /// Layers kept in high precision: a name relative to root, or its last
+  /// dotted parts (torchtitan's filter_fqns).
+  std::vector<std::string> filter_fqns = {"output"};
+  /// The TP group of sharded layers (call after tensor parallelism): the
+  /// amaxes are taken over it. Must outlive the model.
+  std::shared_ptr<dist::ProcessGroup> tp_group;
+  /// torchao's enable_fsdp_float8_all_gather: when fsdp::fully_shard
+  /// later shards a converted layer, its weight is cast to float8 e4m3 on
+  /// each rank before the all-gather, with the scale of the whole weight
+  /// (amax over the shard group), travels as 1 byte per element instead of
+  /// param_dtype's 2 or 4, and goes into the matmul as it arrives (no
+  /// second cast). Master weights and gradients are unchanged. Without
+  /// fully_shard it changes nothing.
+  bool fsdp_float8_all_gather = false;
+  /// Scaling recipe. Rowwise takes neither tp_group nor the float8
+  /// all-gather (titan::Error; torchao's all-gather is tensorwise only).
+  Recipe recipe = Recipe::Tensorwise;
+};
+
 /// @brief Makes every ops::Linear under `root` compute with float8_linear,
 /// except those whose name (relative to root) is in `skip_fqns` or ends
 /// with "." + one of them (torchtitan's filter_fqns, default ["output"]),
@@ -62,8 +119,24 @@ at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const dist::P
 /// cores need; torchtitan skips them too). Returns the names converted.
 /// With `tp_group`, the converted layers take their amaxes over it (call
 /// after tensor parallelism was applied; the group must outlive the model).
+std::vector<std::string> convert_to_float8_training(torch::nn::Module& root, const Float8Options& options);
+
+/// @brief The same with filter_fqns `skip_fqns` and `tp_group`, the rest default.
 std::vector<std::string> convert_to_float8_training(torch::nn::Module& root,
                                                     const std::vector<std::string>& skip_fqns = {"output"},
                                                     std::shared_ptr<dist::ProcessGroup> tp_group = nullptr);
+
+/// @brief torchao's precompute_float8_dynamic_scale_for_fsdp: the float8
+/// scales of every layer under `root` that gathers its weight in float8
+/// (Float8Options::fsdp_float8_all_gather, after fully_shard), from the
+/// global amaxes of the current weights, found with one all-reduce of all
+/// those layers' amaxes together (per shard group, and per TP group)
+/// instead of one per layer at each all-gather. Call it after every
+/// optimizer step, on every rank (torchtitan's post-optimizer hook); the
+/// all-gathers use these scales until the next call, so call it again
+/// after anything else changes the weights (a checkpoint load after it).
+/// Before the first call the layers find their scales per layer. Returns
+/// the number of layers updated.
+int64_t precompute_float8_dynamic_scale_for_fsdp(torch::nn::Module& root);
 
 }  // namespace titan::float8

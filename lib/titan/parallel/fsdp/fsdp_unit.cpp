@@ -105,6 +105,23 @@ FsdpUnit::FsdpUnit(std::string name, std::vector<FsdpParam> params, const dist::
     p.offset = flat_numel_;
     flat_numel_ += p.segment_numel();
   }
+  // The all-gather buffer: the flat layout when every parameter travels in
+  // one dtype (the usual case: nothing changes), else a byte buffer.
+  bool one_dtype = true;
+  for (const FsdpParam& p : params_) one_dtype = one_dtype && gather_dtype_of(p) == param_dtype();
+  if (one_dtype) {
+    gather_dtype_ = param_dtype();
+    for (FsdpParam& p : params_) p.gather_offset = p.offset;
+    gather_numel_ = flat_numel_;
+  } else {
+    gather_dtype_ = at::kByte;
+    constexpr int64_t kAlign = 16;  // a multiple of every element size
+    for (FsdpParam& p : params_) {
+      p.gather_offset = gather_numel_;
+      const int64_t bytes = p.segment_numel() * static_cast<int64_t>(c10::elementSize(gather_dtype_of(p)));
+      gather_numel_ += (bytes + kAlign - 1) / kAlign * kAlign;
+    }
+  }
 }
 
 at::ScalarType FsdpUnit::param_dtype() const {
@@ -117,14 +134,30 @@ at::ScalarType FsdpUnit::reduce_dtype() const {
   return param_dtype();
 }
 
-// This rank's segment of the flat buffer: every parameter's shard padded to
-// padded_rows, cast to param_dtype, on the compute device (the copy is where
-// offloaded shards come off the CPU).
+at::ScalarType FsdpUnit::gather_dtype_of(const FsdpParam& p) const {
+  return p.extension ? p.extension->all_gather_dtype() : param_dtype();
+}
+
+at::Tensor FsdpUnit::gather_segment(const at::Tensor& row, const FsdpParam& p) const {
+  const at::ScalarType dtype = gather_dtype_of(p);
+  if (gather_dtype_ == dtype) return row.narrow(-1, p.gather_offset, p.segment_numel());
+  const int64_t bytes = p.segment_numel() * static_cast<int64_t>(c10::elementSize(dtype));
+  return row.narrow(-1, p.gather_offset, bytes).view(dtype);
+}
+
+// This rank's row of the all-gather buffer: every parameter's shard padded
+// to padded_rows, cast to its gather dtype (param_dtype, or what its
+// extension makes of it: the extension may run collectives, so it is called
+// on every rank, with or without rows), on the compute device (the copy is
+// where offloaded shards come off the CPU).
 at::Tensor FsdpUnit::shard_send_buffer() const {
-  at::Tensor buf = at::zeros({flat_numel_}, at::TensorOptions().dtype(param_dtype()).device(compute_device_));
+  at::Tensor buf = at::zeros({gather_numel_}, at::TensorOptions().dtype(gather_dtype_).device(compute_device_));
   for (const FsdpParam& p : params_) {
+    // On the compute device before the extension sees it: its collectives
+    // (NCCL) need device tensors, also with CPU offload.
+    at::Tensor src = p.extension ? p.extension->pre_all_gather(p.shard.detach().to(compute_device_)) : p.shard.detach();
     if (p.local_rows == 0) continue;
-    buf.narrow(0, p.offset, p.local_rows * p.row_numel).copy_(p.shard.detach().reshape({-1}));
+    gather_segment(buf, p).narrow(0, 0, p.local_rows * p.row_numel).copy_(src.reshape({-1}));
   }
   return buf;
 }
@@ -135,7 +168,7 @@ void FsdpUnit::issue_all_gather(bool prefetch) {
   at::NoGradGuard no_grad;
   const auto& g = *shard_group_;
   gather_in_ = shard_send_buffer();
-  gather_out_ = at::empty({g.size() * flat_numel_}, gather_in_.options());
+  gather_out_ = at::empty({g.size() * gather_numel_}, gather_in_.options());
   // One all-gather for the whole unit (FSDP2 groups a unit's parameters the
   // same way): fewer, larger messages. Issued without waiting, so compute
   // can run while it is in flight; unshard() waits.
@@ -183,14 +216,14 @@ void FsdpUnit::unshard() {
 // segment j, stacked, with the padding rows cut off.
 void FsdpUnit::copy_out(const at::Tensor& gathered) {
   const int64_t n = shard_group_->size();
-  at::Tensor by_rank = gathered.view({n, flat_numel_});
+  at::Tensor by_rank = gathered.view({n, gather_numel_});
   const bool refill = freed_ && full_.size() == params_.size();
   if (!refill) full_.assign(params_.size(), at::Tensor());
   for (size_t j = 0; j < params_.size(); ++j) {
     const FsdpParam& p = params_[j];
     std::vector<int64_t> padded_shape = p.shape;
     padded_shape[0] = n * p.padded_rows;
-    at::Tensor src = by_rank.narrow(1, p.offset, p.segment_numel()).reshape(padded_shape).narrow(0, 0, p.rows);
+    at::Tensor src = gather_segment(by_rank, p).reshape(padded_shape).narrow(0, 0, p.rows);
     if (refill) {
       // Write through a fresh alias of the same memory: the saved tensors'
       // version counters stay as autograd recorded them.

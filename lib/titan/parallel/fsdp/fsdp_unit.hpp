@@ -47,6 +47,7 @@
 #include "titan/dist/process_group.hpp"
 #include "titan/ops/forward_hooks.hpp"
 #include "titan/ops/param_module.hpp"
+#include "titan/parallel/fsdp/all_gather_extension.hpp"
 #include "titan/parallel/fsdp/fully_shard.hpp"
 
 namespace titan::fsdp {
@@ -64,6 +65,11 @@ struct FsdpParam {
   int64_t offset = 0;                 ///< element offset of its segment in the flat shard buffer
   bool requires_grad = true;
   at::Tensor shard;                   ///< the registered parameter: [local_rows, ...]
+  /// Gathered in a form of its own (float8 weights); null = its values in param_dtype.
+  std::shared_ptr<AllGatherExtension> extension;
+  /// Offset of its segment in the all-gather buffer, in that buffer's
+  /// elements (bytes when the unit's parameters travel in different dtypes).
+  int64_t gather_offset = 0;
   /// Elements of one rank's (padded) segment.
   int64_t segment_numel() const { return padded_rows * row_numel; }
 };
@@ -126,6 +132,8 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
   /// Dtype of the all-gathered parameters.
   at::ScalarType param_dtype() const;
   at::ScalarType reduce_dtype() const;
+  /// Dtype parameter `p` travels in: its extension's, else param_dtype().
+  at::ScalarType gather_dtype_of(const FsdpParam& p) const;
 
   /// Prefetch links and role, set by fully_shard on the root.
   bool is_root = true;
@@ -146,6 +154,9 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
  private:
   at::Tensor shard_send_buffer() const;
   void copy_out(const at::Tensor& gathered);
+  // Parameter p's segment of one rank's row of the all-gather buffer, as
+  // a 1-D tensor of p's gather dtype (a view).
+  at::Tensor gather_segment(const at::Tensor& row, const FsdpParam& p) const;
 
   std::string name_;
   std::vector<FsdpParam> params_;
@@ -156,7 +167,12 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
   FullyShardOptions options_;
   at::Device compute_device_;
   at::Device shard_device_;
-  int64_t flat_numel_ = 0;  // one rank's segment of the flat buffer
+  int64_t flat_numel_ = 0;  // one rank's segment of the flat (reduce-scatter) buffer
+  // The all-gather buffer: one dtype when every parameter travels in it,
+  // else bytes (FSDP2 does the same), with 16-byte aligned segments so that
+  // each can be viewed as its own dtype.
+  at::ScalarType gather_dtype_ = at::kFloat;
+  int64_t gather_numel_ = 0;  // one rank's row of it, in gather_dtype_ elements
 
   // All-gather in flight.
   std::shared_ptr<dist::PendingWork> pending_;

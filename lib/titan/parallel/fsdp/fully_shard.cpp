@@ -102,6 +102,11 @@ void fully_shard(torch::nn::Module& module, const dist::DeviceMesh& mesh, const 
     auto [rows, offset] = shard_size_and_offset(p.rows, n, my);
     p.local_rows = rows;
     p.requires_grad = full.requires_grad();
+    // A parameter that travels in a form of its own (float8 weights): its
+    // module carries the extension among its forward hooks.
+    for (const auto& h : owner->forward_hooks())
+      if (auto ext = std::dynamic_pointer_cast<AllGatherExtension>(h); ext && ext->param_name() == leaf)
+        p.extension = ext;
     auto shard_opts = full.options().device(shard_device);
     std::vector<int64_t> local_shape = p.shape;
     local_shape[0] = rows;
@@ -116,6 +121,8 @@ void fully_shard(torch::nn::Module& module, const dist::DeviceMesh& mesh, const 
   }
 
   auto unit = std::make_shared<FsdpUnit>("root", std::move(params), mesh, options, compute);
+  for (const FsdpParam& p : unit->params())
+    if (p.extension) p.extension->on_fully_shard(mesh.group(shard_dim));
   unit->install_shards();
   hookable->add_forward_hook(unit);
 

@@ -83,7 +83,9 @@ struct FullyShardOptions {
 /// of a larger mesh is fine) or 2-D (HSDP: dim 0 replicates, dim 1 shards). Parameters may live on the meta device (the shards are
 /// then allocated uninitialised; load them with load_full_state_dict); real
 /// parameters are sliced and the full tensors released. Collective over the
-/// mesh. Throws titan::Error for a module that cannot be sharded, a mesh of
+/// mesh. A parameter whose owning module carries an AllGatherExtension
+/// among its forward hooks (all_gather_extension.hpp: float8 weights)
+/// travels in the extension's form. Throws titan::Error for a module that cannot be sharded, a mesh of
 /// another dimensionality, or a second call on the same module.
 void fully_shard(torch::nn::Module& module, const dist::DeviceMesh& mesh,
                  const FullyShardOptions& options = {});

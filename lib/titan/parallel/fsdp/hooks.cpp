@@ -99,7 +99,19 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
   // its own history on them.
   std::vector<at::Tensor> working;
   working.reserve(full_.size());
-  for (const at::Tensor& t : full_) working.push_back(t.detach());
+  for (size_t j = 0; j < full_.size(); ++j) {
+    const FsdpParam& p = params_[j];
+    if (!p.extension) {
+      working.push_back(full_[j].detach());
+      continue;
+    }
+    // The gathered tensor is not in param_dtype (float8): the module gets a
+    // stand-in of the parameter's shape and dtype with one element of
+    // storage (all strides 0), which carries the gradient back to the
+    // shard; the extension's own code reads the gathered data.
+    working.push_back(at::empty_strided(p.shape, std::vector<int64_t>(p.shape.size(), 0),
+                                        at::TensorOptions().dtype(param_dtype()).device(compute_device_)));
+  }
   bool any_grad = false;
   for (const FsdpParam& p : params_) any_grad = any_grad || p.requires_grad;
   if (at::GradMode::is_enabled() && any_grad) {
@@ -111,8 +123,11 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
     torch::autograd::set_history(working, node);
     ++graphs_in_flight_;
   }
-  full_ = working;
-  install(full_);
+  for (size_t j = 0; j < full_.size(); ++j) {
+    if (params_[j].extension) params_[j].extension->post_all_gather(full_[j], working[j]);
+    else full_[j] = working[j];  // same storage, this forward's history
+  }
+  install(working);
   forward_start_us_ = now_us();
 
   // Mixed precision: floating inputs enter the unit in param_dtype (FSDP2's
