@@ -47,16 +47,34 @@ class Tokenizer {
   virtual std::string describe() const = 0;
 };
 
-/// @brief Loads the tokenizer a config names in [model] tokenizer_path.
+/// @brief Loads the tokenizer a config names in [model] tokenizer_path (or
+/// hf_assets_path, see choose_tokenizer_path).
 ///
 /// - "" or "builtin": the built-in tokenizer (make_default_tokenizer).
 /// - "builtin:byte": the byte-level tokenizer (258 ids).
-/// - anything else: a tiktoken-format rank file (Llama 3's tokenizer.model
+/// - a folder (torchtitan's hf_assets_path): its tokenizer.json (with its
+///   tokenizer_config.json), else its original/tokenizer.model.
+/// - a file named *.json or holding JSON: a Hugging Face tokenizer.json
+///   (HfTokenizer), with the tokenizer_config.json beside it if any.
+/// - any other file: a tiktoken-format rank file (Llama 3's tokenizer.model
 ///   format) with Llama 3's 256 special tokens appended.
 ///
 /// A missing or corrupt file throws a one-line titan::Error naming the file
 /// (and line), and says how to get a Llama 3 tokenizer.
 std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& path);
+
+/// @brief The path load_tokenizer gets from a config, and a note for the
+/// log ("" when there is nothing to say).
+struct TokenizerChoice {
+  std::string path;
+  std::string note;
+};
+
+/// @brief torchtitan 0.2's rule: a non-empty [model] tokenizer_path wins
+/// over hf_assets_path (torchtitan copies tokenizer_path into
+/// hf_assets_path, with a deprecation warning); else hf_assets_path; else
+/// "" (the built-in tokenizer). The note says which won when both are set.
+TokenizerChoice choose_tokenizer_path(const std::string& tokenizer_path, const std::string& hf_assets_path);
 
 /// @brief The built-in tokenizer: byte-level BPE with 2048 ids (1792 ranks
 /// + Llama 3's 256 special tokens) trained on the built-in fortunes corpus
