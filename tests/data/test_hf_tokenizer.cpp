@@ -9,12 +9,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "data_test_util.hpp"
+#include "support/run_command.hpp"
 #include "titan/data/byte_level.hpp"
 #include "titan/data/hf_tokenizer.hpp"
 #include "titan/data/pretokenize.hpp"
@@ -353,6 +355,34 @@ TEST(HfTokenizer, BadFilesGiveOneLineErrorsNamingTheFile) {
   EXPECT_ERROR(load_error(full, R"({"bos_token": "<s>")"), "not valid JSON");
   EXPECT_ERROR(load_error(full, R"({"added_tokens_decoder": {"x1": {"content": "<s>"}}})"), "must be an integer id");
 #undef EXPECT_ERROR
+}
+
+// `titan tokenizer encode` takes the folder or the file, and times files.
+TEST(HfTokenizer, CommandLineEncodesTextAndFiles) {
+  TempDir dir;
+  titan::testing::write_file(dir / "assets/tokenizer.json", small_tokenizer_json().dump());
+  const std::string titan_bin = titan::testing::bin_path("titan") + " tokenizer encode --tokenizer ";
+  auto r = titan::testing::run_command(titan_bin + (dir / "assets") + " abc");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Hugging Face BPE " + (dir / "assets/tokenizer.json")), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2 tokens for 3 bytes: 256 99\n[ab][c]"), std::string::npos) << r.output;
+
+  std::string text;
+  for (int i = 0; i < 2000; ++i) text += "ab cab, abc!\n";
+  titan::testing::write_file(dir / "text.txt", text);
+  const size_t tokens = load_tokenizer(dir / "assets/tokenizer.json")->encode(text).size();
+  r = titan::testing::run_command(titan_bin + (dir / "assets/tokenizer.json") + " --file " + (dir / "text.txt"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(std::to_string(tokens) + " tokens for " + std::to_string(text.size()) + " bytes"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("tokens/s"), std::string::npos) << r.output;
+
+  for (const std::string& bad : {" --file " + (dir / "none.txt"), " --file " + (dir / "text.txt") + " extra"}) {
+    r = titan::testing::run_command(titan_bin + (dir / "assets") + bad);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  }
 }
 
 TEST(HfTokenizer, ChooseTokenizerPathFollowsTorchtitan) {

@@ -34,6 +34,10 @@ std::shared_ptr<const Tokenizer> load_hf(const std::string& json_path) {
 std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& path) {
   if (path.empty() || path == "builtin") return make_default_tokenizer();
   if (path == "builtin:byte") return std::make_shared<ByteTokenizer>();
+  TITAN_CHECK(files::exists(path), "tokenizer path '", path,
+              "' not found: [model] tokenizer_path or hf_assets_path must name a tiktoken file (Llama 3's "
+              "original/tokenizer.model), a Hugging Face tokenizer.json or an assets folder holding one "
+              "(torchtitan's scripts/download_hf_assets.py fetches them); leave both empty for the built-in tokenizer");
   if (files::is_directory(path)) {
     // torchtitan's hf_assets_path: what scripts/download_hf_assets.py puts
     // there for Llama 3 holds both forms; tokenizer.json is what torchtitan reads.
