@@ -37,8 +37,14 @@ HfTokenizer::HfTokenizer(HfTokenizerSpec spec, std::string source)
   }
   // Pieces are bytes; the vocabulary spells bytes as GPT-2's characters.
   // Only tokens made of those characters can come out of a piece.
+  std::vector<int64_t> byte_ids;
   for (const auto& [token, id] : spec.vocab)
-    if (byte_level_bytes(token)) byte_index_.emplace(id_bytes_[id], id);
+    if (std::optional<std::string> bytes = byte_level_bytes(token)) {
+      model_bytes_.push_back(std::move(*bytes));
+      byte_ids.push_back(id);
+    }
+  byte_index_.reserve(model_bytes_.size());
+  for (size_t i = 0; i < model_bytes_.size(); ++i) byte_index_.emplace(model_bytes_[i], byte_ids[i]);
   for (int b = 0; b < 256; ++b) {
     const std::string ch = byte_level_text(std::string(1, static_cast<char>(b)));
     auto it = vocab_.find(ch);
@@ -186,7 +192,7 @@ void HfTokenizer::pre_tokenize(size_t step, std::string_view text, std::vector<i
 
 void HfTokenizer::encode_piece(std::string_view piece, std::vector<int64_t>& out) const {
   if (ignore_merges_) {
-    if (auto it = byte_index_.find(std::string(piece)); it != byte_index_.end()) {
+    if (auto it = byte_index_.find(piece); it != byte_index_.end()) {
       out.push_back(it->second);
       return;
     }

@@ -140,7 +140,8 @@ class HfTokenizer : public Tokenizer {
   bool ignore_merges_ = false;
   std::unordered_map<std::string, int64_t> vocab_;       ///< spelling -> id (the model's)
   size_t model_vocab_count_ = 0;                         ///< entries in the model's vocab (the package's get_vocab_size)
-  std::unordered_map<std::string, int64_t> byte_index_;  ///< raw bytes -> id (model tokens of byte-level characters)
+  std::vector<std::string> model_bytes_;                      ///< bytes of the model's byte-level tokens (never changes)
+  std::unordered_map<std::string_view, int64_t> byte_index_;  ///< views into model_bytes_ -> id
   std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> merges_;  ///< (left id, right id) -> (rank, merged id)
   std::array<uint32_t, 256> byte_id_{};                                  ///< id of each single byte
   std::vector<std::string> id_bytes_;                                    ///< what decode writes for each id

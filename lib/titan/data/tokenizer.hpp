@@ -35,9 +35,12 @@ class Tokenizer {
   /// @brief Number of ids, special tokens included: the smallest model
   /// vocab_size that can embed every id.
   virtual int64_t vocab_size() const = 0;
-  /// @brief Id of the begin-of-text token every document starts with.
+  /// @brief Id of the begin-of-text token every document starts with, or
+  /// -1 when there is none (a tokenizer.json without tokenizer_config.json,
+  /// as in torchtitan); encode then adds none.
   virtual int64_t bos_id() const = 0;
-  /// @brief Id of the end-of-text token every document ends with.
+  /// @brief Id of the end-of-text token every document ends with, or -1
+  /// when there is none.
   virtual int64_t eos_id() const = 0;
   /// @brief Padding id, or -1 when there is none (Llama 3 has none).
   virtual int64_t pad_id() const { return -1; }
