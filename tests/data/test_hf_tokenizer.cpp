@@ -195,7 +195,8 @@ TEST(Pretokenize, SplitsLikeTheGptTwoPattern) {
 
 TEST(HfTokenizer, MatchesTheTokenizersPackage) {
   SKIP_WITHOUT_PYTHON();
-  for (const Kind k : {Kind{"gpt2", 300}, Kind{"gpt2", 1200}, Kind{"gpt2-prefix", 600}, Kind{"llama3", 700}}) {
+  for (const Kind k : {Kind{"gpt2", 300}, Kind{"gpt2", 1200}, Kind{"gpt2-prefix", 600}, Kind{"llama3", 700},
+                      Kind{"llama3-prefix", 400}}) {
     SCOPED_TRACE(std::string(k.kind) + " " + std::to_string(k.vocab));
     TempDir dir;
     const std::string folder = k.kind;

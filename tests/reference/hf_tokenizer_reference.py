@@ -8,7 +8,9 @@
                                  written as "a b" strings), gpt2-prefix (the
                                  same with add_prefix_space), llama3 (Llama 3's
                                  Split + ByteLevel, ignore_merges, special
-                                 tokens only in tokenizer_config.json)
+                                 tokens only in tokenizer_config.json),
+                                 llama3-prefix (the same with add_prefix_space,
+                                 which ByteLevel applies to every Split piece)
   convert RANKS DIR              converts a tiktoken rank file to
                                  DIR/tokenizer.json with transformers'
                                  TikTokenConverter (how Llama 3's HF file was
@@ -91,11 +93,11 @@ def cmd_make(kind, text_path, vocab_size, out_dir):
             config = {"bos_token": {"__type": "AddedToken", "content": "<s>", "lstrip": False, "normalized": True,
                                     "rstrip": False, "single_word": False},
                       "eos_token": "</s>", "pad_token": "<pad>", "unk_token": None}
-    elif kind == "llama3":
+    elif kind in ("llama3", "llama3-prefix"):
         tok = Tokenizer(models.BPE(ignore_merges=True))
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(PAT), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+            pre_tokenizers.ByteLevel(add_prefix_space=(kind == "llama3-prefix"), use_regex=False)])
         tok.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=1, show_progress=False,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
