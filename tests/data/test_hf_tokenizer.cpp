@@ -18,6 +18,7 @@
 #include "data_test_util.hpp"
 #include "support/run_command.hpp"
 #include "titan/data/byte_level.hpp"
+#include "titan/data/files.hpp"
 #include "titan/data/hf_tokenizer.hpp"
 #include "titan/data/pretokenize.hpp"
 #include "titan/data/tiktoken_tokenizer.hpp"
@@ -394,4 +395,9 @@ TEST(HfTokenizer, ChooseTokenizerPathFollowsTorchtitan) {
   EXPECT_EQ(both.path, "a.model");
   EXPECT_NE(both.note.find("tokenizer_path wins over hf_assets_path"), std::string::npos) << both.note;
   EXPECT_TRUE(choose_tokenizer_path("", "./assets/hf").note.empty());
+  // torchtitan's default folder, absent here: the built-in tokenizer, said so.
+  ASSERT_FALSE(titan::data::files::exists(kTorchtitanTestAssets));
+  const TokenizerChoice tt = choose_tokenizer_path("", kTorchtitanTestAssets);
+  EXPECT_EQ(tt.path, "");
+  EXPECT_NE(tt.note.find("using the built-in tokenizer"), std::string::npos) << tt.note;
 }

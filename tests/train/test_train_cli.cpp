@@ -230,6 +230,12 @@ TEST(TrainCli, TorchtitanLayoutTrainsOnAnHfAssetsFolder) {
   EXPECT_HAS(r.output, "tokenizer byte tokenizer (258 tokens)");
   EXPECT_HAS(r.output, "[model] tokenizer_path wins over hf_assets_path = \"" + assets + "\"");
 
+  // torchtitan's own default folder, absent here: the built-in tokenizer, said so.
+  r = run_command(train + " --training.steps 1 --model.hf_assets_path ./tests/assets/tokenizer");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "tokenizer tiktoken BPE");
+  EXPECT_HAS(r.output, "(torchtitan's test tokenizer folder) is not here: using the built-in tokenizer");
+
   // A folder that is not there: one line naming it.
   r = run_command(train + " --model.hf_assets_path " + dir.path() + "/no_such_assets");
   EXPECT_EQ(r.exit_code, 1) << r.output;

@@ -108,7 +108,8 @@ void read_model(const Json& model, const std::string& source, HfTokenizerSpec& s
   require_unset(model, "end_of_word_suffix", where, "byte-level BPE has no word suffix");
   spec.ignore_merges = bool_field(model, "ignore_merges", false, where);
 
-  const Json& vocab = model.value("vocab", Json());
+  static const Json kNone;  // model.value() would copy a 128k-entry vocab
+  const Json& vocab = model.contains("vocab") ? model["vocab"] : kNone;
   TITAN_CHECK(vocab.is_object() && !vocab.empty(), where, " has no \"vocab\" object of token -> id");
   spec.vocab.reserve(vocab.size());
   for (const auto& [token, id] : vocab.items()) {
@@ -117,7 +118,7 @@ void read_model(const Json& model, const std::string& source, HfTokenizerSpec& s
     spec.vocab.emplace_back(token, id.get<int64_t>());
   }
 
-  const Json& merges = model.value("merges", Json());
+  const Json& merges = model.contains("merges") ? model["merges"] : kNone;
   TITAN_CHECK(merges.is_array(), where, " has no \"merges\" list");
   spec.merges.reserve(merges.size());
   for (size_t i = 0; i < merges.size(); ++i) {

@@ -54,7 +54,14 @@ std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& path) {
 }
 
 TokenizerChoice choose_tokenizer_path(const std::string& tokenizer_path, const std::string& hf_assets_path) {
-  if (tokenizer_path.empty()) return {hf_assets_path, ""};
+  if (tokenizer_path.empty()) {
+    // torchtitan's configs (its debug_model.toml too) name its repository's
+    // test tokenizer; outside that repository titan's demo default stands in.
+    if (hf_assets_path == kTorchtitanTestAssets && !files::exists(hf_assets_path))
+      return {"", "hf_assets_path = \"" + hf_assets_path +
+                      "\" (torchtitan's test tokenizer folder) is not here: using the built-in tokenizer"};
+    return {hf_assets_path, ""};
+  }
   if (hf_assets_path.empty() || hf_assets_path == tokenizer_path) return {tokenizer_path, ""};
   return {tokenizer_path, "[model] tokenizer_path wins over hf_assets_path = \"" + hf_assets_path +
                               "\" (as in torchtitan 0.2, which uses tokenizer_path when both are set)"};

@@ -73,10 +73,16 @@ struct TokenizerChoice {
   std::string note;
 };
 
+/// @brief torchtitan's default hf_assets_path: a folder of its repository.
+inline constexpr const char* kTorchtitanTestAssets = "./tests/assets/tokenizer";
+
 /// @brief torchtitan 0.2's rule: a non-empty [model] tokenizer_path wins
 /// over hf_assets_path (torchtitan copies tokenizer_path into
 /// hf_assets_path, with a deprecation warning); else hf_assets_path; else
 /// "" (the built-in tokenizer). The note says which won when both are set.
+/// One exception, so that torchtitan's own configs run here as they did
+/// before hf_assets_path was honoured: its default kTorchtitanTestAssets,
+/// when no such folder exists, means the built-in tokenizer (with a note).
 TokenizerChoice choose_tokenizer_path(const std::string& tokenizer_path, const std::string& hf_assets_path);
 
 /// @brief The built-in tokenizer: byte-level BPE with 2048 ids (1792 ranks
