@@ -36,7 +36,7 @@ fi
 
 # --- Python virtual environment with torch ----------------------------------
 PY_PACKAGES=(torch==2.11.0 numpy==2.4.6 tiktoken==0.14.0 safetensors==0.8.0
-  tensorboard==2.21.0 transformers==5.24.0)
+  tensorboard==2.21.0 transformers==5.24.0 tokenizers==0.23.3)
 PYTHON="${TITAN_PYTHON:-python3}"
 if [ ! -x "$VENV/bin/python" ]; then
   say "creating virtual environment $VENV"

@@ -1,5 +1,7 @@
 // `titan tokenizer`: train a byte-level BPE on a corpus into a tiktoken
-// rank file, and look at what a tokenizer does to a piece of text.
+// rank file, look at what a tokenizer does to a piece of text, and time it
+// on a file.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -9,6 +11,7 @@
 #include "commands.hpp"
 #include "titan/data/builtin_tokenizer.hpp"
 #include "titan/data/documents.hpp"
+#include "titan/data/files.hpp"
 #include "titan/data/tokenizer.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/util/error.hpp"
@@ -19,17 +22,21 @@ namespace {
 constexpr const char* kUsage =
     "usage: titan tokenizer train [--input PATH] [--vocab-size N] --output FILE\n"
     "       titan tokenizer encode [--tokenizer PATH] TEXT...\n"
+    "       titan tokenizer encode [--tokenizer PATH] --file FILE\n"
     "\n"
     "train   byte-level BPE over Llama 3's pre-tokenisation; writes a tiktoken rank file\n"
     "        of N - 256 ranks (N ids with Llama 3's 256 special tokens)\n"
     "  --input PATH       text file, .jsonl file or folder (default: the built-in corpus)\n"
     "  --vocab-size N     ids including the 256 special tokens (default 2048)\n"
     "  --output FILE      where to write the rank file\n"
-    "encode  prints the ids and pieces of TEXT\n"
-    "  --tokenizer PATH   tiktoken file, 'builtin:byte', or empty/omitted for the built-in\n";
+    "encode  prints the ids and pieces of TEXT (special-token text becomes special tokens; no BOS/EOS)\n"
+    "  --tokenizer PATH   a tiktoken file, a Hugging Face tokenizer.json or assets folder (tokenizer.json,\n"
+    "                     else original/tokenizer.model), 'builtin:byte', or empty/omitted for the built-in\n"
+    "  --file FILE        encode the whole file as the data loader does (special-token text as text) and\n"
+    "                     print the token count and the encoding speed instead\n";
 
 struct Args {
-  std::string input, output, tokenizer;
+  std::string input, output, tokenizer, file;
   int64_t vocab_size = data::kBuiltinVocabSize;
   std::vector<std::string> rest;
 };
@@ -51,6 +58,7 @@ Args parse(int argc, char** argv, int first) {
     else if (arg == "--input") a.input = value;
     else if (arg == "--output") a.output = value;
     else if (arg == "--tokenizer") a.tokenizer = value;
+    else if (arg == "--file") a.file = value;
     else if (arg == "--vocab-size") {
       char* end = nullptr;
       a.vocab_size = std::strtoll(value.c_str(), &end, 10);
@@ -84,9 +92,31 @@ int train(const Args& a) {
   return 0;
 }
 
+// Encodes FILE a few times (at least 3 passes and half a second) and
+// prints the median pass: the number bench/tokenizer compares.
+int encode_file(const Args& a, const data::Tokenizer& tok) {
+  TITAN_CHECK(a.rest.empty(), "titan tokenizer encode takes --file or TEXT, not both");
+  const std::string text = data::files::read_file(a.file, "text file");
+  std::vector<double> secs;
+  size_t tokens = 0;
+  const auto begin = std::chrono::steady_clock::now();
+  while (secs.size() < 3 || std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count() < 0.5) {
+    const auto t0 = std::chrono::steady_clock::now();
+    tokens = tok.encode(text).size();
+    secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(secs.begin(), secs.end());
+  const double median = secs[secs.size() / 2];
+  std::printf("%s\n%zu tokens for %zu bytes (%.2f bytes/token); median of %zu passes %.4f s: %.2f MB/s, %.0f tokens/s\n",
+              tok.describe().c_str(), tokens, text.size(), tokens ? double(text.size()) / double(tokens) : 0.0,
+              secs.size(), median, double(text.size()) / median / 1e6, double(tokens) / median);
+  return 0;
+}
+
 int encode(const Args& a) {
-  TITAN_CHECK(!a.rest.empty(), "titan tokenizer encode needs TEXT");
   auto tok = data::load_tokenizer(a.tokenizer);
+  if (!a.file.empty()) return encode_file(a, *tok);
+  TITAN_CHECK(!a.rest.empty(), "titan tokenizer encode needs TEXT (or --file FILE)");
   std::string text;
   for (size_t i = 0; i < a.rest.size(); ++i) text += (i ? " " : "") + a.rest[i];
   std::vector<int64_t> ids = tok->encode(text, /*bos=*/false, /*eos=*/false, /*allow_special=*/true);

@@ -47,9 +47,8 @@ std::string quote(const std::string& s) {
   return out + "'";
 }
 
-bool run_reference(const std::string& args) {
-  const std::string cmd =
-      quote(python()) + " " + quote(source_path("tests/reference/tiktoken_reference.py")) + " " + args;
+bool run_reference(const std::string& args, const std::string& script) {
+  const std::string cmd = quote(python()) + " " + quote(source_path("tests/reference/" + script)) + " " + args;
   CommandResult r = run_command(cmd);
   if (r.exit_code != 0) {
     ADD_FAILURE() << "reference failed (" << r.exit_code << "): " << cmd << "\n" << r.output;

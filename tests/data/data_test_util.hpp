@@ -23,9 +23,10 @@ std::string read_file(const std::string& path);
 
 /// The venv python from CTest's environment, or "" when unset.
 std::string python();
-/// Runs tests/reference/tiktoken_reference.py with `args`; fails the test
-/// (ADD_FAILURE) and returns false when it exits non-zero.
-bool run_reference(const std::string& args);
+/// Runs tests/reference/`script` (default tiktoken_reference.py) with
+/// `args`; fails the test (ADD_FAILURE) and returns false when it exits
+/// non-zero.
+bool run_reference(const std::string& args, const std::string& script = "tiktoken_reference.py");
 
 /// Shell-quotes a path.
 std::string quote(const std::string& s);

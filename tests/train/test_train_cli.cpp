@@ -199,3 +199,66 @@ TEST(TrainCli, ContextParallelRunsAndRefusesAnUncuttableSequence) {
   EXPECT_HAS(bad.output, "[training] seq_len = 18 does not divide into 4 equal chunks");
   EXPECT_HAS(bad.output, "seq_len must divide by 2 x cp");
 }
+
+namespace {
+
+// A debug-model config in torchtitan v0.2's layout ([model] hf_assets_path,
+// [training] local_batch_size / dataset_path, [parallelism], ...) trains
+// on a tokenizer.json that the Python tokenizers package trained (Llama 3's
+// layout, its special tokens only in tokenizer_config.json, so they get ids
+// right after the 500-token vocabulary and fit the debug model's 2048).
+TEST(TrainCli, TorchtitanLayoutTrainsOnAnHfAssetsFolder) {
+  const char* py = std::getenv("TITAN_PYTHON");
+  if (!py || !*py) GTEST_SKIP() << "TITAN_PYTHON is not set (run through ctest)";
+  ScratchDir dir("train_cli_hf");
+  const std::string ref = source_path("tests/reference/");
+  const std::string text = dir.path() + "/sample.txt", assets = dir.path() + "/assets";
+  for (const std::string& cmd : {std::string(py) + " " + ref + "tiktoken_reference.py sample-text " + text,
+                                 std::string(py) + " " + ref + "hf_tokenizer_reference.py make llama3 " + text +
+                                     " 500 " + assets}) {
+    auto r = run_command(cmd);
+    ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+  }
+  const std::string toml = dir.write("torchtitan_debug.toml",
+                                     "[job]\ndump_folder = \"" + dir.path() + "/out\"\n"
+                                     "description = \"torchtitan v0.2 layout, Hugging Face tokenizer\"\n"
+                                     "[metrics]\nlog_freq = 1\nenable_tensorboard = false\n"
+                                     "[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n"
+                                     "hf_assets_path = \"" + assets + "\"\n"
+                                     "[optimizer]\nname = \"AdamW\"\nlr = 8e-4\neps = 1e-8\n"
+                                     "[lr_scheduler]\nwarmup_steps = 2\ndecay_ratio = 0.8\ndecay_type = \"linear\"\n"
+                                     "min_lr_factor = 0.0\n"
+                                     "[training]\nlocal_batch_size = 2\nseq_len = 16\nmax_norm = 1.0\nsteps = 3\n"
+                                     "dataset_path = \"" + text + "\"\n"
+                                     "[parallelism]\ndata_parallel_replicate_degree = 1\n"
+                                     "data_parallel_shard_degree = -1\ntensor_parallel_degree = 1\n"
+                                     "pipeline_parallel_degree = 1\ncontext_parallel_degree = 1\n"
+                                     "[checkpoint]\nenable = false\nfolder = \"checkpoint\"\n"
+                                     "[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"2\"\n");
+  const std::string train = bin_path("titan") + " train --job.config_file " + toml + " --training.device cpu";
+  auto r = run_command(train);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "tokenizer Hugging Face BPE " + assets + "/tokenizer.json (517 ids, BOS 501, EOS 502)");
+  EXPECT_HAS(r.output, "training done: 3/3 steps");
+  EXPECT_EQ(r.output.find("wins over"), std::string::npos) << r.output;
+
+  // Both given: tokenizer_path wins, as in torchtitan, and the banner says so.
+  r = run_command(train + " --training.steps 1 --model.tokenizer_path builtin:byte");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "tokenizer byte tokenizer (258 tokens)");
+  EXPECT_HAS(r.output, "[model] tokenizer_path wins over hf_assets_path = \"" + assets + "\"");
+
+  // torchtitan's own default folder, absent here: the built-in tokenizer, said so.
+  r = run_command(train + " --training.steps 1 --model.hf_assets_path ./tests/assets/tokenizer");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "tokenizer tiktoken BPE");
+  EXPECT_HAS(r.output, "(torchtitan's test tokenizer folder) is not here: using the built-in tokenizer");
+
+  // A folder that is not there: one line naming it.
+  r = run_command(train + " --model.hf_assets_path " + dir.path() + "/no_such_assets");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_HAS(r.output, "no_such_assets' not found");
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+}
+
+}  // namespace

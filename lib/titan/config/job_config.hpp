@@ -51,7 +51,8 @@ struct ModelSection {
   /// attention backend (torchtitan's attn_type): "sdpa" (ATen's dispatch),
   /// "flash" (titan's CPU flash kernel) or "math" (explicit softmax)
   std::string attn_type = "sdpa";
-  std::string tokenizer_path;          ///< tiktoken-format file; "" = the built-in tokenizer
+  std::string tokenizer_path;          ///< tokenizer file or folder; "" = hf_assets_path, else the built-in tokenizer
+  std::string hf_assets_path;          ///< torchtitan's Hugging Face assets folder (tokenizer.json); "" = none
   /// torchtitan's model converters: "float8" / "quantize.linear.float8"
   /// turn on [float8] enable_float8_linear (normalize()); others are gated.
   std::vector<std::string> converters;

@@ -59,7 +59,12 @@ std::vector<Field> make_fields() {
                   "attention backend: sdpa (ATen's dispatch), flash (titan's CPU flash kernel, CPU only), math "
                   "(explicit softmax, the reference)",
                   "sdpa", "flash", "math"),
-      TITAN_FIELD(model, tokenizer_path, "tiktoken-format tokenizer file; \"\" = the built-in tokenizer"),
+      TITAN_FIELD(model, tokenizer_path,
+                  "tokenizer: a tiktoken file, a Hugging Face tokenizer.json or assets folder; wins over "
+                  "hf_assets_path; \"\" = hf_assets_path, else the built-in tokenizer"),
+      TITAN_FIELD(model, hf_assets_path,
+                  "Hugging Face assets folder (torchtitan's): its tokenizer.json + tokenizer_config.json, else "
+                  "original/tokenizer.model; \"\" = none"),
       TITAN_FIELD(model, converters,
                   "model conversions: `float8` (or `quantize.linear.float8`) turns on [float8] enable_float8_linear"),
 

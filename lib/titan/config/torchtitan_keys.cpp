@@ -64,8 +64,7 @@ std::vector<TorchtitanKey> make_table() {
 
       row("model", "name", S("llama3"), kTitan),
       row("model", "flavor", S("debugmodel"), kTitan),
-      row("model", "hf_assets_path", S("./tests/assets/tokenizer"), kDefault,
-          "Hugging Face assets folder (tokenizer.json); use tokenizer_path"),
+      row("model", "hf_assets_path", S("./tests/assets/tokenizer"), kTitan),
       row("model", "tokenizer_path", None(kStr), kTitan),
       row("model", "converters", L({}), kTitan),
       row("model", "print_after_conversion", B(false), kCosmetic, "titan logs the converted layers' count"),

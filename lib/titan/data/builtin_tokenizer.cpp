@@ -8,7 +8,6 @@
 #include <mutex>
 
 #include "titan/data/bpe_trainer.hpp"
-#include "titan/data/byte_tokenizer.hpp"
 #include "titan/data/documents.hpp"
 #include "titan/data/files.hpp"
 #include "titan/util/error.hpp"
@@ -104,12 +103,6 @@ std::shared_ptr<const Tokenizer> make_default_tokenizer() {
     cached = tok;
   }
   return cached;
-}
-
-std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& path) {
-  if (path.empty() || path == "builtin") return make_default_tokenizer();
-  if (path == "builtin:byte") return std::make_shared<ByteTokenizer>();
-  return TiktokenTokenizer::load(path, kNumSpecialTokens);
 }
 
 void check_vocab_fits(const Tokenizer& tokenizer, int64_t model_vocab_size) {

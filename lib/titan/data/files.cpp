@@ -8,6 +8,11 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "titan/util/error.hpp"
 
 namespace titan::data::files {
 
@@ -95,6 +100,15 @@ void remove_all(const std::string& path) {
   } else {
     ::unlink(path.c_str());
   }
+}
+
+std::string read_file(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  TITAN_CHECK(in, "cannot read ", what, " '", path, "': ", std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  TITAN_CHECK(!in.bad(), "cannot read ", what, " '", path, "': ", std::strerror(errno));
+  return ss.str();
 }
 
 std::string temp_dir() {

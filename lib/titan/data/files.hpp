@@ -33,6 +33,9 @@ std::vector<std::string> list_files(const std::string& dir);
 /// @brief `base/path`, or `path` itself when it is absolute (Python's
 /// os.path.join, which torchtitan uses for every folder under dump_folder).
 std::string join(const std::string& base, const std::string& path);
+/// @brief The whole content of the file `path`; throws titan::Error
+/// "cannot read <what> '<path>': <reason>" when it cannot be read.
+std::string read_file(const std::string& path, const std::string& what = "file");
 /// @brief Removes a file or a folder tree; best effort.
 void remove_all(const std::string& path);
 /// @brief $TMPDIR, else /tmp.

@@ -38,6 +38,35 @@ size_t run_of(std::string_view t, size_t pos, CharClass cls) {
 
 bool is_space(CharClass c) { return c == CharClass::Space || c == CharClass::Newline; }
 
+// Where the pattern's whitespace alternatives end when only they are left
+// (the code point at `pos` is \s): Llama 3's `\s*[\r\n]+|\s+(?!\S)|\s+`
+// or, without the newline alternative, GPT-2's `\s+(?!\S)|\s+`.
+size_t whitespace_end(std::string_view t, size_t pos, bool newline_alternative) {
+  const size_t n = t.size();
+  size_t j = pos, last_nl_end = 0, last_start = pos;  // j = end of the whitespace run
+  while (j < n) {
+    CodePoint c = decode_utf8(t, j);
+    if (!is_space(c.cls)) break;
+    last_start = j;
+    j += c.len;
+    if (c.cls == CharClass::Newline) last_nl_end = j;
+  }
+  if (newline_alternative && last_nl_end) return last_nl_end;  // \s*[\r\n]+ : up to the run's last CR/LF
+  if (j == n) return j;                                         // \s+(?!\S) at the end of text
+  if (last_start > pos) return last_start;                      // \s+(?!\S): leave the last space for the next piece
+  return j;                                                     // \s+
+}
+
+// GPT-2's case-sensitive 's|'t|'re|'ve|'m|'ll|'d (ASCII only, so bytes do).
+size_t match_gpt2_contraction(std::string_view t, size_t pos) {
+  if (t[pos] != '\'' || pos + 1 >= t.size()) return 0;
+  const char a = t[pos + 1];
+  if (a == 's' || a == 't' || a == 'm' || a == 'd') return pos + 2;
+  const char b = pos + 2 < t.size() ? t[pos + 2] : 0;
+  if (((a == 'r' || a == 'v') && b == 'e') || (a == 'l' && b == 'l')) return pos + 3;
+  return 0;
+}
+
 }  // namespace
 
 void pretokenize_llama3(std::string_view t, const std::function<void(std::string_view)>& piece) {
@@ -75,20 +104,26 @@ void pretokenize_llama3(std::string_view t, const std::function<void(std::string
         end = run_of(t, end, CharClass::Newline);
       }
     }
+    if (!end) end = whitespace_end(t, pos, /*newline_alternative=*/true);
+    piece(t.substr(pos, end - pos));
+    pos = end;
+  }
+}
+
+void pretokenize_gpt2(std::string_view t, const std::function<void(std::string_view)>& piece) {
+  const size_t n = t.size();
+  size_t pos = 0;
+  while (pos < n) {
+    const CodePoint c0 = decode_utf8(t, pos);
+    const size_t p1 = pos + c0.len;
+    const CharClass c1 = p1 < n ? decode_utf8(t, p1).cls : CharClass::Space;  // Space: "no next char" here
+    size_t end = match_gpt2_contraction(t, pos);
+    // " ?\p{L}+", " ?\p{N}+", " ?[^\s\p{L}\p{N}]+": a run of one class,
+    // after one optional space; whitespace is the only class left over.
     if (!end) {
-      // Only whitespace is left (c0 is \s). j = end of the whitespace run.
-      size_t j = pos, last_nl_end = 0, last_start = pos;
-      while (j < n) {
-        CodePoint c = decode_utf8(t, j);
-        if (!is_space(c.cls)) break;
-        last_start = j;
-        j += c.len;
-        if (c.cls == CharClass::Newline) last_nl_end = j;
-      }
-      if (last_nl_end) end = last_nl_end;            // \s*[\r\n]+ : up to the run's last CR/LF
-      else if (j == n) end = j;                       // \s+(?!\S) at the end of text
-      else if (last_start > pos) end = last_start;    // \s+(?!\S): leave the last space for the next piece
-      else end = j;                                   // \s+
+      if (c0.cls != CharClass::Space && c0.cls != CharClass::Newline) end = run_of(t, p1, c0.cls);
+      else if (c0.cp == ' ' && c1 != CharClass::Space && c1 != CharClass::Newline) end = run_of(t, p1, c1);
+      else end = whitespace_end(t, pos, /*newline_alternative=*/false);
     }
     piece(t.substr(pos, end - pos));
     pos = end;

@@ -1,40 +1,20 @@
 #include "titan/data/tiktoken_tokenizer.hpp"
 
-#include <algorithm>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <limits>
-#include <queue>
 #include <sstream>
 
 #include "titan/data/base64.hpp"
+#include "titan/data/bpe_merge.hpp"
+#include "titan/data/files.hpp"
 #include "titan/data/pretokenize.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::data {
-namespace {
-
-constexpr uint32_t kNoRank = std::numeric_limits<uint32_t>::max();
-
-// Pieces up to this many bytes merge with tiktoken's own quadratic scan
-// (fastest for the short pieces that are nearly all text); longer ones
-// (whitespace runs, long words) use a heap so that a pathological document
-// cannot stall the data loader. Both merge the same pairs in the same order.
-constexpr size_t kHeapMergeFrom = 64;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  TITAN_CHECK(in, "cannot read tokenizer file '", path, "': ", std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
 
 std::vector<std::string> llama3_special_tokens(int count) {
   std::vector<std::string> named = {"<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
@@ -59,8 +39,10 @@ TiktokenTokenizer::TiktokenTokenizer(std::vector<std::string> ranks, std::vector
   }
   for (int b = 0; b < 256; ++b) {
     const char c = static_cast<char>(b);
-    TITAN_CHECK(rank_index_.count(std::string_view(&c, 1)), source_, ": no token for the single byte 0x", std::hex,
-                b, " (a tiktoken rank file must hold all 256 bytes)");
+    auto it = rank_index_.find(std::string_view(&c, 1));
+    TITAN_CHECK(it != rank_index_.end(), source_, ": no token for the single byte 0x", std::hex, b,
+                " (a tiktoken rank file must hold all 256 bytes)");
+    byte_rank_[b] = it->second;
   }
   for (size_t i = 0; i < specials_.size(); ++i) {
     TITAN_CHECK(!specials_[i].empty(), source_, ": empty special token");
@@ -80,14 +62,16 @@ std::shared_ptr<TiktokenTokenizer> TiktokenTokenizer::load(const std::string& pa
   std::ifstream probe(path);
   TITAN_CHECK(probe.good(), "tokenizer file '", path,
               "' not found: download tokenizer.model from Meta's Llama 3 release (original/tokenizer.model); "
-              "or set --model.tokenizer_path to a tiktoken-format file, or leave it empty for the built-in tokenizer");
-  const std::string text = read_file(path);
+              "or set --model.tokenizer_path to a tiktoken file, a tokenizer.json or a Hugging Face assets folder, or "
+              "leave it empty for the built-in tokenizer");
+  const std::string text = files::read_file(path, "tokenizer file");
   TITAN_CHECK(text.find_first_not_of(" \t\r\n") != std::string::npos, "tokenizer file '", path,
               "' is empty: expected tiktoken format, one 'base64(token) rank' per line");
   if (text[text.find_first_not_of(" \t\r\n")] == '{')
     throw Error("tokenizer file '" + path +
-                "' looks like JSON (a Hugging Face tokenizer.json?): titan reads the tiktoken format of Llama 3's "
-                "original/tokenizer.model, one 'base64(token) rank' per line");
+                "' looks like JSON (a Hugging Face tokenizer.json?): a tiktoken file, as Llama 3's "
+                "original/tokenizer.model, has one 'base64(token) rank' per line; load_tokenizer reads tokenizer.json "
+                "files named *.json or starting with '{'");
 
   std::vector<std::pair<std::string, int64_t>> entries;
   std::vector<size_t> line_of;
@@ -135,70 +119,23 @@ std::shared_ptr<TiktokenTokenizer> TiktokenTokenizer::load(const std::string& pa
 
 uint32_t TiktokenTokenizer::rank_of(std::string_view bytes) const {
   auto it = rank_index_.find(bytes);
-  return it == rank_index_.end() ? kNoRank : it->second;
+  return it == rank_index_.end() ? kNoMerge : it->second;
 }
 
 void TiktokenTokenizer::encode_piece(std::string_view piece, std::vector<int64_t>& out) const {
-  if (uint32_t whole = rank_of(piece); whole != kNoRank) {
+  if (uint32_t whole = rank_of(piece); whole != kNoMerge) {
     out.push_back(whole);
     return;
   }
-  const size_t n = piece.size();
-  auto span_rank = [&](size_t a, size_t b) { return rank_of(piece.substr(a, b - a)); };
-
-  if (n < kHeapMergeFrom) {
-    // tiktoken's _byte_pair_merge: parts[i] = (start, rank of merging part i
-    // with part i+1); merge the lowest (leftmost on ties) until none merges.
-    struct Part {
-      size_t start;
-      uint32_t rank;
-    };
-    Part parts[kHeapMergeFrom + 1];
-    size_t count = 0;
-    for (size_t i = 0; i + 1 < n; ++i) parts[count++] = {i, span_rank(i, i + 2)};
-    parts[count++] = {n - 1, kNoRank};
-    parts[count++] = {n, kNoRank};
-    auto pair_rank = [&](size_t i) { return i + 3 < count ? span_rank(parts[i].start, parts[i + 3].start) : kNoRank; };
-    for (;;) {
-      size_t best = 0;
-      uint32_t best_rank = kNoRank;
-      for (size_t i = 0; i + 1 < count; ++i)
-        if (parts[i].rank < best_rank) best_rank = parts[i].rank, best = i;
-      if (best_rank == kNoRank) break;
-      if (best > 0) parts[best - 1].rank = pair_rank(best - 1);
-      parts[best].rank = pair_rank(best);
-      std::copy(parts + best + 2, parts + count, parts + best + 1);
-      --count;
-    }
-    for (size_t i = 0; i + 1 < count; ++i) out.push_back(span_rank(parts[i].start, parts[i + 1].start));
-    return;
-  }
-
-  // The same merges through a min-heap of (rank, start): a linked list of
-  // parts named by their start byte; stale heap entries are skipped.
-  std::vector<size_t> next(n + 1), prev(n + 1);
-  std::vector<uint32_t> rank(n + 1, kNoRank);
-  for (size_t i = 0; i <= n; ++i) next[i] = i + 1, prev[i] = i - 1;  // prev[0] wraps: never read
-  using Entry = std::pair<uint32_t, size_t>;
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
-  auto refresh = [&](size_t i) {
-    rank[i] = next[i] < n ? span_rank(i, next[next[i]]) : kNoRank;
-    if (rank[i] != kNoRank) heap.emplace(rank[i], i);
-  };
-  for (size_t i = 0; i < n; ++i) refresh(i);
-  std::vector<char> alive(n + 1, 1);
-  while (!heap.empty()) {
-    auto [r, i] = heap.top();
-    heap.pop();
-    if (!alive[i] || rank[i] != r) continue;
-    const size_t gone = next[i];
-    alive[gone] = 0;
-    next[i] = next[gone];
-    prev[next[gone]] = i;
-    refresh(i);
-    if (i > 0) refresh(prev[i]);
-  }
-  for (size_t i = 0; i < n; i = next[i]) out.push_back(span_rank(i, next[i]));
+  // tiktoken merges by the rank of the merged bytes: the pair's own parts
+  // do not matter, only the span they cover together.
+  bpe_merge(
+      piece.size(), [&](size_t i) { return byte_rank_[static_cast<uint8_t>(piece[i])]; },
+      [&](size_t a, size_t, size_t c, uint32_t, uint32_t) {
+        const uint32_t r = rank_of(piece.substr(a, c - a));
+        return BpeMerge{r, r};
+      },
+      out);
 }
 
 void TiktokenTokenizer::encode_ordinary(std::string_view text, std::vector<int64_t>& out) const {

@@ -78,6 +78,7 @@ class TiktokenTokenizer : public Tokenizer {
   std::vector<std::string> specials_;
   std::unordered_map<std::string_view, int64_t> special_index_;  ///< views into specials_
   std::array<bool, 256> special_first_byte_{};  ///< bytes a special token starts with
+  std::array<uint32_t, 256> byte_rank_{};        ///< rank of each single byte
   std::string source_;
   int64_t bos_ = -1, eos_ = -1;
 };

@@ -35,9 +35,12 @@ class Tokenizer {
   /// @brief Number of ids, special tokens included: the smallest model
   /// vocab_size that can embed every id.
   virtual int64_t vocab_size() const = 0;
-  /// @brief Id of the begin-of-text token every document starts with.
+  /// @brief Id of the begin-of-text token every document starts with, or
+  /// -1 when there is none (a tokenizer.json without tokenizer_config.json,
+  /// as in torchtitan); encode then adds none.
   virtual int64_t bos_id() const = 0;
-  /// @brief Id of the end-of-text token every document ends with.
+  /// @brief Id of the end-of-text token every document ends with, or -1
+  /// when there is none.
   virtual int64_t eos_id() const = 0;
   /// @brief Padding id, or -1 when there is none (Llama 3 has none).
   virtual int64_t pad_id() const { return -1; }
@@ -47,16 +50,40 @@ class Tokenizer {
   virtual std::string describe() const = 0;
 };
 
-/// @brief Loads the tokenizer a config names in [model] tokenizer_path.
+/// @brief Loads the tokenizer a config names in [model] tokenizer_path (or
+/// hf_assets_path, see choose_tokenizer_path).
 ///
 /// - "" or "builtin": the built-in tokenizer (make_default_tokenizer).
 /// - "builtin:byte": the byte-level tokenizer (258 ids).
-/// - anything else: a tiktoken-format rank file (Llama 3's tokenizer.model
+/// - a folder (torchtitan's hf_assets_path): its tokenizer.json (with its
+///   tokenizer_config.json), else its original/tokenizer.model.
+/// - a file named *.json or holding JSON: a Hugging Face tokenizer.json
+///   (HfTokenizer), with the tokenizer_config.json beside it if any.
+/// - any other file: a tiktoken-format rank file (Llama 3's tokenizer.model
 ///   format) with Llama 3's 256 special tokens appended.
 ///
 /// A missing or corrupt file throws a one-line titan::Error naming the file
 /// (and line), and says how to get a Llama 3 tokenizer.
 std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& path);
+
+/// @brief The path load_tokenizer gets from a config, and a note for the
+/// log ("" when there is nothing to say).
+struct TokenizerChoice {
+  std::string path;
+  std::string note;
+};
+
+/// @brief torchtitan's default hf_assets_path: a folder of its repository.
+inline constexpr const char* kTorchtitanTestAssets = "./tests/assets/tokenizer";
+
+/// @brief torchtitan 0.2's rule: a non-empty [model] tokenizer_path wins
+/// over hf_assets_path (torchtitan copies tokenizer_path into
+/// hf_assets_path, with a deprecation warning); else hf_assets_path; else
+/// "" (the built-in tokenizer). The note says which won when both are set.
+/// One exception, so that torchtitan's own configs run here as they did
+/// before hf_assets_path was honoured: its default kTorchtitanTestAssets,
+/// when no such folder exists, means the built-in tokenizer (with a note).
+TokenizerChoice choose_tokenizer_path(const std::string& tokenizer_path, const std::string& hf_assets_path);
 
 /// @brief The built-in tokenizer: byte-level BPE with 2048 ids (1792 ranks
 /// + Llama 3's 256 special tokens) trained on the built-in fortunes corpus

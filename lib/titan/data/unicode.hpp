@@ -5,6 +5,7 @@
 /// engine: a generated table (unicode_table.cpp) answers L and N.
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace titan::data {
@@ -31,6 +32,9 @@ struct CodePoint {
 /// (pos < text.size()). Overlong forms, surrogates and values past U+10FFFF
 /// count as invalid bytes.
 CodePoint decode_utf8(std::string_view text, size_t pos);
+
+/// @brief Appends the UTF-8 encoding of code point `cp` (<= U+10FFFF) to `out`.
+void append_utf8(uint32_t cp, std::string& out);
 
 /// @brief Class of a code point: Letter/Number from the generated table,
 /// Space/Newline from Unicode's fixed White_Space list.

@@ -113,7 +113,10 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   ac::blocks_to_checkpoint(cfg_.activation_checkpoint.mode, cfg_.activation_checkpoint.selective_ac_option,
                            args_.n_layers);  // a bad option fails here, before the job starts
 
-  tokenizer_ = data::load_tokenizer(cfg_.model.tokenizer_path);
+  const data::TokenizerChoice choice =
+      data::choose_tokenizer_path(cfg_.model.tokenizer_path, cfg_.model.hf_assets_path);
+  tokenizer_ = data::load_tokenizer(choice.path);
+  tokenizer_note_ = choice.note;
   data::check_vocab_fits(*tokenizer_, args_.vocab_size);
 
   // Join the job once the inputs are known to be good (so a bad config fails
@@ -348,6 +351,7 @@ std::string Trainer::banner() const {
   s += "  device    " + device_.str() + " (" + metrics::device_name(device_) + ")";
   if (device_.is_cpu()) s += strprintf(", %d threads", at::get_num_threads());
   s += "\n  tokenizer " + tokenizer_->describe() + "\n";
+  if (!tokenizer_note_.empty()) s += "            " + tokenizer_note_ + "\n";
   s += "  data      " + loaders_.front()->dataset_path() + "\n";
   s += "  parallel  " + dims_.describe() + (parallelized_.description.empty() ? "" : ": " + parallelized_.description);
   if (options_.emulate_dp_ranks > 1)

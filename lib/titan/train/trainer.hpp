@@ -163,6 +163,7 @@ class Trainer {
   c10::Device device_{c10::kCPU};
   models::llama3::ModelArgs args_;
   std::shared_ptr<const data::Tokenizer> tokenizer_;
+  std::string tokenizer_note_;  ///< which of tokenizer_path / hf_assets_path won, when both were set
   /// One loader per data-parallel rank this process reads for: one, or
   /// TrainerOptions::emulate_dp_ranks of them.
   std::vector<std::unique_ptr<data::DataLoader>> loaders_;
