@@ -113,7 +113,9 @@ std::vector<std::string> convert_to_float8_training(torch::nn::Module& root, con
     for (const std::string& s : skip)
       skipped = skipped || name == s ||
                 (name.size() > s.size() && name.compare(name.size() - s.size() - 1, s.size() + 1, "." + s) == 0);
-    if (skipped || linear->weight.size(0) % 16 != 0 || linear->weight.size(1) % 16 != 0) continue;
+    // A tied output shares the embedding's weight, which a lookup reads in
+    // full precision: it stays a plain matmul.
+    if (skipped || linear->tied() || linear->weight.size(0) % 16 != 0 || linear->weight.size(1) % 16 != 0) continue;
     linear->add_forward_hook(std::make_shared<Float8Hook>(linear, tp_group));
     converted.push_back(name);
   }
