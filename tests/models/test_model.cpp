@@ -309,4 +309,11 @@ TEST(Llama3Model, TiedOutputIsTheEmbeddingInValueAndGradient) {
   EXPECT_EQ(dlogits, 0.0);  // the same matmul on the same numbers
   EXPECT_LE(dgrad, 1e-6);   // measured 0 (two partial sums in the same order); a bound, not equality
   EXPECT_GT(ug["output.weight"].grad().abs().max().item<double>(), 1e-3) << "the output part must count";
+  // A pipeline stage without the embedding cannot keep a tied output.
+  try {
+    tied->drop_tok_embeddings();
+    ADD_FAILURE() << "no error";
+  } catch (const titan::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tied to tok_embeddings"), std::string::npos) << e.what();
+  }
 }
