@@ -2,6 +2,8 @@
 // and a Hugging Face model folder, with the options of torchtitan's
 // scripts/convert_checkpoint.py. The direction follows the input: a folder
 // with config.json is HF (HF → titan), anything else a titan step-N folder.
+// Checkpoints are read with titan's names (torchtitan 0.2's) or torchtitan
+// 0.3's, and written with either (--naming).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +14,7 @@
 #include "titan/checkpoint/hf_config.hpp"
 #include "titan/checkpoint/hf_folder.hpp"
 #include "titan/checkpoint/hf_llama.hpp"
+#include "titan/checkpoint/torchtitan_v03.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/models/llama3/model_args.hpp"
 #include "titan/util/error.hpp"
@@ -22,6 +25,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: titan convert --checkpoint_path P --output_path O --model_flavor F\n"
     "                     [--model_type llama3] [--export_dtype float32|bfloat16|float16]\n"
+    "                     [--output_format hf|checkpoint] [--naming titan|torchtitan-0.3] [--fuse_qkv]\n"
     "\n"
     "Converts a Llama 3 between a titan checkpoint and a Hugging Face model folder.\n"
     "If P has a config.json it is read as an HF folder and O becomes a titan\n"
@@ -31,10 +35,17 @@ constexpr const char* kUsage =
     "  --output_path O       output folder (created)\n"
     "  --model_type T        only llama3 (default)\n"
     "  --model_flavor F      debugmodel, 1B, 3B, 8B, 70B or 405B: the shapes the tensors must have\n"
-    "  --export_dtype D      dtype of the written tensors (default float32)\n";
+    "  --export_dtype D      dtype of the written tensors (default float32)\n"
+    "  --output_format F     for a checkpoint input: hf (default) or checkpoint (renamed, step 0)\n"
+    "  --naming N            names in a written checkpoint: titan (torchtitan 0.2's: output.weight,\n"
+    "                        attention.wq) or torchtitan-0.3 (lm_head.weight, attention.qkv_linear.wq);\n"
+    "                        input checkpoints may use either\n"
+    "  --fuse_qkv            with torchtitan-0.3: one fused attention.qkv_linear.wqkv per layer\n";
 
 struct Options {
   std::string checkpoint_path, output_path, model_type = "llama3", model_flavor, export_dtype = "float32";
+  std::string output_format = "hf", naming = "titan";
+  bool fuse_qkv = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -42,6 +53,10 @@ Options parse(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i], value;
     TITAN_CHECK(arg.rfind("--", 0) == 0, "titan convert: unexpected argument '", arg, "' (run 'titan convert --help')");
+    if (arg == "--fuse_qkv") {
+      o.fuse_qkv = true;
+      continue;
+    }
     const size_t eq = arg.find('=');
     if (eq != std::string::npos) {
       value = arg.substr(eq + 1);
@@ -55,6 +70,8 @@ Options parse(int argc, char** argv) {
     else if (arg == "--model_type") o.model_type = value;
     else if (arg == "--model_flavor") o.model_flavor = value;
     else if (arg == "--export_dtype") o.export_dtype = value;
+    else if (arg == "--output_format") o.output_format = value;
+    else if (arg == "--naming") o.naming = value;
     else throw Error("titan convert: unknown option '" + arg + "' (run 'titan convert --help')");
   }
   for (const auto& [name, value] : {std::pair<const char*, const std::string&>{"--checkpoint_path", o.checkpoint_path},
@@ -63,6 +80,11 @@ Options parse(int argc, char** argv) {
     TITAN_CHECK(!value.empty(), "titan convert: missing ", name, " (run 'titan convert --help')");
   TITAN_CHECK(o.model_type == "llama3", "titan convert: unknown --model_type '", o.model_type,
               "' (titan converts llama3 only)");
+  TITAN_CHECK(o.output_format == "hf" || o.output_format == "checkpoint", "titan convert: --output_format '",
+              o.output_format, "' is not hf or checkpoint");
+  TITAN_CHECK(o.naming == "titan" || o.naming == "torchtitan-0.3", "titan convert: --naming '", o.naming,
+              "' is not titan or torchtitan-0.3");
+  TITAN_CHECK(!o.fuse_qkv || o.naming == "torchtitan-0.3", "titan convert: --fuse_qkv needs --naming torchtitan-0.3");
   return o;
 }
 
@@ -104,21 +126,76 @@ int64_t param_count(const checkpoint::StateDict& state) {
   return n;
 }
 
+// A checkpoint's tensors under titan's names, whichever naming it was written with.
+checkpoint::StateDict read_checkpoint_titan_names(const Options& o, const models::llama3::ModelArgs& flavor) {
+  checkpoint::StateDict state = checkpoint::read_model_tensors(o.checkpoint_path);
+  if (!checkpoint::has_torchtitan_v03_names(state)) return state;
+  try {
+    return checkpoint::from_torchtitan_v03(state, flavor);
+  } catch (const Error& e) {
+    throw Error("titan convert: " + o.checkpoint_path + " (torchtitan 0.3 names), flavor " + o.model_flavor + ": " +
+                e.what());
+  }
+}
+
+// Writes a step-0 checkpoint in the naming asked for.
+void write_checkpoint_named(const Options& o, const checkpoint::StateDict& titan_state,
+                            const models::llama3::ModelArgs& flavor) {
+  checkpoint::write_model_checkpoint(
+      o.output_path,
+      o.naming == "torchtitan-0.3" ? checkpoint::to_torchtitan_v03(titan_state, flavor, o.fuse_qkv) : titan_state,
+      /*step=*/0);
+}
+
+std::string naming_note(const Options& o) {
+  return o.naming == "titan" ? "" : "; " + o.naming + " names" + (o.fuse_qkv ? " with fused wqkv" : "");
+}
+
 int hf_to_titan(const Options& o, const models::llama3::ModelArgs& flavor, at::ScalarType dtype) {
   checkpoint::HfCheckpoint hf = checkpoint::read_hf_folder(o.checkpoint_path);
+  if (!hf.tied_embeddings && flavor.tie_word_embeddings) {
+    models::llama3::ModelArgs untied = flavor;
+    untied.tie_word_embeddings = false;
+    check_flavor(hf.titan_state, untied, o);  // wrong shapes are the clearer message
+    throw Error("titan convert: " + o.checkpoint_path + " has its own lm_head.weight (tie_word_embeddings false) " +
+                "but flavor " + o.model_flavor + " ties the output to the embedding; titan does not merge two " +
+                "weights into one");
+  }
+  std::string tie_note;
+  if (hf.tied_embeddings && !flavor.tie_word_embeddings) {
+    // The flavor keeps a separate output: it starts as a copy of the shared weight.
+    hf.titan_state["output.weight"] = hf.titan_state.at("tok_embeddings.weight").clone();
+    tie_note = "; tied embeddings untied for this flavor (output.weight copied from the embedding)";
+  } else if (hf.tied_embeddings) {
+    tie_note = "; tied embeddings (one tensor, no output.weight)";
+  }
   check_flavor(hf.titan_state, flavor, o);
   note_config_differences(hf.args, flavor, o);
   for (auto& [name, t] : hf.titan_state) t = t.to(dtype);
-  checkpoint::write_model_checkpoint(o.output_path, hf.titan_state, /*step=*/0);
-  std::printf("converted HF folder %s -> titan checkpoint %s (llama3 %s, %zu tensors, %lld parameters, %s)%s\n",
+  write_checkpoint_named(o, hf.titan_state, flavor);
+  std::printf("converted HF folder %s -> titan checkpoint %s (llama3 %s, %zu tensors, %lld parameters, %s)%s%s\n",
               o.checkpoint_path.c_str(), o.output_path.c_str(), o.model_flavor.c_str(), hf.titan_state.size(),
               static_cast<long long>(param_count(hf.titan_state)), checkpoint::hf_dtype_name(dtype).c_str(),
-              hf.tied_embeddings ? "; tied embeddings untied (output.weight copied from the embedding)" : "");
+              tie_note.c_str(), naming_note(o).c_str());
+  return 0;
+}
+
+int titan_to_titan(const Options& o, const models::llama3::ModelArgs& flavor, at::ScalarType dtype) {
+  checkpoint::StateDict state = read_checkpoint_titan_names(o, flavor);
+  check_flavor(state, flavor, o);
+  for (auto& [name, t] : state) t = t.to(dtype);
+  write_checkpoint_named(o, state, flavor);
+  std::printf("converted titan checkpoint %s -> titan checkpoint %s (llama3 %s, %zu tensors, %lld parameters, %s)%s\n",
+              o.checkpoint_path.c_str(), o.output_path.c_str(), o.model_flavor.c_str(), state.size(),
+              static_cast<long long>(param_count(state)), checkpoint::hf_dtype_name(dtype).c_str(),
+              o.naming == "titan" ? "; titan names" : naming_note(o).c_str());
   return 0;
 }
 
 int titan_to_hf(const Options& o, const models::llama3::ModelArgs& flavor, at::ScalarType dtype) {
-  checkpoint::StateDict state = checkpoint::read_model_tensors(o.checkpoint_path);
+  TITAN_CHECK(o.naming == "titan", "titan convert: --naming ", o.naming,
+              " names a checkpoint's tensors; an HF folder has HF's (add --output_format checkpoint)");
+  checkpoint::StateDict state = read_checkpoint_titan_names(o, flavor);
   check_flavor(state, flavor, o);
   // A flavor's max_seq_len is titan's default RoPE table (2048), not the
   // model's context; transformers expects max_position_embeddings above the
@@ -147,8 +224,8 @@ static int cmd_convert(int argc, char** argv) {
     const Options o = parse(argc, argv);
     const models::llama3::ModelArgs flavor = models::llama3::flavor_args(o.model_flavor);
     const at::ScalarType dtype = checkpoint::parse_hf_dtype(o.export_dtype);
-    return checkpoint::is_hf_folder(o.checkpoint_path) ? hf_to_titan(o, flavor, dtype)
-                                                       : titan_to_hf(o, flavor, dtype);
+    if (checkpoint::is_hf_folder(o.checkpoint_path)) return hf_to_titan(o, flavor, dtype);
+    return o.output_format == "checkpoint" ? titan_to_titan(o, flavor, dtype) : titan_to_hf(o, flavor, dtype);
   });
 }
 

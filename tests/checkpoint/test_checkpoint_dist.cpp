@@ -63,16 +63,17 @@ struct TrainRun {
   int64_t start_step = 0;
 };
 
-titan::models::llama3::ModelArgs model_for(const JobConfig& c) {
+titan::models::llama3::ModelArgs model_for(const JobConfig& c, bool tied = false) {
   auto a = titan::testing::tiny_model();
+  a.tie_word_embeddings = tied;
   if (c.training.tensor_parallel_degree > 1) a.n_heads = 8, a.n_kv_heads = 4;
   if (c.experimental.pipeline_parallel_degree > 1) a.n_layers = 4;
   return a;
 }
 
-TrainerOptions quiet(const JobConfig& c) {
+TrainerOptions quiet(const JobConfig& c, bool tied = false) {
   TrainerOptions o;
-  o.model_args = model_for(c);
+  o.model_args = model_for(c, tied);
   o.console = false;
   o.handle_signals = false;
   o.peak_flops = 0;
@@ -106,13 +107,13 @@ JobConfig base(const std::string& dump) {
 
 // Saves at 3 and 6, forgets step 6 (as if the job had died after step 3's
 // save), resumes: steps 4-6 must be bitwise those of the whole run.
-TrainRun expect_resume_is_bitwise(const JobConfig& cfg, const std::string& what) {
+TrainRun expect_resume_is_bitwise(const JobConfig& cfg, const std::string& what, bool tied = false) {
   SCOPED_TRACE(what);
-  const TrainRun whole = train(cfg);
+  const TrainRun whole = train(cfg, quiet(cfg, tied));
   const std::string folder = cfg.job.dump_folder + "/checkpoint";
   if (titan::testing::world().rank() == 0) titan::data::files::remove_all(folder + "/step-6");
   world_group().barrier();
-  const TrainRun resumed = train(cfg);
+  const TrainRun resumed = train(cfg, quiet(cfg, tied));
   EXPECT_EQ(resumed.start_step, 3);
   EXPECT_EQ(resumed.losses.size(), 3u);
   for (size_t i = 0; i < resumed.losses.size() && i + 3 < whole.losses.size(); ++i) {
@@ -133,7 +134,7 @@ TrainRun expect_resume_is_bitwise(const JobConfig& cfg, const std::string& what)
     one.training.enable_loss_parallel = false;
     one.experimental.pipeline_parallel_degree = 1;
     one.training.context_parallel_degree = 1;
-    TrainerOptions single = quiet(cfg);
+    TrainerOptions single = quiet(cfg, tied);
     single.single_process = true;
     Trainer t(one, single);
     EXPECT_EQ(t.step(), 6);
@@ -182,6 +183,28 @@ TEST(CheckpointDist, TensorParallelResumeIsBitwise) {
   cfg.training.tensor_parallel_degree = 2;
   cfg.training.enable_loss_parallel = true;
   expect_resume_is_bitwise(cfg, n == 4 ? "TP 2 x FSDP 2" : "TP 2");
+}
+
+// Tied embeddings (the 1B/3B layout) under TP (x FSDP on 4 ranks): one
+// tensor, tok_embeddings.weight, in the checkpoint; resume and loading into
+// one process as for the untied model.
+TEST(CheckpointDist, TiedEmbeddingsResumeIsBitwise) {
+  const int n = titan::testing::world().size();
+  SharedDir dir("ckpt_tied");
+  JobConfig cfg = base(dir.path());
+  cfg.training.tensor_parallel_degree = 2;
+  cfg.training.enable_loss_parallel = true;
+  const TrainRun whole = expect_resume_is_bitwise(cfg, n == 4 ? "tied, TP 2 x FSDP 2" : "tied, TP 2", /*tied=*/true);
+  EXPECT_EQ(whole.weights.count("output.weight"), 0u);
+  EXPECT_EQ(whole.weights.count("tok_embeddings.weight"), 1u);
+  if (titan::testing::world().rank() == 0) {
+    const auto saved = ck::read_model_tensors(dir.path() + "/checkpoint/step-6");
+    EXPECT_EQ(saved.count("output.weight"), 0u);
+    ASSERT_EQ(saved.count("tok_embeddings.weight"), 1u);
+    EXPECT_TRUE(at::equal(saved.at("tok_embeddings.weight"), whole.weights.at("tok_embeddings.weight")));
+    std::printf("[tied] step-6 holds %zu tensors, tok_embeddings.weight once and no output.weight\n", saved.size());
+  }
+  world_group().barrier();
 }
 
 TEST(CheckpointDist, PipelineResumeIsBitwise) {

@@ -7,6 +7,7 @@
 #include "checkpoint/hf_test_util.hpp"
 #include "support/run_command.hpp"
 #include "titan/checkpoint/hf_folder.hpp"
+#include "titan/checkpoint/torchtitan_v03.hpp"
 #include "titan/models/llama3/model_args.hpp"
 
 #include "titan/checkpoint/dcp.hpp"
@@ -91,6 +92,47 @@ TEST(ConvertCli, TitanToHfToTitanIsBitwise) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_HAS(r.output, "-> titan checkpoint");
   titan::testing::expect_bitwise_equal(read_model_tensors(s.dir + "/step-0"), state);
+}
+
+// torchtitan 0.3's names both ways: a titan checkpoint renamed (lm_head,
+// qkv_linear, fused or not) and read back as titan's is bitwise the same;
+// HF -> 0.3 names directly; a 0.3-named checkpoint exports to HF.
+TEST(ConvertCli, TorchtitanV03NamingRoundTripIsBitwise) {
+  Scratch s;
+  const StateDict state = debug_state();
+  write_model_checkpoint(s.dir + "/step-5", state, 5);
+  for (const std::string fuse : {"", " --fuse_qkv"}) {
+    SCOPED_TRACE(fuse);
+    auto r = run_command(convert("--checkpoint_path " + s.dir + "/step-5 --output_path " + s.dir +
+                                 "/v03 --model_flavor debugmodel --output_format checkpoint --naming torchtitan-0.3" +
+                                 fuse));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_HAS(r.output, "torchtitan-0.3 names");
+    const StateDict v03 = read_model_tensors(s.dir + "/v03");
+    EXPECT_EQ(v03.count("lm_head.weight"), 1u);
+    EXPECT_EQ(v03.count("output.weight"), 0u);
+    EXPECT_EQ(v03.count("layers.5.attention.qkv_linear.wqkv.weight"), fuse.empty() ? 0u : 1u);
+    EXPECT_EQ(v03.count("layers.5.attention.qkv_linear.wq.weight"), fuse.empty() ? 1u : 0u);
+    r = run_command(convert("--checkpoint_path " + s.dir + "/v03 --output_path " + s.dir +
+                            "/back --model_flavor debugmodel --output_format checkpoint"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    titan::testing::expect_bitwise_equal(read_model_tensors(s.dir + "/back"), state);
+    r = run_command(convert("--checkpoint_path " + s.dir + "/v03 --output_path " + s.dir +
+                            "/hf --model_flavor debugmodel"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    titan::testing::expect_bitwise_equal(read_hf_folder(s.dir + "/hf").titan_state, state);
+  }
+  auto r = run_command(convert("--checkpoint_path " + s.dir + "/hf --output_path " + s.dir +
+                               "/v03_from_hf --model_flavor debugmodel --naming torchtitan-0.3"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  titan::testing::expect_bitwise_equal(read_model_tensors(s.dir + "/v03_from_hf"),
+                                       to_torchtitan_v03(state, titan::models::llama3::flavor_args("debugmodel"),
+                                                         /*fused=*/false));
+  const std::string io =
+      "--checkpoint_path " + s.dir + "/step-5 --output_path " + s.dir + "/x --model_flavor debugmodel";
+  expect_one_line_error(run_command(convert(io + " --naming torchtitan-0.3")), "add --output_format checkpoint");
+  expect_one_line_error(run_command(convert(io + " --fuse_qkv")), "--fuse_qkv needs --naming torchtitan-0.3");
+  expect_one_line_error(run_command(convert(io + " --naming hf")), "--naming 'hf'");
 }
 
 TEST(ConvertCli, ExportDtypeAndFlavorMismatch) {

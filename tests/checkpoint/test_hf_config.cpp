@@ -25,6 +25,7 @@ void expect_same_model(const ModelArgs& a, const ModelArgs& b) {
   EXPECT_EQ(a.norm_eps, b.norm_eps);
   EXPECT_EQ(a.rope_theta, b.rope_theta);
   EXPECT_EQ(a.max_seq_len, b.max_seq_len);
+  EXPECT_EQ(a.tie_word_embeddings, b.tie_word_embeddings);
   EXPECT_EQ(a.rope_scaling.enabled, b.rope_scaling.enabled);
   if (a.rope_scaling.enabled && b.rope_scaling.enabled) {
     EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
@@ -91,7 +92,8 @@ TEST(HfConfig, RoundTripsTinyArgsAndEveryFlavor) {
     // A flavor's FFN recipe comes back as the flavor's, not just its width.
     EXPECT_EQ(c.args.multiple_of, f.multiple_of);
     EXPECT_EQ(c.args.ffn_dim_multiplier, f.ffn_dim_multiplier);
-    EXPECT_FALSE(c.tie_word_embeddings);
+    EXPECT_EQ(c.tie_word_embeddings, f.tie_word_embeddings);  // 1B and 3B are tied, as Meta's
+    EXPECT_EQ(c.args.tie_word_embeddings, f.tie_word_embeddings);
     EXPECT_EQ(c.dtype, at::kHalf);
   }
 }

@@ -120,21 +120,39 @@ TEST(HfFolder, ExportDtypeCastsEveryTensor) {
   EXPECT_NE(read_text(f.dir + "/bf16/config.json").find("\"torch_dtype\": \"bfloat16\""), std::string::npos);
 }
 
-TEST(HfFolder, TiedEmbeddingsAreUntiedByCopy) {
+// A tied model (Llama 3.2 1B/3B) is written as save_pretrained writes one:
+// tie_word_embeddings true and no lm_head.weight; read back it stays tied.
+TEST(HfFolder, TiedEmbeddingsRoundTripAsOneTensor) {
   Fixture f;
+  titan::models::llama3::ModelArgs tied = f.args;
+  tied.tie_word_embeddings = true;
+  titan::models::llama3::Transformer model = titan::testing::seeded_model(tied, 22);
+  StateDict state = titan::testing::state_of(model);
+  EXPECT_FALSE(state.count("output.weight"));
   const std::string out = f.dir + "/tied";
-  write_hf_folder(out, f.state, f.args, at::kFloat);
-  // What save_pretrained writes for a tied model: no lm_head, tie flag set.
-  std::vector<std::pair<std::string, at::Tensor>> kept;
+  write_hf_folder(out, state, tied, at::kFloat);
   for (auto& [name, t] : load_safetensors(out + "/model.safetensors").tensors)
-    if (name != "lm_head.weight") kept.emplace_back(name, t);
-  save_safetensors(out + "/model.safetensors", kept, {{"format", "pt"}});
-  auto config = nlohmann::json::parse(read_text(out + "/config.json"));
-  config["tie_word_embeddings"] = true;
-  std::ofstream(out + "/config.json") << config.dump();
+    EXPECT_NE(name, "lm_head.weight");
+  EXPECT_EQ(nlohmann::json::parse(read_text(out + "/config.json"))["tie_word_embeddings"], true);
   HfCheckpoint back = read_hf_folder(out);
   EXPECT_TRUE(back.tied_embeddings);
-  EXPECT_TRUE(back.titan_state.at("output.weight").equal(f.state.at("tok_embeddings.weight")));
+  EXPECT_TRUE(back.args.tie_word_embeddings);
+  titan::testing::expect_bitwise_equal(back.titan_state, state);
+
+  // Some tied folders still carry an lm_head copy; transformers ties over
+  // it on load, and so does titan.
+  std::vector<std::pair<std::string, at::Tensor>> with_head = load_safetensors(out + "/model.safetensors").tensors;
+  with_head.emplace_back("lm_head.weight", state.at("tok_embeddings.weight").clone());
+  save_safetensors(out + "/model.safetensors", with_head, {{"format", "pt"}});
+  titan::testing::expect_bitwise_equal(read_hf_folder(out).titan_state, state);
+
+  // An untied model's state does not fit tied args: one line naming output.weight.
+  try {
+    write_hf_folder(f.dir + "/bad", f.state, tied, at::kFloat);
+    ADD_FAILURE() << "no error";
+  } catch (const titan::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unexpected tensor 'output.weight'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(HfFolder, ErrorsNameTheMissingPiece) {

@@ -50,7 +50,7 @@ constexpr double kTol = 2e-5;
 
 // Runs the check on an exported folder after `edit` changed its config.json.
 titan::testing::CommandResult export_edit_and_check(const ModelArgs& args, const std::string& label,
-                                                    const std::string& sed_edit) {
+                                                    const std::string& sed_edit, const std::string& flags = "") {
   auto model = titan::testing::seeded_model(args, 77);
   const std::string dir = titan::testing::scratch_dir("hf_export_" + label);
   write_hf_folder(dir + "/hf", titan::testing::state_of(model), args, at::kFloat);
@@ -64,7 +64,7 @@ titan::testing::CommandResult export_edit_and_check(const ModelArgs& args, const
   }
   save_safetensors(dir + "/io.safetensors", {{"tokens", tokens}, {"logits", logits}});
   auto r = titan::testing::run_command(script() + " export-check " + dir + "/hf " + dir + "/io.safetensors --tol " +
-                                       std::to_string(kTol));
+                                       std::to_string(kTol) + flags);
   std::cout << "[" << label << "] " << r.output;
   titan::testing::remove_scratch_dir(dir);
   return r;
@@ -75,17 +75,19 @@ void export_and_check(const ModelArgs& args, const std::string& label) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
-void import_and_check(const std::string& rope, const std::string& shape) {
-  const std::string label = shape + "_" + rope;
+void import_and_check(const std::string& rope, const std::string& shape, bool tied = false) {
+  const std::string label = shape + "_" + rope + (tied ? "_tied" : "");
   const std::string dir = titan::testing::scratch_dir("hf_import_" + label);
   auto r = titan::testing::run_command(script() + " make-random " + dir + "/hf " + dir + "/io.safetensors --rope " +
-                                       rope + " --shape " + shape + " --seed 3");
+                                       rope + " --shape " + shape + " --seed 3" + (tied ? " --tied" : ""));
   std::cout << "[" << label << "] " << r.output;
   ASSERT_EQ(r.exit_code, 0) << r.output;
   HfCheckpoint hf = read_hf_folder(dir + "/hf");
   EXPECT_EQ(hf.args.kv_heads(), shape == "tiny" ? 2 : 16);
   EXPECT_EQ(hf.args.ffn_hidden_dim(), shape == "tiny" ? 160 : 768);
   EXPECT_EQ(hf.args.rope_scaling.enabled, rope == "llama3");
+  EXPECT_EQ(hf.args.tie_word_embeddings, tied);
+  EXPECT_EQ(hf.titan_state.count("output.weight"), tied ? 0u : 1u);
   titan::models::llama3::Transformer model(hf.args);
   titan::testing::load_state(model, hf.titan_state);
   SafetensorsFile io = load_safetensors(dir + "/io.safetensors");
@@ -123,6 +125,18 @@ TEST(HfTransformers, DetectsAConfigThatDiffers) {
                                  "s/\"rope_type\": \"llama3\"/\"rope_type\": \"default\"/");
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("above tolerance"), std::string::npos) << r.output;
+}
+
+// Tied embeddings (Llama 3.2 1B/3B): titan's one table exported without
+// lm_head.weight is loaded tied by transformers with titan's logits, and a
+// tied save_pretrained model gives transformers' logits in titan.
+TEST(HfTransformers, TiedEmbeddingsBothWays) {
+  if (!have_transformers()) GTEST_SKIP() << "transformers is not importable with " << python() << " (scripts/setup.sh installs it)";
+  ModelArgs tied = titan::testing::tiny_hf_args();
+  tied.tie_word_embeddings = true;
+  auto r = export_edit_and_check(tied, "tied_export", "", " --expect-tied");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  import_and_check("llama3", "tiny", /*tied=*/true);
 }
 
 TEST(HfTransformers, SavePretrainedModelGivesTheSameLogitsInTitan) {

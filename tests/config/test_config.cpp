@@ -282,7 +282,7 @@ TEST(ConfigAliases, TorchtitanV02NamesInAFile) {
   EXPECT_TRUE(c.training.enable_loss_parallel);  // disable = false
   EXPECT_EQ(c.training.batch_size, 3);
   EXPECT_EQ(c.training.global_batch_size, 48);
-  EXPECT_EQ(c.training.dataset, "/data/c4");
+  EXPECT_EQ(c.training.dataset_path, "/data/c4");  // its own option now (the files of a named dataset)
   EXPECT_EQ(c.lr_scheduler.warmup_steps, 20);
   EXPECT_DOUBLE_EQ(c.lr_scheduler.decay_ratio, 0.8);
   EXPECT_EQ(c.lr_scheduler.decay_type, "cosine");

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "models/test_util.hpp"
 #include "titan/models/llama3/flops.hpp"
@@ -229,4 +230,90 @@ TEST(Llama3Model, PipelineStagesKeepNamesAndChainToTheFullModel) {
   auto hidden = first->forward(tokens);
   EXPECT_EQ(hidden.sizes().vec(), (std::vector<int64_t>{2, 6, a.dim}));
   EXPECT_TRUE(torch::allclose(last->forward(hidden), full->forward(tokens), 0, 0));
+}
+
+// Meta's Llama 3.2 1B and 3B tie the output to the embedding. The expected
+// counts come from the config.json values Meta publishes (hidden_size D,
+// num_hidden_layers L, num_attention_heads H, num_key_value_heads KV,
+// intermediate_size F, vocab V), summed here by hand: one V·D table, per
+// layer q/o D·D, k/v D·KV·(D/H), three D·F FFN matrices and two norms, and
+// the final norm. Meta's model cards say 1.23B and 3.21B.
+TEST(Llama3Flavors, Llama32OneAndThreeBAreTiedWithMetasCounts) {
+  struct Meta {
+    const char* flavor;
+    int64_t D, L, H, KV, F;
+  };
+  for (Meta m : {Meta{"1B", 2048, 16, 32, 8, 8192}, Meta{"3B", 3072, 28, 24, 8, 8192}}) {
+    const int64_t V = 128256, q = m.D / m.H;
+    const int64_t published =
+        V * m.D + m.L * (2 * m.D * m.D + 2 * m.D * m.KV * q + 3 * m.D * m.F + 2 * m.D) + m.D;
+    ModelArgs a = flavor_args(m.flavor);
+    EXPECT_TRUE(a.tie_word_embeddings) << m.flavor;
+    EXPECT_EQ(a.rope_scaling.factor, 32.0) << m.flavor;
+    EXPECT_EQ(a.rope_theta, 500000.0) << m.flavor;
+    EXPECT_EQ(a.ffn_hidden_dim(), m.F) << m.flavor;
+    Transformer model(a, torch::TensorOptions().device(torch::kMeta));
+    const int64_t n = numel_of_parameters(*model);
+    std::printf("%s: %lld parameters on the meta device (from Meta's config.json: %lld)\n", m.flavor,
+                static_cast<long long>(n), static_cast<long long>(published));
+    EXPECT_EQ(n, published) << m.flavor;
+    EXPECT_EQ(count_parameters(a), published) << m.flavor;
+    EXPECT_FALSE(model->named_parameters().contains("output.weight")) << m.flavor;
+    // FLOPs: the tied table is the output matmul's weight, so 6·N keeps it
+    // (torchtitan 0.3): the same count as the untied shapes.
+    ModelArgs untied = a;
+    untied.tie_word_embeddings = false;
+    const double attn = 12.0 * m.L * m.H * q * 8192;
+    EXPECT_DOUBLE_EQ(flops_per_token(a, 8192), 6.0 * static_cast<double>(published) + attn) << m.flavor;
+    EXPECT_DOUBLE_EQ(flops_per_token(a, 8192), flops_per_token(untied, 8192)) << m.flavor;
+  }
+  EXPECT_EQ(count_parameters(flavor_args("1B")), 1235814400);
+  EXPECT_EQ(count_parameters(flavor_args("3B")), 3212749824);
+}
+
+// A tied model is the untied model whose output.weight equals the
+// embedding: same logits, and the one shared gradient is the sum of the
+// untied model's two. The untied model is the independent reference.
+TEST(Llama3Model, TiedOutputIsTheEmbeddingInValueAndGradient) {
+  ModelArgs a = titan::testing::tiny_args();
+  a.tie_word_embeddings = true;
+  Transformer tied = build(a, 9);
+  auto names = tied->named_parameters();
+  EXPECT_FALSE(names.contains("output.weight"));
+  EXPECT_EQ(names.size(), 1u + 9u * a.n_layers + 1u);
+  // Init: the shared table gets the output's init (std D^-0.5 cut at ±3σ), as torchtitan 0.3.
+  const double out_std = 1.0 / std::sqrt(64.0);
+  EXPECT_LE(tied->tok_embeddings->weight.abs().max().item<double>(), 3.0 * out_std + 1e-7);
+  EXPECT_NEAR(tied->tok_embeddings->weight.std().item<double>(), 0.9866 * out_std, out_std * 0.05);
+
+  ModelArgs ua = a;
+  ua.tie_word_embeddings = false;
+  Transformer untied(ua);
+  {
+    torch::NoGradGuard ng;
+    auto src = tied->named_parameters();
+    for (auto& p : untied->named_parameters())
+      p.value().copy_(p.key() == "output.weight" ? src["tok_embeddings.weight"] : src[p.key()]);
+  }
+  torch::manual_seed(4);
+  auto tokens = torch::randint(a.vocab_size, {2, 12}, torch::kLong);
+  auto target = torch::randn({2, 12, a.vocab_size});
+  auto lt = tied->forward(tokens), lu = untied->forward(tokens);
+  const double dlogits = (lt - lu).abs().max().item<double>();
+  (lt * target).sum().backward();
+  (lu * target).sum().backward();
+  auto ug = untied->named_parameters();
+  const at::Tensor want = ug["tok_embeddings.weight"].grad() + ug["output.weight"].grad();
+  const double dgrad = (tied->tok_embeddings->weight.grad() - want).abs().max().item<double>();
+  std::printf("tied vs untied copy: max |dlogits| %.3g, max |dgrad(embedding)| %.3g\n", dlogits, dgrad);
+  EXPECT_EQ(dlogits, 0.0);  // the same matmul on the same numbers
+  EXPECT_LE(dgrad, 1e-6);   // measured 0 (two partial sums in the same order); a bound, not equality
+  EXPECT_GT(ug["output.weight"].grad().abs().max().item<double>(), 1e-3) << "the output part must count";
+  // A pipeline stage without the embedding cannot keep a tied output.
+  try {
+    tied->drop_tok_embeddings();
+    ADD_FAILURE() << "no error";
+  } catch (const titan::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tied to tok_embeddings"), std::string::npos) << e.what();
+  }
 }

@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "support/run_command.hpp"
+#include "titan/checkpoint/file_io.hpp"
 #include "titan/data/base64.hpp"
+#include "titan/data/files.hpp"
 #include "train_test_util.hpp"
 
 namespace {
@@ -67,6 +69,34 @@ TEST(TrainCli, FlashAttentionBackendTrains) {
   EXPECT_HAS(r.output, "training done: 3/3 steps");
 }
 
+// A torchtitan config names its dataset (c4_test) and says where the files
+// are (dataset_path): torchtitan's test-asset layout, a folder holding
+// JSON Lines named data.json, trains as it is.
+TEST(TrainCli, TorchtitanDatasetNameWithDatasetPathTrains) {
+  ScratchDir dir("train_cli_c4");
+  std::string lines;
+  for (int i = 0; i < 40; ++i)
+    lines += "{\"text\": \"Document " + std::to_string(i) +
+             " of a small c4-style test set, one JSON object per line.\", \"timestamp\": \"2019-04-25T12:57:54Z\", "
+             "\"url\": \"https://example.com/" + std::to_string(i) + "\"}\n";
+  titan::data::files::make_directories(dir.path() + "/c4_test");
+  dir.write("c4_test/data.json", lines);
+  // The debug model's config, its dataset line naming c4_test instead.
+  std::string config = titan::checkpoint::read_text_file(source_path("train_configs/debug_model.toml"));
+  const size_t at = config.find("dataset = \"\"");
+  ASSERT_NE(at, std::string::npos) << "debug_model.toml no longer sets dataset = \"\"";
+  config.replace(at, std::string("dataset = \"\"").size(),
+                 "dataset = \"c4_test\"\ndataset_path = \"" + dir.path() + "/c4_test\"");
+  const std::string toml = dir.write("c4.toml", config);
+  std::string cmd = debug_run(dir);
+  cmd.replace(cmd.find(source_path("train_configs/debug_model.toml")),
+              source_path("train_configs/debug_model.toml").size(), toml);
+  auto r = run_command(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "data      " + dir.path() + "/c4_test");
+  EXPECT_HAS(r.output, "training done: 3/3 steps");
+}
+
 TEST(TrainCli, BadInputIsOneLineAndExitsNonZero) {
   ScratchDir dir("train_cli_bad");
   const std::string titan = bin_path("titan") + " train --job.dump_folder " + dir.path() + "/out --training.steps 2";
@@ -88,6 +118,8 @@ TEST(TrainCli, BadInputIsOneLineAndExitsNonZero) {
       {" --model.tokenizer_path " + dir.path() + "/missing.model", "missing.model"},
       {" --model.tokenizer_path " + corrupt_tok, "corrupt.model"},
       {" --training.dataset " + empty_data, "empty"},
+      {" --training.dataset c4_test", "set [training] dataset_path"},
+      {" --training.dataset c4 --training.dataset_path " + dir.path() + "/no_c4", "no_c4' does not exist"},
       {" --model.tokenizer_path " + big_tok, "2312"},
       {" --no-such-flag", "unexpected argument"},
       {" --model.attn_type flex", "attn_type"},

@@ -131,7 +131,7 @@ std::string hf_config_json(const ModelArgs& a, at::ScalarType dtype) {
       {"hidden_act", "silu"},
       {"attention_bias", false},
       {"mlp_bias", false},
-      {"tie_word_embeddings", false},
+      {"tie_word_embeddings", a.tie_word_embeddings},
       {"initializer_range", 0.02},
       {"use_cache", true},
       {"torch_dtype", hf_dtype_name(dtype)},
@@ -191,6 +191,7 @@ HfLlamaConfig parse_hf_config(const std::string& text, const std::string& what) 
     TITAN_CHECK(j.at("tie_word_embeddings").is_boolean(), what, ": key 'tie_word_embeddings' must be a boolean");
     c.tie_word_embeddings = j.at("tie_word_embeddings").get<bool>();
   }  // absent: LlamaConfig's default, untied
+  a.tie_word_embeddings = c.tie_word_embeddings;
   for (const char* k : {"torch_dtype", "dtype"})
     if (present(j, k) && j.at(k).is_string()) {
       // Informational only (the tensors carry their own dtype), so an

@@ -20,7 +20,7 @@ namespace titan::checkpoint {
 /// @brief What a config.json says about a Llama model.
 struct HfLlamaConfig {
   models::llama3::ModelArgs args;       ///< shapes, norm eps, RoPE (max_seq_len = max_position_embeddings)
-  bool tie_word_embeddings = false;     ///< lm_head shares model.embed_tokens (no lm_head in the files)
+  bool tie_word_embeddings = false;     ///< lm_head shares model.embed_tokens (no lm_head in the files); = args
   std::optional<at::ScalarType> dtype;  ///< torch_dtype / dtype, when given
 };
 
@@ -36,7 +36,8 @@ at::ScalarType parse_hf_dtype(const std::string& name);
 /// `args` stored in `dtype`: intermediate_size is args.ffn_hidden_dim(),
 /// rms_norm_eps args.norm_eps, max_position_embeddings args.max_seq_len,
 /// rope_scaling {"rope_type": "llama3", ...} when args.rope_scaling.enabled
-/// (null otherwise), untied embeddings, no biases, silu.
+/// (null otherwise), tie_word_embeddings = args.tie_word_embeddings, no
+/// biases, silu.
 std::string hf_config_json(const models::llama3::ModelArgs& args, at::ScalarType dtype);
 
 /// @brief Parses config.json text. A one-line titan::Error names the key when
@@ -50,9 +51,7 @@ std::string hf_config_json(const models::llama3::ModelArgs& args, at::ScalarType
 /// 8B config gives the 8B args), else a pair that reproduces it exactly.
 HfLlamaConfig parse_hf_config(const std::string& json_text, const std::string& what = "config.json");
 
-/// @brief parse_hf_config(json).args. Tied embeddings are not refused here:
-/// the args are the same either way, and read_hf_folder unties the weights
-/// by copying the embedding into output.weight.
+/// @brief parse_hf_config(json).args (tie_word_embeddings included).
 models::llama3::ModelArgs model_args_from_hf_config(const std::string& json_text,
                                                     const std::string& what = "config.json");
 

@@ -143,10 +143,10 @@ HfCheckpoint read_hf_folder(const std::string& folder) {
   HfCheckpoint out;
   out.args = config.args;
   out.tied_embeddings = config.tie_word_embeddings;
-  // A tied model saves no lm_head (HF drops the duplicate); titan's output is
-  // its own parameter, so it starts as a copy.
-  if (config.tie_word_embeddings && !hf.count("lm_head.weight") && hf.count("model.embed_tokens.weight"))
-    hf["lm_head.weight"] = hf["model.embed_tokens.weight"].clone();
+  // A tied model has one weight, the embedding's; save_pretrained drops the
+  // duplicate lm_head, and where a file still has one, transformers ties
+  // over it on load: so does titan (args.tie_word_embeddings: no output.weight).
+  if (config.tie_word_embeddings) hf.erase("lm_head.weight");
   try {
     out.titan_state = from_hf_state(hf, out.args);
   } catch (const Error& e) {

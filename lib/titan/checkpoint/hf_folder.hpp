@@ -36,12 +36,13 @@ void write_hf_folder(const std::string& folder, const StateDict& titan_state,
 struct HfCheckpoint {
   StateDict titan_state;           ///< torchtitan names and layout, the files' dtype, CPU
   models::llama3::ModelArgs args;  ///< from config.json (see parse_hf_config)
-  bool tied_embeddings = false;    ///< config tied lm_head to the embedding; output.weight is a copy
+  bool tied_embeddings = false;    ///< config.json ties lm_head to the embedding (args too: no output.weight)
 };
 
 /// @brief Reads an HF Llama folder (single file or sharded through the
-/// index). Tied embeddings are untied by copying model.embed_tokens into
-/// output.weight. A missing folder, config.json, shard or tensor, an
+/// index). Tied embeddings stay tied: the state has tok_embeddings.weight
+/// and no output.weight (an lm_head.weight in the files is dropped, as
+/// transformers ties over it). A missing folder, config.json, shard or tensor, an
 /// unexpected tensor or a config titan cannot represent is a one-line
 /// titan::Error naming it.
 HfCheckpoint read_hf_folder(const std::string& folder);

@@ -91,7 +91,7 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> titan_llama_shapes(
     out.push_back({p + "ffn_norm.weight", {dim}});
   }
   out.push_back({"norm.weight", {dim}});
-  out.push_back({"output.weight", {args.vocab_size, dim}});
+  if (!args.tie_word_embeddings) out.push_back({"output.weight", {args.vocab_size, dim}});
   return out;
 }
 
@@ -132,7 +132,8 @@ void check_titan_state(const StateDict& state, const models::llama3::ModelArgs& 
   }
   for (const auto& [name, t] : state)
     TITAN_CHECK(expected.count(name), what, ": unexpected tensor '", name, "' for a Llama 3 with ",
-                args.n_layers, " layers");
+                args.n_layers, " layers",
+                name == "output.weight" ? " whose output is tied to tok_embeddings (tie_word_embeddings)" : "");
 }
 
 StateDict to_hf_state(const StateDict& titan_state, const models::llama3::ModelArgs& args) {

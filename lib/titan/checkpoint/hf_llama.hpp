@@ -23,7 +23,8 @@ namespace titan::checkpoint {
 using StateDict = std::map<std::string, at::Tensor>;
 
 /// @brief The torchtitan names of a Llama 3 with `args`, in model order
-/// (tok_embeddings, layer 0..n-1, norm, output) with their shapes.
+/// (tok_embeddings, layer 0..n-1, norm, output) with their shapes; no
+/// output.weight when args.tie_word_embeddings (HF then has no lm_head.weight).
 std::vector<std::pair<std::string, std::vector<int64_t>>> titan_llama_shapes(
     const models::llama3::ModelArgs& args);
 

@@ -84,7 +84,8 @@ struct TrainingSection {
   int64_t seq_len = 2048;               ///< tokens per sample
   double max_norm = 1.0;                ///< gradient clipping by global norm (<= 0: off)
   int64_t steps = 10000;                ///< optimizer steps to train
-  std::string dataset;                  ///< text/JSONL file or folder; "" = built-in corpus
+  std::string dataset;                  ///< text/JSONL file or folder, or a torchtitan name (c4_test); "" = built-in corpus
+  std::string dataset_path;             ///< where the named dataset's files are (torchtitan's rule: it wins when set)
   int64_t seed = 0;                     ///< RNG seed for init and data order
   bool deterministic = false;           ///< ask torch for deterministic kernels
   std::string device = "auto";          ///< "auto", "cpu" or "cuda"

@@ -89,7 +89,10 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(training, seq_len, "tokens per sample (> 0)"),
       TITAN_FIELD(training, max_norm, "clip gradients to this global norm; <= 0 = no clipping"),
       TITAN_FIELD(training, steps, "optimizer steps (> 0)"),
-      TITAN_FIELD(training, dataset, "text / JSONL file or folder of them; \"\" = the built-in corpus"),
+      TITAN_FIELD(training, dataset,
+                  "text / JSONL / .json file (or .gz) or folder of them, or c4 / c4_test / c4_validation (files "
+                  "at dataset_path); \"\" = the built-in corpus"),
+      TITAN_FIELD(training, dataset_path, "the dataset's files (file or folder); \"\" = dataset is the path"),
       TITAN_FIELD(training, seed, "seed for initialisation and data order (>= 0)"),
       TITAN_FIELD(training, deterministic, "use deterministic kernels"),
       TITAN_FIELD(training, device, "where to train", "auto", "cpu", "cuda"),

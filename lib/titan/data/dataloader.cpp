@@ -21,8 +21,8 @@ const DataLoaderOptions& checked(const DataLoaderOptions& o) {
 DataLoader::DataLoader(std::shared_ptr<const Tokenizer> tokenizer, const DataLoaderOptions& options)
     : tokenizer_(tokenizer),
       options_(checked(options)),
-      stream_(std::move(tokenizer), resolve_dataset_path(options.dataset), options.seq_len + 1, options.dp_rank,
-              options.dp_world) {}
+      stream_(std::move(tokenizer), resolve_dataset_path(options.dataset, options.dataset_path), options.seq_len + 1,
+              options.dp_rank, options.dp_world, dataset_split_prefix(options.dataset)) {}
 
 Batch DataLoader::next() {
   const int64_t b = options_.batch_size, s = options_.seq_len;

@@ -22,6 +22,7 @@ struct DataLoaderOptions {
   int64_t seq_len = 0;     ///< tokens per sequence
   int64_t dp_rank = 0;     ///< this rank's index among data-parallel ranks
   int64_t dp_world = 1;    ///< number of data-parallel ranks (replicate x shard degree)
+  std::string dataset_path;  ///< where a named dataset's files are (resolve_dataset_path); "" = none
 };
 
 /// @brief One training batch: CPU int64 tensors of shape [batch_size, seq_len];

@@ -48,10 +48,10 @@ TokenStreamState TokenStreamState::from_json(const nlohmann::json& j) {
 }
 
 TokenStream::TokenStream(std::shared_ptr<const Tokenizer> tokenizer, const std::string& path, int64_t window_len,
-                         int64_t dp_rank, int64_t dp_world)
+                         int64_t dp_rank, int64_t dp_world, const std::string& split_prefix)
     : tokenizer_(std::move(tokenizer)),
       path_(path),
-      reader_(list_dataset_files(path)),
+      reader_(list_dataset_files(path, split_prefix)),
       window_len_(window_len),
       dp_rank_(dp_rank),
       dp_world_(dp_world) {

@@ -46,9 +46,10 @@ struct TokenStreamState {
 class TokenStream {
  public:
   /// @brief Streams the dataset at `path` (a file or folder; see
-  /// list_dataset_files) for rank `dp_rank` of `dp_world`.
+  /// list_dataset_files, which `split_prefix` goes to) for rank `dp_rank`
+  /// of `dp_world`.
   TokenStream(std::shared_ptr<const Tokenizer> tokenizer, const std::string& path, int64_t window_len,
-              int64_t dp_rank = 0, int64_t dp_world = 1);
+              int64_t dp_rank = 0, int64_t dp_world = 1, const std::string& split_prefix = "");
 
   /// @brief Writes the next window_len tokens to `out`.
   void next_window(int64_t* out);

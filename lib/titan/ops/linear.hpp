@@ -14,9 +14,13 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include <memory>
+
 #include "titan/ops/param_module.hpp"
 
 namespace titan::ops {
+
+class EmbeddingImpl;
 
 /// @brief y = x W^T with W of shape [out_features, in_features], no bias
 /// (Llama has none). The parameter is named "weight" like nn.Linear's.
@@ -28,11 +32,33 @@ class LinearImpl : public ParamModule {
   /// Applies the projection to the last dimension of `x`.
   at::Tensor forward(const at::Tensor& x);
 
-  at::Tensor weight;  ///< [out_features, in_features]
+  /// @brief Weight tying (HF's tie_word_embeddings): from now on the
+  /// projection multiplies by `embedding`'s weight [out_features,
+  /// in_features]. Its own "weight" parameter is unregistered (so the
+  /// model has one parameter, under the embedding's name) and `weight`
+  /// is left undefined; each forward reads the embedding's tensor of the
+  /// moment, so whatever swaps that one (materialisation, FSDP's gather,
+  /// TP's shard) is what the projection uses too. Throws titan::Error on
+  /// a shape mismatch.
+  void tie_to(std::shared_ptr<EmbeddingImpl> embedding);
+  /// True after tie_to().
+  bool tied() const { return tied_ != nullptr; }
+  /// The weight the forward uses: `weight`, or the tied embedding's.
+  const at::Tensor& current_weight() const;
+  /// The global output width (the vocabulary for the model's output).
+  int64_t out_features() const { return out_features_; }
+
+  at::Tensor weight;  ///< [out_features, in_features]; undefined when tied
 
  protected:
   /// Re-reads `weight` after replace_parameter() swapped the tensor.
-  void rebind_parameters() override { weight = parameters_["weight"]; }
+  void rebind_parameters() override {
+    if (!tied_) weight = parameters_["weight"];
+  }
+
+ private:
+  std::shared_ptr<EmbeddingImpl> tied_;
+  int64_t out_features_ = 0;
 };
 TORCH_MODULE(Linear);
 

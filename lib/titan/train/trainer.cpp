@@ -145,6 +145,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   for (int64_t k = 0; k < options_.emulate_dp_ranks; ++k) {
     data::DataLoaderOptions dopts;
     dopts.dataset = cfg_.training.dataset;
+    dopts.dataset_path = cfg_.training.dataset_path;
     dopts.batch_size = plan_.local_batch;
     dopts.seq_len = cfg_.training.seq_len;
     dopts.dp_rank = options_.emulate_dp_ranks > 1 ? k : dp_rank;

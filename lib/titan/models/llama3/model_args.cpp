@@ -54,6 +54,7 @@ std::string to_json(const ModelArgs& a) {
         {"original_max_position", a.rope_scaling.original_max_position}}},
       {"max_seq_len", a.max_seq_len},
       {"depth_init", a.depth_init},
+      {"tie_word_embeddings", a.tie_word_embeddings},
   };
   return j.dump();
 }
@@ -69,16 +70,23 @@ ModelArgs flavor_args(const std::string& flavor) {
     // torchtitan's debug flavor: small enough to train on a laptop CPU.
     a.dim = 256, a.n_layers = 6, a.n_heads = 16, a.vocab_size = 2048;
   } else if (flavor == "1B") {
-    // Llama 3.2 1B (Meta's params.json). Meta ties the output to the embedding;
-    // torchtitan's layout keeps output.weight separate, so it counts 1.50B here.
+    // Llama 3.2 1B as Meta publishes it (meta-llama/Llama-3.2-1B config.json:
+    // hidden_size 2048, 16 layers, 32 heads, 8 KV heads, intermediate_size
+    // 8192, vocab 128256, rope_theta 500000, llama3 rope scaling factor 32,
+    // tie_word_embeddings true): 1,235,814,400 parameters ("1.23B").
+    // torchtitan 0.3's 1B ties the same way (enable_weight_tying).
     a.dim = 2048, a.n_layers = 16, a.n_heads = 32, a.n_kv_heads = 8;
-    a.ffn_dim_multiplier = 1.5, a.multiple_of = 256;
-    a.rope_scaling.factor = 32.0;  // Llama 3.2 uses factor 32
-  } else if (flavor == "3B") {
-    // Llama 3.2 3B (Meta's params.json); tied in Meta's release, untied here.
-    a.dim = 3072, a.n_layers = 28, a.n_heads = 24, a.n_kv_heads = 8;
-    a.ffn_dim_multiplier = 1.0, a.multiple_of = 256;
+    a.ffn_dim_multiplier = 1.5, a.multiple_of = 256;  // 4·2048 → 5461 → 8191 → 8192
     a.rope_scaling.factor = 32.0;
+    a.tie_word_embeddings = true;
+  } else if (flavor == "3B") {
+    // Llama 3.2 3B (meta-llama/Llama-3.2-3B config.json: hidden_size 3072,
+    // 28 layers, 24 heads, 8 KV heads, intermediate_size 8192, vocab 128256,
+    // rope factor 32, tied): 3,212,749,824 parameters ("3.21B").
+    a.dim = 3072, a.n_layers = 28, a.n_heads = 24, a.n_kv_heads = 8;
+    a.ffn_dim_multiplier = 1.0, a.multiple_of = 256;  // 4·3072 → 8192 → 8192
+    a.rope_scaling.factor = 32.0;
+    a.tie_word_embeddings = true;
   } else if (flavor == "8B") {
     a.dim = 4096, a.n_layers = 32, a.n_heads = 32, a.n_kv_heads = 8;
     a.ffn_dim_multiplier = 1.3, a.multiple_of = 1024;

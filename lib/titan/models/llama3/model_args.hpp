@@ -28,6 +28,10 @@ struct ModelArgs {
   /// torchtitan's depth_init: true scales wo/w2/w3's init std by the block's
   /// depth (0.02/√(2(layer_id+1))), false by the total depth (0.02/√(2·n_layers)).
   bool depth_init = true;
+  /// The output projection multiplies by tok_embeddings.weight (HF's and
+  /// torchtitan's tie_word_embeddings; Meta's Llama 3.2 1B and 3B): one
+  /// [vocab, dim] parameter, named tok_embeddings.weight, no output.weight.
+  bool tie_word_embeddings = false;
   /// How attention is computed (torchtitan's model-args name attn_type):
   /// "sdpa" (ATen's dispatch), "flash" (titan's CPU flash kernel) or
   /// "math" (explicit softmax). Not part of the checkpoint metadata: it

@@ -43,6 +43,9 @@ PipelinePlan plan_pipeline(const config::JobConfig& cfg, int64_t n_layers, int64
 Transformer pipeline_part(const Transformer& model, const PipelinePlan& plan, int stage) {
   TITAN_CHECK(stage >= 0 && stage < static_cast<int>(plan.layers.size()), "pipeline_part: no stage ", stage, " in ",
               plan.layers.size(), " stages");
+  TITAN_CHECK(!model->args().tie_word_embeddings,
+              "pipeline parallelism with tied embeddings (flavors 1B and 3B) is not supported: the first stage's "
+              "embedding and the last stage's output would share one weight across ranks");
   TITAN_CHECK(model->tok_embeddings && model->output &&
                   static_cast<int64_t>(model->layers->size()) == model->args().n_layers,
               "pipeline_part: cut the full model, not a part of it");

@@ -19,6 +19,7 @@ TransformerImpl::TransformerImpl(ModelArgs args, at::TensorOptions options) : ar
     layers->update({{std::to_string(i), TransformerBlock(i, args_, options).ptr()}});
   norm = register_module("norm", ops::RMSNorm(args_.dim, args_.norm_eps, options));
   output = register_module("output", ops::Linear(args_.dim, args_.vocab_size, options));
+  if (args_.tie_word_embeddings) output->tie_to(tok_embeddings.ptr());
 }
 
 std::vector<std::shared_ptr<TransformerBlockImpl>> TransformerImpl::blocks() const {
@@ -103,13 +104,16 @@ at::Tensor TransformerImpl::forward_body(const at::Tensor& input, const at::Tens
 
 void TransformerImpl::init_weights() {
   at::NoGradGuard no_grad;
-  if (tok_embeddings) tok_embeddings->weight.normal_(0.0, 1.0);
+  // Tied, the one weight gets the output's init below, as torchtitan 0.3
+  // does (it skips the embedding's init and initialises lm_head).
+  if (tok_embeddings && !args_.tie_word_embeddings) tok_embeddings->weight.normal_(0.0, 1.0);
   for (const auto& block : blocks()) block->init_weights();
   if (norm) norm->reset_parameters();
   if (output) {
     // Logits start at about unit scale: std dim^-0.5 over dim inputs of unit RMS.
     const double std = 1.0 / std::sqrt(static_cast<double>(args_.dim));
-    ops::trunc_normal_(output->weight, 0.0, std, -3.0 * std, 3.0 * std);
+    at::Tensor w = output->current_weight();
+    ops::trunc_normal_(w, 0.0, std, -3.0 * std, 3.0 * std);
   }
 }
 
@@ -128,6 +132,7 @@ void TransformerImpl::keep_layers(int64_t begin, int64_t end) {
 
 void TransformerImpl::drop_tok_embeddings() {
   if (!tok_embeddings) return;
+  TITAN_CHECK(!args_.tie_word_embeddings, "llama3: the output is tied to tok_embeddings, which cannot be dropped");
   unregister_module("tok_embeddings");
   tok_embeddings = nullptr;
 }

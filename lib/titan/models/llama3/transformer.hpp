@@ -22,7 +22,9 @@ namespace titan::models::llama3 {
 
 /// @brief Llama 3 as torchtitan lays it out: named_parameters() yields exactly
 /// torchtitan's state-dict names (tok_embeddings.weight,
-/// layers.0.attention.wq.weight, ..., norm.weight, output.weight).
+/// layers.0.attention.wq.weight, ..., norm.weight, output.weight). With
+/// args.tie_word_embeddings the output multiplies by tok_embeddings.weight
+/// (ops::LinearImpl::tie_to) and there is no output.weight.
 ///
 /// `layers` is a ModuleDict keyed "0".."n-1" (as torchtitan) so that a
 /// pipeline stage can drop the blocks it does not own and keep the names of
@@ -60,7 +62,8 @@ class TransformerImpl : public ops::HookableModule {
   /// deterministic given the torch seed): tok_embeddings ~ N(0, 1); per block
   /// norms = 1, wq/wk/wv/w1 ~ trunc_normal(0, 0.02), wo/w2/w3 ~
   /// trunc_normal(0, block.weight_init_std); norm = 1; output ~
-  /// trunc_normal(0, dim^-0.5) cut at ±3σ. Skips dropped pieces.
+  /// trunc_normal(0, dim^-0.5) cut at ±3σ. Skips dropped pieces. Tied, the
+  /// shared weight gets only the output's init (torchtitan 0.3's order).
   void init_weights();
 
   /// The blocks still present, in layer order (with their original layer_id).

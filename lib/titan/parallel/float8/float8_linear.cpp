@@ -283,7 +283,9 @@ std::vector<std::string> convert_to_float8_training(torch::nn::Module& root, con
     for (const std::string& s : options.filter_fqns)
       skipped = skipped || name == s ||
                 (name.size() > s.size() && name.compare(name.size() - s.size() - 1, s.size() + 1, "." + s) == 0);
-    if (skipped || linear->weight.size(0) % 16 != 0 || linear->weight.size(1) % 16 != 0) continue;
+    // A tied output shares the embedding's weight, which a lookup reads in
+    // full precision: it stays a plain matmul.
+    if (skipped || linear->tied() || linear->weight.size(0) % 16 != 0 || linear->weight.size(1) % 16 != 0) continue;
     TITAN_CHECK(!fsdp::is_fully_sharded(*linear) && hooks_under(*linear).empty(), "convert_to_float8_training: ",
                 name, " is already converted or sharded (convert before fully_shard, once)");
     std::shared_ptr<Float8WeightGather> gather;

@@ -76,8 +76,19 @@ void ColwiseParallel::apply(torch::nn::Module& module, const std::string& fqn, c
   hook->fqn = fqn;
   if (auto* lin = dynamic_cast<ops::LinearImpl*>(&module)) {
     hook->linear = lin;
-    hook->out_features = lin->weight.size(0);
-    hook->params.push_back(shard_parameter(*lin, "weight", 0, mesh, fqn));
+    hook->out_features = lin->out_features();
+    if (lin->tied()) {
+      // A tied output's weight is its embedding's, which RowwiseParallel
+      // cut on the vocabulary dim: rows [off, off+len) of [vocab, dim],
+      // exactly the piece Colwise would cut here. Anything else (the
+      // embedding not sharded, or cut some other way) cannot serve both.
+      const int64_t len = shard_size_and_offset(lin->out_features(), mesh->size(0), mesh->coordinate()[0]).first;
+      TITAN_CHECK(lin->current_weight().size(0) == len, "ColwiseParallel: '", fqn,
+                  "' is tied to an embedding whose weight is not sharded on the vocabulary (RowwiseParallel on it "
+                  "first); tensor parallelism cannot cut one tied weight two ways");
+    } else {
+      hook->params.push_back(shard_parameter(*lin, "weight", 0, mesh, fqn));
+    }
   } else if (auto* emb = dynamic_cast<ops::EmbeddingImpl*>(&module)) {
     hook->embedding = true;
     hook->out_features = emb->weight.size(1);
@@ -97,6 +108,8 @@ void RowwiseParallel::apply(torch::nn::Module& module, const std::string& fqn, c
   hook->cfg = *this;
   hook->fqn = fqn;
   if (auto* lin = dynamic_cast<ops::LinearImpl*>(&module)) {
+    TITAN_CHECK(!lin->tied(), "RowwiseParallel: '", fqn, "' is tied to an embedding; only ColwiseParallel (the "
+                "embedding's vocabulary cut) fits a tied output");
     hook->linear = lin;
     hook->params.push_back(shard_parameter(*lin, "weight", 1, mesh, fqn));
   } else if (auto* emb = dynamic_cast<ops::EmbeddingImpl*>(&module)) {
