@@ -173,9 +173,13 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
   // attention (the matmul outputs are kept).
   int64_t wrapped_count = 0;
   for (bool w : ac.wrapped) wrapped_count += w ? 1 : 0;
-  const double block_params = static_cast<double>(models::llama3::count_parameters(args) -
-                                                  2 * models::llama3::count_embedding_parameters(args) - args.dim) /
-                              static_cast<double>(args.n_layers);
+  // Per block: all parameters but the embedding table, the LM head (its own
+  // weight unless tied to the table) and the final norm.
+  const int64_t table = models::llama3::count_embedding_parameters(args);
+  const double block_params =
+      static_cast<double>(models::llama3::count_parameters(args) - table - (args.tie_word_embeddings ? 0 : table) -
+                          args.dim) /
+      static_cast<double>(args.n_layers);
   const double attention_fwd = 4.0 * static_cast<double>(args.n_heads * args.head_dim() * cfg.training.seq_len);
   const double recompute_per_token = ac.per_op ? attention_fwd : 2.0 * block_params + attention_fwd;
   e.recompute_flops_per_step =
