@@ -214,6 +214,33 @@ TEST(TrainCli, TensorParallelDegreeThatDoesNotDivideTheHeadsIsOneLine) {
   EXPECT_HAS(r.output, "tensor parallel degree 3 does not divide the model's n_heads (16)");
 }
 
+// Document masking through `titan train`: block_causal trains with every
+// attention backend (the model-level equivalence with each document run
+// alone is tests/attention's DocumentMask.ModelEqualsEachDocumentAlone), its
+// first loss differs from the causal run's on the same data (the mask and
+// the hidden boundary targets take effect), and pipeline parallelism with
+// it is one line.
+TEST(TrainCli, BlockCausalTrainsAndRefusesPipelines) {
+  ScratchDir dir("train_cli_block_causal");
+  auto first_loss = [](const std::string& out) {
+    const size_t at = out.find("step:  1  loss: ");
+    return at == std::string::npos ? -1.0 : std::stod(out.substr(at + 16, 8));
+  };
+  auto causal = run_command(debug_run(dir) + " --training.seq_len 64");
+  ASSERT_EQ(causal.exit_code, 0) << causal.output;
+  for (const char* backend : {"sdpa", "flash", "math"}) {
+    auto r = run_command(debug_run(dir) + " --training.seq_len 64 --model.attn_mask_type block_causal"
+                         " --model.attn_type " + backend);
+    ASSERT_EQ(r.exit_code, 0) << backend << "\n" << r.output;
+    EXPECT_HAS(r.output, "training done: 3/3 steps");
+    EXPECT_NE(first_loss(r.output), first_loss(causal.output)) << backend;
+  }
+  auto pp = run_command(debug_run(dir) + " --nproc 2 --experimental.pipeline_parallel_degree 2"
+                        " --model.attn_mask_type block_causal");
+  EXPECT_EQ(pp.exit_code, 1) << pp.output;
+  EXPECT_HAS(pp.output, "attn_mask_type = \"block_causal\" does not work with pipeline or context parallelism yet");
+}
+
 // Context parallelism through `titan train`: FSDP 2 x CP 2 on 4 emulated
 // ranks runs (its equivalence with one process is test_trainer_dp's
 // TrainerContextParallel), and a sequence that does not cut into 2 x cp

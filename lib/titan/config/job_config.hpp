@@ -51,6 +51,10 @@ struct ModelSection {
   /// attention backend (torchtitan's attn_type): "sdpa" (ATen's dispatch),
   /// "flash" (titan's CPU flash kernel) or "math" (explicit softmax)
   std::string attn_type = "sdpa";
+  /// torchtitan 0.3's attn_mask_type: "causal" over the whole packed window,
+  /// or "block_causal" (each document attends only within itself, RoPE
+  /// positions restart per document, no target across a boundary)
+  std::string attn_mask_type = "causal";
   std::string tokenizer_path;          ///< tokenizer file or folder; "" = hf_assets_path, else the built-in tokenizer
   std::string hf_assets_path;          ///< torchtitan's Hugging Face assets folder (tokenizer.json); "" = none
   /// torchtitan's model converters: "float8" / "quantize.linear.float8"

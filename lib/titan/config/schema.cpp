@@ -59,6 +59,10 @@ std::vector<Field> make_fields() {
                   "attention backend: sdpa (ATen's dispatch), flash (titan's CPU flash kernel, CPU only), math "
                   "(explicit softmax, the reference)",
                   "sdpa", "flash", "math"),
+      TITAN_FIELD(model, attn_mask_type,
+                  "attention mask: causal over the packed window, or block_causal (within each document; RoPE "
+                  "positions restart per document; no target across a boundary)",
+                  "causal", "block_causal"),
       TITAN_FIELD(model, tokenizer_path,
                   "tokenizer: a tiktoken file, a Hugging Face tokenizer.json or assets folder; wins over "
                   "hf_assets_path; \"\" = hf_assets_path, else the built-in tokenizer"),

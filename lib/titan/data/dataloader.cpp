@@ -1,5 +1,7 @@
 #include "titan/data/dataloader.hpp"
 
+#include "titan/ops/attention/document_mask.hpp"
+
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
@@ -29,7 +31,14 @@ Batch DataLoader::next() {
   at::Tensor windows = at::empty({b, s + 1}, at::kLong);
   int64_t* data = windows.data_ptr<int64_t>();
   for (int64_t i = 0; i < b; ++i) stream_.next_window(data + i * (s + 1));
-  return {windows.narrow(1, 0, s).contiguous(), windows.narrow(1, 1, s).contiguous()};
+  Batch batch{windows.narrow(1, 0, s).contiguous(), windows.narrow(1, 1, s).contiguous(), {}};
+  if (options_.document_masking) {
+    // Documents are BOS + text + EOS in the stream: a BOS opens one.
+    const int64_t bos = tokenizer_->bos_id();
+    batch.doc_start = ops::document_starts(batch.inputs, bos);
+    batch.labels.masked_fill_(batch.labels == bos, -100);
+  }
+  return batch;
 }
 
 nlohmann::json DataLoader::state_dict() const { return stream_.state().to_json(); }

@@ -23,13 +23,20 @@ struct DataLoaderOptions {
   int64_t dp_rank = 0;     ///< this rank's index among data-parallel ranks
   int64_t dp_world = 1;    ///< number of data-parallel ranks (replicate x shard degree)
   std::string dataset_path;  ///< where a named dataset's files are (resolve_dataset_path); "" = none
+  /// Document masking ([model] attn_mask_type = "block_causal"): each batch
+  /// carries doc_start, and a target that is the next document's BOS (a
+  /// document's last token predicting across the boundary) is ignored.
+  bool document_masking = false;
 };
 
 /// @brief One training batch: CPU int64 tensors of shape [batch_size, seq_len];
 /// labels are the inputs shifted left by one token (next-token targets).
 struct Batch {
   at::Tensor inputs;
-  at::Tensor labels;
+  at::Tensor labels;  ///< -100 (ignored by the loss) where document masking hides a target
+  /// With document masking: [batch_size, seq_len] int64, where each token's
+  /// document begins in the window (ops/attention/document_mask.hpp); else undefined.
+  at::Tensor doc_start;
 };
 
 /// @brief An endless loader of batches for one data-parallel rank.

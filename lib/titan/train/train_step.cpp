@@ -29,7 +29,7 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model, cons
   at::Tensor loss_sum;
   for (int64_t i = 0; i < accumulation_steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    at::Tensor inputs, labels;
+    at::Tensor inputs, labels, doc_start;
     {
       TITAN_PROFILE_RANGE("titan::data_loading");
       data::Batch batch = next_batch();
@@ -37,13 +37,14 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model, cons
       // the previous micro-batch's kernels on a GPU; a no-op on the CPU.
       inputs = batch.inputs.to(device, /*non_blocking=*/true);
       labels = batch.labels.to(device, /*non_blocking=*/true);
+      if (batch.doc_start.defined()) doc_start = batch.doc_start.to(device, /*non_blocking=*/true);
     }
     r.data_seconds += seconds_since(t0);
 
     at::Tensor loss;
     {
       TITAN_PROFILE_RANGE("titan::forward");
-      at::Tensor logits = model->forward(inputs);
+      at::Tensor logits = model->forward(inputs, doc_start);
       loss = loss_fn ? loss_fn(logits, labels) : cross_entropy(logits, labels);
     }
     // Each micro-batch's loss is a mean over its tokens; dividing by the
