@@ -48,7 +48,10 @@ TEST(Llama3Flavors, DimensionsAndFfnHidden) {
     ModelArgs a = flavor_args(name);
     EXPECT_NO_THROW(a.validate()) << name;
     EXPECT_EQ(a.norm_eps, 1e-5);
-    if (name != "debugmodel") EXPECT_EQ(a.vocab_size, 128256) << name;
+    if (name.rfind("debugmodel", 0) != 0) EXPECT_EQ(a.vocab_size, 128256) << name;
+    // torchtitan's flex / varlen flavors: the base model, block-causal.
+    const bool variant = name.find("_flex") != std::string::npos || name.find("_varlen") != std::string::npos;
+    EXPECT_EQ(a.attn_mask_type, variant ? "block_causal" : "causal") << name;
   }
 }
 
@@ -60,7 +63,7 @@ TEST(Llama3Flavors, UnknownFlavorIsOneLineErrorListingValidOnes) {
     std::string msg = e.what();
     EXPECT_EQ(msg.find('\n'), std::string::npos);
     EXPECT_NE(msg.find("'7B'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("debugmodel, 1B, 3B, 8B, 70B, 405B"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("debugmodel, debugmodel_flex_attn, debugmodel_varlen_attn, 1B, 3B, 8B, 8B_flex, 8B_varlen, 70B, 405B"), std::string::npos) << msg;
   }
 }
 

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "support/run_command.hpp"
 #include "titan/checkpoint/file_io.hpp"
@@ -262,8 +265,9 @@ TEST(TrainCli, ContextParallelRunsAndRefusesAnUncuttableSequence) {
 namespace {
 
 // A debug-model config in torchtitan v0.2's layout ([model] hf_assets_path,
-// [training] local_batch_size / dataset_path, [parallelism], ...) trains
-// on a tokenizer.json that the Python tokenizers package trained (Llama 3's
+// [training] local_batch_size / dataset = "c4_test" / dataset_path,
+// [parallelism], ...) trains on c4-style JSON Lines and a tokenizer.json
+// that the Python tokenizers package trained (Llama 3's
 // layout, its special tokens only in tokenizer_config.json, so they get ids
 // right after the 500-token vocabulary and fit the debug model's 2048).
 TEST(TrainCli, TorchtitanLayoutTrainsOnAnHfAssetsFolder) {
@@ -278,6 +282,19 @@ TEST(TrainCli, TorchtitanLayoutTrainsOnAnHfAssetsFolder) {
     auto r = run_command(cmd);
     ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
   }
+  // The data as torchtitan's c4_test holds it: JSON Lines with a "text"
+  // field, one record per paragraph of the sample text.
+  std::string records, paragraph;
+  {
+    std::ifstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty()) paragraph += (paragraph.empty() ? "" : "\n") + line;
+      if (line.empty() && !paragraph.empty()) records += nlohmann::json{{"text", paragraph}}.dump() + "\n", paragraph.clear();
+    }
+    if (!paragraph.empty()) records += nlohmann::json{{"text", paragraph}}.dump() + "\n";
+  }
+  titan::data::files::make_directories(dir.path() + "/c4_test");
+  dir.write("c4_test/c4_sample.jsonl", records);
   const std::string toml = dir.write("torchtitan_debug.toml",
                                      "[job]\ndump_folder = \"" + dir.path() + "/out\"\n"
                                      "description = \"torchtitan v0.2 layout, Hugging Face tokenizer\"\n"
@@ -288,7 +305,7 @@ TEST(TrainCli, TorchtitanLayoutTrainsOnAnHfAssetsFolder) {
                                      "[lr_scheduler]\nwarmup_steps = 2\ndecay_ratio = 0.8\ndecay_type = \"linear\"\n"
                                      "min_lr_factor = 0.0\n"
                                      "[training]\nlocal_batch_size = 2\nseq_len = 16\nmax_norm = 1.0\nsteps = 3\n"
-                                     "dataset_path = \"" + text + "\"\n"
+                                     "dataset = \"c4_test\"\ndataset_path = \"" + dir.path() + "/c4_test\"\n"
                                      "[parallelism]\ndata_parallel_replicate_degree = 1\n"
                                      "data_parallel_shard_degree = -1\ntensor_parallel_degree = 1\n"
                                      "pipeline_parallel_degree = 1\ncontext_parallel_degree = 1\n"

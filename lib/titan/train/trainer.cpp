@@ -102,7 +102,9 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   args_ = options_.model_args ? *options_.model_args : models::llama3::flavor_args(cfg_.model.flavor);
   args_.max_seq_len = cfg_.training.seq_len;
   args_.attn_type = cfg_.model.attn_type;
-  args_.attn_mask_type = cfg_.model.attn_mask_type;
+  // block_causal from the config, or from a flavor that is block-causal by
+  // itself (torchtitan's debugmodel_flex_attn, 8B_varlen, ...).
+  if (cfg_.model.attn_mask_type == "block_causal") args_.attn_mask_type = "block_causal";
   TITAN_CHECK(args_.attn_mask_type != "block_causal" || (!dims_.pp_enabled() && !dims_.cp_enabled()),
               "[model] attn_mask_type = \"block_causal\" does not work with pipeline or context parallelism yet "
               "(their stages and ring blocks do not carry the document starts); use attn_mask_type = \"causal\"");
@@ -154,7 +156,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
     dopts.seq_len = cfg_.training.seq_len;
     dopts.dp_rank = options_.emulate_dp_ranks > 1 ? k : dp_rank;
     dopts.dp_world = plan_.dp_degree;
-    dopts.document_masking = cfg_.model.attn_mask_type == "block_causal";
+    dopts.document_masking = args_.attn_mask_type == "block_causal";
     loaders_.push_back(std::make_unique<data::DataLoader>(tokenizer_, dopts));
     // A dataset too small for one window (an empty file) would only fail at
     // step 1, after the model was built and the banner printed: draw one

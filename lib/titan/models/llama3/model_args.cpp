@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <sstream>
 
 #include "titan/util/error.hpp"
@@ -60,11 +61,24 @@ std::string to_json(const ModelArgs& a) {
 }
 
 const std::vector<std::string>& flavor_names() {
-  static const std::vector<std::string> names = {"debugmodel", "1B", "3B", "8B", "70B", "405B"};
+  static const std::vector<std::string> names = {"debugmodel", "debugmodel_flex_attn", "debugmodel_varlen_attn",
+                                                 "1B", "3B", "8B", "8B_flex", "8B_varlen", "70B", "405B"};
   return names;
 }
 
 ModelArgs flavor_args(const std::string& flavor) {
+  // torchtitan 0.2's *_flex_attn / *_flex / *_varlen flavors are their base
+  // model with block-causal (document) attention, which torchtitan computes
+  // with FlexAttention or varlen kernels; titan computes the same mask with
+  // the backend [model] attn_type names (ops/attention/document_mask.hpp).
+  static const std::map<std::string, std::string> block_causal_variants = {
+      {"debugmodel_flex_attn", "debugmodel"}, {"debugmodel_varlen_attn", "debugmodel"},
+      {"8B_flex", "8B"}, {"8B_varlen", "8B"}};
+  if (auto it = block_causal_variants.find(flavor); it != block_causal_variants.end()) {
+    ModelArgs a = flavor_args(it->second);
+    a.attn_mask_type = "block_causal";
+    return a;
+  }
   ModelArgs a;  // defaults: vocab 128256, rope_theta 500000, norm_eps 1e-5, Llama 3.1 scaling
   if (flavor == "debugmodel") {
     // torchtitan's debug flavor: small enough to train on a laptop CPU.
