@@ -400,23 +400,8 @@ std::vector<std::shared_ptr<PendingWork>> ProcessGroup::batch_p2p(const std::vec
     TITAN_CHECK(op.tensor.is_contiguous(), (op.is_send ? "send" : "recv"), " on ", describe(),
                 " needs a contiguous tensor");
   if (backend_->supportsCoalescing()) {
-    int64_t bytes = 0;
-    std::vector<at::Tensor> keep;
-    for (const P2POp& op : ops) bytes += nbytes(op.tensor), keep.push_back(op.tensor);
-    CommRecord record = start_record(CommOp::Send, bytes);
-    c10::intrusive_ptr<c10d::Work> work;
-    try {
-      backend_->startCoalescing();
-      for (const P2POp& op : ops) {
-        std::vector<at::Tensor> t{op.tensor};
-        if (op.is_send) backend_->send(t, op.peer, op.tag);
-        else backend_->recv(t, op.peer, op.tag);
-      }
-      work = backend_->endCoalescing();
-    } catch (const std::exception& e) {
-      fail("batch_p2p", e.what(), 0.0);
-    }
-    PendingWork(this, std::move(record), std::move(work), [keep] {}).wait();
+    // One coalesced group (NCCL), waited here: batch_p2p_async's.
+    for (const auto& w : batch_p2p_async(ops)) w->wait();
     return sends;
   }
   std::vector<std::shared_ptr<PendingWork>> recvs;
