@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "support/run_command.hpp"
+#include "titan/data/byte_tokenizer.hpp"
+#include "titan/data/documents.hpp"
 #include "titan/data/files.hpp"
 
 namespace titan::testing {
@@ -56,5 +58,25 @@ bool run_reference(const std::string& args, const std::string& script) {
   }
   return true;
 }
+
+std::vector<std::string> documents(const std::string& path) {
+  data::DocumentReader r(data::list_dataset_files(path));
+  std::vector<std::string> out;
+  std::string t;
+  while (r.next(t)) out.push_back(t);
+  return out;
+}
+
+std::vector<int64_t> byte_stream(const std::vector<std::string>& docs) {
+  std::vector<int64_t> out;
+  for (const auto& d : docs) {
+    out.push_back(256);
+    for (unsigned char c : d) out.push_back(c);
+    out.push_back(257);
+  }
+  return out;
+}
+
+std::shared_ptr<const data::Tokenizer> bytes() { return std::make_shared<data::ByteTokenizer>(); }
 
 }  // namespace titan::testing

@@ -19,6 +19,9 @@
 using namespace titan;
 using namespace titan::data;
 using titan::testing::TempDir;
+using titan::testing::byte_stream;
+using titan::testing::bytes;
+using titan::testing::documents;
 using titan::testing::write_file;
 
 namespace {
@@ -33,31 +36,13 @@ std::string error_of(F&& fn) {
   return "";
 }
 
-std::vector<std::string> documents(const std::string& path) {
-  DocumentReader r(list_dataset_files(path));
-  std::vector<std::string> out;
-  std::string t;
-  while (r.next(t)) out.push_back(t);
-  return out;
-}
 
-// BOS + bytes + EOS of each document, concatenated.
-std::vector<int64_t> byte_stream(const std::vector<std::string>& docs) {
-  std::vector<int64_t> out;
-  for (const auto& d : docs) {
-    out.push_back(256);
-    for (unsigned char c : d) out.push_back(c);
-    out.push_back(257);
-  }
-  return out;
-}
 
 std::vector<int64_t> row(const at::Tensor& t, int64_t i) {
   at::Tensor r = t[i].contiguous();
   return {r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel()};
 }
 
-std::shared_ptr<const Tokenizer> bytes() { return std::make_shared<ByteTokenizer>(); }
 
 // A folder of 12 short documents over three formats.
 std::string make_corpus(const TempDir& dir) {

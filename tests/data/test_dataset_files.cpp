@@ -20,6 +20,9 @@
 
 using namespace titan::data;
 using titan::testing::TempDir;
+using titan::testing::byte_stream;
+using titan::testing::bytes;
+using titan::testing::documents;
 using titan::testing::write_file;
 
 namespace {
@@ -65,25 +68,8 @@ std::string json_array(const std::vector<std::string>& texts) {
   return a.dump(2);  // pretty-printed: an array spans many lines
 }
 
-std::vector<std::string> documents(const std::string& path) {
-  DocumentReader r(list_dataset_files(path));
-  std::vector<std::string> out;
-  std::string t;
-  while (r.next(t)) out.push_back(t);
-  return out;
-}
 
-std::vector<int64_t> byte_stream(const std::vector<std::string>& docs) {
-  std::vector<int64_t> out;
-  for (const auto& d : docs) {
-    out.push_back(256);
-    for (unsigned char c : d) out.push_back(c);
-    out.push_back(257);
-  }
-  return out;
-}
 
-std::shared_ptr<const Tokenizer> bytes() { return std::make_shared<ByteTokenizer>(); }
 
 // A folder mixing every format; sorted path order is the reading order.
 // Returns the folder; `want` gets its documents in order.
