@@ -30,6 +30,18 @@ cd "$BUILD"
 TITAN_TEST_DEVICE=cuda ctest -R "_np1$" --output-on-failure 2>&1 | tee "$OUT/ctest_cuda_np1.log" || status=1
 # Everything else, as on CPU.
 ctest -E "_np[0-9]+$" --output-on-failure 2>&1 | tee "$OUT/ctest_rest.log" || status=1
+# titan's CUDA flash kernel: against SDPA side by side (bf16, causal, the
+# 8B model's head_dim; goal >= 0.6x SDPA fwd+bwd at 4096), with documents,
+# and the debug model trained with it beside SDPA (docs/attention.md). Its
+# accuracy test (test_flash_cuda) ran in the ctest above.
+"$BUILD/bin/bench_attention_cuda" 2>&1 | tee "$OUT/bench_attention_cuda.log" || status=1
+"$BUILD/bin/bench_attention_cuda" --seqs 4096 --heads 32 --kv-heads 8 2>&1 | tee -a "$OUT/bench_attention_cuda.log" || status=1
+"$BUILD/bin/bench_attention_cuda" --seqs 4096 --doc-len 512 2>&1 | tee -a "$OUT/bench_attention_cuda.log" || status=1
+for attn in sdpa flash; do
+  "$BUILD/bin/titan" train --job.config_file train_configs/debug_model.toml --training.device cuda \
+    --model.attn_type $attn --training.steps 20 --metrics.log_freq 5 \
+    --job.dump_folder "$OUT/attn_$attn" 2>&1 | tee "$OUT/attn_$attn.log" | grep -E "tokens/s|loss  " || status=1
+done
 # Float8 on the GPU's tensor cores: a few debug-model steps with and
 # without it, tokens/s side by side (docs/float8.md).
 cd ..

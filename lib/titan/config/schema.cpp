@@ -56,8 +56,8 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(model, flavor, "model size: debugmodel, 1B, 3B, 8B, 70B, 405B (checked by the model registry)"),
       TITAN_FIELD(model, norm_type, "normalisation layer", "rmsnorm", "layernorm", "np_layernorm", "fused_rmsnorm"),
       TITAN_FIELD(model, attn_type,
-                  "attention backend: sdpa (ATen's dispatch), flash (titan's CPU flash kernel, CPU only), math "
-                  "(explicit softmax, the reference)",
+                  "attention backend: sdpa (ATen's dispatch), flash (titan's flash kernels: CPU, and CUDA GPUs "
+                  "in CUDA builds), math (explicit softmax, the reference)",
                   "sdpa", "flash", "math"),
       TITAN_FIELD(model, attn_mask_type,
                   "attention mask: causal over the packed window, or block_causal (within each document; RoPE "

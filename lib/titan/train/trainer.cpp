@@ -108,9 +108,14 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   TITAN_CHECK(args_.attn_mask_type != "block_causal" || (!dims_.pp_enabled() && !dims_.cp_enabled()),
               "[model] attn_mask_type = \"block_causal\" does not work with pipeline or context parallelism yet "
               "(their stages and ring blocks do not carry the document starts); use attn_mask_type = \"causal\"");
-  // Said before any model is built: the flash kernel is CPU-only for now.
-  TITAN_CHECK(args_.attn_type != "flash" || device_.is_cpu(), "[model] attn_type = \"flash\" runs on the CPU only, ",
-              "but training.device is ", device_.str(), " (use --model.attn_type sdpa on CUDA)");
+  // Said before any model is built: titan's flash kernels exist for the CPU
+  // and, in CUDA builds, for CUDA GPUs.
+#ifndef TITAN_HAS_CUDA
+  TITAN_CHECK(args_.attn_type != "flash" || device_.is_cpu(), "[model] attn_type = \"flash\" runs on the CPU in ",
+              "this build (built without CUDA), but training.device is ", device_.str());
+#endif
+  TITAN_CHECK(args_.attn_type != "flash" || device_.is_cpu() || device_.is_cuda(),
+              "[model] attn_type = \"flash\" runs on the CPU or a CUDA GPU, not on ", device_.str());
   args_.validate();
   if (dims_.tp_enabled())
     models::llama3::check_tp_job(args_, dims_.tp, cfg_.training.seq_len, models::llama3::tp_options(cfg_));

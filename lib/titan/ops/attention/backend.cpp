@@ -27,6 +27,13 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
                      bool causal, std::optional<double> scale, const at::Tensor& doc_start) {
   switch (backend) {
     case AttentionBackend::flash:
+      // The CUDA kernel multiplies on the tensor cores, in bf16: fp32
+      // inputs are cast there and the output cast back (what torch.autocast
+      // does to SDPA), so a job without FSDP's bf16 params can use it.
+      if (q.is_cuda() && q.scalar_type() == at::kFloat)
+        return flash_attention(q.to(at::kBFloat16), k.to(at::kBFloat16), v.to(at::kBFloat16), causal, scale, {},
+                               doc_start)
+            .to(at::kFloat);
       return flash_attention(q, k, v, causal, scale, {}, doc_start);
     case AttentionBackend::math:
       return math_attention(q, k, v, causal, scale, doc_start);

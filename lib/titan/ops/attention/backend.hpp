@@ -15,7 +15,7 @@ namespace titan::ops {
 /// @brief Which implementation computes softmax(QKᵀ)V.
 enum class AttentionBackend {
   sdpa,   ///< at::scaled_dot_product_attention (ATen picks flash / efficient / math kernels)
-  flash,  ///< flash_attention (lib/titan/ops/attention/flash_cpu.hpp; CPU only)
+  flash,  ///< flash_attention (flash_cpu.hpp on the CPU, flash_cuda.hpp on CUDA GPUs; fp32 cast to bf16 there)
   math,   ///< math_attention: the whole score matrix, the reference
 };
 

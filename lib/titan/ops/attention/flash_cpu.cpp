@@ -4,6 +4,9 @@
 
 #include "titan/ops/attention/document_mask.hpp"
 #include "titan/ops/attention/flash_cpu_args.hpp"
+#ifdef TITAN_HAS_CUDA
+#include "titan/ops/attention/flash_cuda.hpp"
+#endif
 #include "titan/util/error.hpp"
 
 namespace titan::ops {
@@ -18,7 +21,7 @@ Strides strides_of(const at::Tensor& t) { return {t.stride(0), t.stride(1), t.st
 at::Tensor usable(const at::Tensor& t, const char* name) {
   TITAN_CHECK(t.dim() == 4, "flash_attention: ", name, " must be [batch, heads, seq, head_dim], got ", t.sizes());
   TITAN_CHECK(t.device().is_cpu(), "flash_attention: ", name, " is on ", t.device(),
-              "; the flash backend runs on the CPU (use attn_type sdpa on CUDA)");
+              "; the flash backend runs on the CPU, and on CUDA GPUs in CUDA builds");
   TITAN_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16,
               "flash_attention: ", name, " must be float32 or bfloat16, got ", t.scalar_type());
   return t.stride(3) == 1 ? t : t.contiguous();
@@ -79,6 +82,9 @@ void run_backward(const flash_detail::BackwardArgs& a) {
 FlashForward flash_attention_forward(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                                      bool causal, std::optional<double> scale, const FlashOptions& opts,
                                      const at::Tensor& doc_start_in) {
+#ifdef TITAN_HAS_CUDA
+  if (q_in.is_cuda()) return flash_attention_forward_cuda(q_in, k_in, v_in, causal, scale, doc_start_in);
+#endif
   const at::Tensor q = usable(q_in, "q"), k = usable(k_in, "k"), v = usable(v_in, "v");
   flash_detail::ForwardArgs a;
   a.p = problem(q, k, v, causal, scale, opts);
@@ -100,6 +106,10 @@ FlashGrads flash_attention_backward(const at::Tensor& dout_in, const at::Tensor&
                                     const at::Tensor& v_in, const at::Tensor& out, const at::Tensor& lse,
                                     bool causal, std::optional<double> scale, const FlashOptions& opts,
                                     const at::Tensor& doc_start_in) {
+#ifdef TITAN_HAS_CUDA
+  if (q_in.is_cuda())
+    return flash_attention_backward_cuda(dout_in, q_in, k_in, v_in, out, lse, causal, scale, doc_start_in);
+#endif
   const at::Tensor q = usable(q_in, "q"), k = usable(k_in, "k"), v = usable(v_in, "v");
   const at::Tensor dout = usable(dout_in.scalar_type() == q.scalar_type() ? dout_in : dout_in.to(q.scalar_type()),
                                  "dout");

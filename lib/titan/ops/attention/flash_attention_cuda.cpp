@@ -1,0 +1,128 @@
+// The ATen side of the CUDA flash kernels: checks, output buffers and the
+// stream; the kernels themselves are in flash_cuda.cu (no ATen there).
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <cmath>
+
+#include "titan/ops/attention/document_mask.hpp"
+#include "titan/ops/attention/flash_cuda.hpp"
+#include "titan/ops/attention/flash_cuda_launch.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::ops {
+namespace {
+
+using flash_cuda_detail::Dtype;
+using flash_detail::Problem;
+using flash_detail::Strides;
+
+Strides strides_of(const at::Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
+
+// The kernels read rows of D elements 16 bytes at a time: the last dim
+// contiguous, every other stride and the start a multiple of 8 elements.
+at::Tensor usable(const at::Tensor& t, const at::Tensor& q, const char* name) {
+  TITAN_CHECK(t.dim() == 4, "flash_attention (CUDA): ", name, " must be [batch, heads, seq, head_dim], got ",
+              t.sizes());
+  TITAN_CHECK(t.device() == q.device(), "flash_attention (CUDA): ", name, " is on ", t.device(), ", q on ",
+              q.device());
+  TITAN_CHECK(t.scalar_type() == q.scalar_type(), "flash_attention (CUDA): q, k, v (and dout) must share a dtype");
+  const bool aligned = t.stride(3) == 1 && t.stride(0) % 8 == 0 && t.stride(1) % 8 == 0 && t.stride(2) % 8 == 0 &&
+                       reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  return aligned ? t : t.contiguous();
+}
+
+Problem problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                std::optional<double> scale) {
+  TITAN_CHECK(q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf,
+              "flash_attention (CUDA): q must be bfloat16 or float16 (the tensor cores' inputs), got ",
+              q.scalar_type(), "; train with [training] mixed_precision_param = \"bfloat16\" under FSDP, "
+              "or use attn_type sdpa");
+  TITAN_CHECK(k.sizes() == v.sizes(), "flash_attention (CUDA): k ", k.sizes(), " and v ", v.sizes(), " differ");
+  TITAN_CHECK(q.size(0) == k.size(0) && q.size(3) == k.size(3), "flash_attention (CUDA): q ", q.sizes(),
+              " and k ", k.sizes(), " differ in batch or head_dim");
+  TITAN_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, "flash_attention (CUDA): ", q.size(1),
+              " query heads are not a multiple of ", k.size(1), " kv heads");
+  TITAN_CHECK(!causal || q.size(2) == k.size(2), "flash_attention (CUDA): causal needs as many queries as keys, got ",
+              q.size(2), " and ", k.size(2));
+  TITAN_CHECK(flash_cuda_detail::head_dim_supported(q.size(3)),
+              "flash_attention (CUDA): head_dim must be 16, 32, 64 or 128, got ", q.size(3));
+  TITAN_CHECK(q.size(0) * q.size(1) <= 65535, "flash_attention (CUDA): batch × heads = ", q.size(0) * q.size(1),
+              " exceeds the grid's 65535");
+  Problem p;
+  p.batch = q.size(0), p.hq = q.size(1), p.hkv = k.size(1), p.sq = q.size(2), p.sk = k.size(2), p.d = q.size(3);
+  p.causal = causal;
+  p.bf16 = q.scalar_type() == at::kBFloat16;
+  p.scale = static_cast<float>(scale.value_or(1.0 / std::sqrt(static_cast<double>(p.d))));
+  return p;
+}
+
+// Validated on the host (documents must be contiguous), used on the device.
+at::Tensor device_document_starts(const at::Tensor& doc_start, bool causal, const Problem& p, const at::Tensor& q,
+                                  const char* who) {
+  if (!doc_start.defined()) return doc_start;
+  checked_document_starts(doc_start, causal, p.batch, p.sq, who);
+  return doc_start.to(q.device()).contiguous();
+}
+
+Dtype dtype_of(const Problem& p) { return p.bf16 ? Dtype::bf16 : Dtype::fp16; }
+
+}  // namespace
+
+FlashForward flash_attention_forward_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                                          bool causal, std::optional<double> scale, const at::Tensor& doc_start_in) {
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  const at::Tensor q = usable(q_in, q_in, "q"), k = usable(k_in, q_in, "k"), v = usable(v_in, q_in, "v");
+  flash_detail::ForwardArgs a;
+  a.p = problem(q, k, v, causal, scale);
+  const at::Tensor doc_start = device_document_starts(doc_start_in, causal, a.p, q, "flash_attention (CUDA)");
+  if (doc_start.defined()) a.p.doc_start = doc_start.data_ptr<int64_t>();
+  // [B, S, H, D] returned as its transpose, like the CPU kernel's output.
+  at::Tensor out = at::empty({a.p.batch, a.p.sq, a.p.hq, a.p.d}, q.options()).transpose(1, 2);
+  at::Tensor lse = at::empty({a.p.batch, a.p.hq, a.p.sq}, q.options().dtype(at::kFloat));
+  a.q = q.data_ptr(), a.k = k.data_ptr(), a.v = v.data_ptr();
+  a.qs = strides_of(q), a.ks = strides_of(k), a.vs = strides_of(v);
+  a.out = out.data_ptr(), a.os = strides_of(out);
+  a.lse = lse.data_ptr<float>();
+  if (a.p.sq > 0 && a.p.sk > 0) {
+    const char* err = flash_cuda_detail::launch_forward(a, dtype_of(a.p), at::cuda::getCurrentCUDAStream().stream());
+    TITAN_CHECK(err == nullptr, "flash_attention (CUDA): forward launch failed: ", err);
+  }
+  return {out, lse};
+}
+
+FlashGrads flash_attention_backward_cuda(const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in,
+                                         const at::Tensor& v_in, const at::Tensor& out, const at::Tensor& lse_in,
+                                         bool causal, std::optional<double> scale, const at::Tensor& doc_start_in) {
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  const at::Tensor q = usable(q_in, q_in, "q"), k = usable(k_in, q_in, "k"), v = usable(v_in, q_in, "v");
+  const at::Tensor dout = usable(dout_in.to(q_in.scalar_type()), q_in, "dout");
+  flash_detail::BackwardArgs a;
+  a.p = problem(q, k, v, causal, scale);
+  const at::Tensor doc_start = device_document_starts(doc_start_in, causal, a.p, q, "flash_attention_backward (CUDA)");
+  if (doc_start.defined()) a.p.doc_start = doc_start.data_ptr<int64_t>();
+  TITAN_CHECK(dout.sizes() == q.sizes() && out.sizes() == q.sizes(), "flash_attention_backward (CUDA): dout ",
+              dout.sizes(), " / out ", out.sizes(), " must be shaped like q ", q.sizes());
+  TITAN_CHECK(lse_in.scalar_type() == at::kFloat && lse_in.sizes() == at::IntArrayRef({a.p.batch, a.p.hq, a.p.sq}),
+              "flash_attention_backward (CUDA): lse must be fp32 [batch, heads, seq]");
+  // D_i = rowsum(dO_i ∘ O_i), once per row (FlashAttention-2), in fp32.
+  const at::Tensor delta = (dout.to(at::kFloat) * out.to(at::kFloat)).sum(-1).contiguous();
+  const at::Tensor lse = lse_in.contiguous();
+  at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
+  at::Tensor dk = at::empty(k.sizes(), k.options()), dv = at::empty(v.sizes(), v.options());
+  a.q = q.data_ptr(), a.k = k.data_ptr(), a.v = v.data_ptr(), a.dout = dout.data_ptr();
+  a.qs = strides_of(q), a.ks = strides_of(k), a.vs = strides_of(v), a.dos = strides_of(dout);
+  a.lse = lse.data_ptr<float>(), a.delta = delta.data_ptr<float>();
+  a.dq = dq.data_ptr<float>(), a.dqs = strides_of(dq);
+  a.dk = dk.data_ptr(), a.dks = strides_of(dk), a.dv = dv.data_ptr(), a.dvs = strides_of(dv);
+  if (a.p.sq > 0 && a.p.sk > 0) {
+    const char* err =
+        flash_cuda_detail::launch_backward(a, dtype_of(a.p), at::cuda::getCurrentCUDAStream().stream());
+    TITAN_CHECK(err == nullptr, "flash_attention_backward (CUDA): launch failed: ", err);
+  } else {
+    dk.zero_(), dv.zero_();
+  }
+  return {dq.to(q.scalar_type()), dk, dv};
+}
+
+}  // namespace titan::ops

@@ -1,0 +1,31 @@
+#pragma once
+/// @file
+/// @brief Flash attention on CUDA GPUs (flash_cuda.cu): the CPU kernel's
+/// algorithm on the tensor cores, bf16 or fp16 with fp32 accumulation.
+/// Defined only in CUDA builds (TITAN_HAS_CUDA, flash_attention_cuda.cpp);
+/// flash_attention_forward/backward (flash_cpu.hpp) call these for CUDA
+/// tensors, so callers use one entry point on every device.
+
+#include <ATen/ATen.h>
+
+#include <optional>
+
+#include "titan/ops/attention/flash_cpu.hpp"
+
+namespace titan::ops {
+
+/// @brief The forward on CUDA: q [B, Hq, S, D], k/v [B, Hkv, S_kv, D], all
+/// bf16 or all fp16 on one GPU, head_dim 16, 32, 64 or 128; causal,
+/// GQA without repeating K/V, and block-causal `doc_start` as
+/// flash_attention_forward. Returns out (q's dtype) and the fp32 lse.
+FlashForward flash_attention_forward_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                                          std::optional<double> scale, const at::Tensor& doc_start);
+
+/// @brief The backward on CUDA, as flash_attention_backward: dq (summed in
+/// fp32 with atomics, then cast), dk and dv (one thread block per key tile
+/// and kv head, summing the group's query heads).
+FlashGrads flash_attention_backward_cuda(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
+                                         const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                                         bool causal, std::optional<double> scale, const at::Tensor& doc_start);
+
+}  // namespace titan::ops
