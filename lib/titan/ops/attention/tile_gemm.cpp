@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 
-#include <vector>
 
 // LibTorch's CPU library links MKL statically and exports its BLAS symbols.
 // Declared weak: where a build of LibTorch does not export them, the
@@ -28,13 +27,7 @@ at::Tensor view(const void* p, bool trans, int64_t rows, int64_t cols, int64_t l
 void aten_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
                const void* b, int64_t ldb, float beta, float* c, int64_t ldc, at::ScalarType t) {
   at::Tensor cv = at::from_blob(c, {m, n}, {ldc, 1}, at::kFloat);
-  at::Tensor av = view(a, ta, m, k, lda, t), bv = view(b, tb, k, n, ldb, t);
-  // addmm wants one dtype; bf16 tiles are widened (this engine is the
-  // fallback and the measured alternative, not the fast path).
-  if (t != at::kFloat) {
-    av = av.to(at::kFloat);
-    bv = bv.to(at::kFloat);
-  }
+  const at::Tensor av = view(a, ta, m, k, lda, t), bv = view(b, tb, k, n, ldb, t);
   if (beta == 0.0f) {
     at::mm_out(cv, av, bv);
     if (alpha != 1.0f) cv.mul_(alpha);
@@ -68,32 +61,6 @@ void tile_gemm(TileGemm engine, bool ta, bool tb, int64_t m, int64_t n, int64_t 
     return;
   }
   aten_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, at::kFloat);
-}
-
-void tile_gemm(TileGemm engine, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-               const c10::BFloat16* a, int64_t lda, const c10::BFloat16* b, int64_t ldb, float beta, float* c,
-               int64_t ldc) {
-  if (engine == TileGemm::blas && sgemm_ != nullptr) {
-    // MKL's own bf16 GEMM (cblas_gemm_bf16bf16f32) did not follow the
-    // per-thread limit of SingleThreadedBlas and oversubscribed the cores
-    // (measured 0.01x of ATen at seq 1024; 0.84x with MKL_NUM_THREADS=1);
-    // widening the two tiles to fp32 costs (rows + cols) · k
-    // conversions per 2 · rows · cols · k flops and keeps the fast sgemm.
-    thread_local std::vector<float> wa, wb;
-    auto widen = [](const c10::BFloat16* x, bool trans, int64_t rows, int64_t cols, int64_t ld,
-                    std::vector<float>& w) {
-      // The stored matrix: cols×rows when transposed; copied densely.
-      const int64_t r = trans ? cols : rows, c = trans ? rows : cols;
-      w.resize(static_cast<size_t>(r * c));
-      for (int64_t i = 0; i < r; ++i)
-        for (int64_t j = 0; j < c; ++j) w[i * c + j] = static_cast<float>(x[i * ld + j]);
-      return c;
-    };
-    const int64_t la = widen(a, ta, m, k, lda, wa), lb = widen(b, tb, k, n, ldb, wb);
-    tile_gemm(engine, ta, tb, m, n, k, alpha, wa.data(), la, wb.data(), lb, beta, c, ldc);
-    return;
-  }
-  aten_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, at::kBFloat16);
 }
 
 }  // namespace titan::ops

@@ -1,16 +1,14 @@
 #pragma once
 /// @file
 /// @brief Row-major GEMM on small tiles for the CPU flash-attention kernel:
-/// C = alpha · op(A) · op(B) + beta · C with fp32 accumulation, from fp32 or
-/// bf16 inputs.
+/// C = alpha · op(A) · op(B) + beta · C in fp32 (the kernel widens bf16
+/// tiles to fp32 once per tile before multiplying them).
 ///
 /// Two engines, so the choice is measured rather than assumed
 /// (bench/attention): the BLAS that LibTorch's CPU library already carries
 /// (MKL's sgemm_, looked up as a weak symbol, so a LibTorch without it
-/// still links and falls back; bf16 tiles are widened to fp32 first), and
-/// at::addmm_out on views of the tile (one dispatcher call per tile).
-
-#include <c10/util/BFloat16.h>
+/// still links and falls back), and at::addmm_out on views of the tile (one
+/// dispatcher call per tile).
 
 #include <cstdint>
 
@@ -47,11 +45,5 @@ bool tile_blas_available();
 /// leading dimensions lda/ldb/ldc; op(X) = Xᵀ when the flag is set.
 void tile_gemm(TileGemm engine, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
-
-/// @brief The same with bf16 inputs and an fp32 result (fp32 accumulation;
-/// the blas engine widens the two tiles to fp32 and calls sgemm).
-void tile_gemm(TileGemm engine, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-               const c10::BFloat16* a, int64_t lda, const c10::BFloat16* b, int64_t ldb, float beta, float* c,
-               int64_t ldc);
 
 }  // namespace titan::ops
