@@ -103,23 +103,39 @@ struct Errors {
   double max() const { return std::max({out, lse, dq, dk, dv}); }
 };
 
-Errors errors_of(const Outcome& o, const attn_test::Inputs& in, bool causal, const at::Tensor& doc_start) {
+// Key j visible to query i, [B, 1, Sq, Sk]: causal j <= i; row bounds
+// (a window's doc_start or a ring block's first visible keys) j >= bounds[i].
+at::Tensor visible_mask(int64_t batch, int64_t sq, int64_t sk, bool causal, const at::Tensor& bounds) {
+  const at::Tensor i = at::arange(sq).view({1, 1, sq, 1}), j = at::arange(sk).view({1, 1, 1, sk});
+  at::Tensor m = at::ones({batch, 1, sq, sk}, at::kBool);
+  if (causal) m = m & (j <= i);
+  if (bounds.defined()) m = m & (j >= bounds.view({batch, 1, sq, 1}));
+  return m;
+}
+
+// The independent reference: explicit softmax in fp64 over the visible
+// keys; a row that sees no key has out 0, no gradient and lse −inf.
+Errors errors_of(const Outcome& o, const attn_test::Inputs& in, bool causal, const at::Tensor& bounds) {
   at::Tensor q = in.q.to(at::kDouble).requires_grad_(), kk = in.k.to(at::kDouble).requires_grad_(),
              v = in.v.to(at::kDouble).requires_grad_();
-  at::Tensor ref = ops::math_attention(q, kk, v, causal, std::nullopt, doc_start);
-  ref.backward(in.dout.to(q.scalar_type()).to(at::kDouble));
-  // The reference's log-sum-exp, from the same masked scores.
-  at::Tensor scores = at::matmul(q.detach(), kk.detach().repeat_interleave(q.size(1) / kk.size(1), 1).transpose(-2, -1)) /
+  const int64_t rep = q.size(1) / kk.size(1);
+  const at::Tensor mask = visible_mask(q.size(0), q.size(2), kk.size(2), causal, bounds);
+  const at::Tensor seen = mask.any(-1, /*keepdim=*/true);
+  at::Tensor scores = at::matmul(q, kk.repeat_interleave(rep, 1).transpose(-2, -1)) /
                       std::sqrt(static_cast<double>(q.size(3)));
-  if (doc_start.defined()) {
-    scores.masked_fill_(ops::block_causal_mask(doc_start).logical_not(), -INFINITY);
-  } else if (causal) {
-    scores.masked_fill_(at::ones({q.size(2), q.size(2)}, at::kBool).triu(1), -INFINITY);
-  }
-  const at::Tensor lse_ref = at::logsumexp(scores, -1);
+  scores = scores.masked_fill(mask.logical_not(), -INFINITY);
+  const at::Tensor lse_ref = at::logsumexp(scores.detach(), -1);
+  // Unseen rows get finite scores so that softmax stays free of NaN, then 0.
+  const at::Tensor probs = at::softmax(at::where(seen, scores, at::zeros_like(scores)), -1) * seen;
+  at::Tensor ref = at::matmul(probs, v.repeat_interleave(rep, 1));
+  ref.backward(in.dout.to(at::kDouble));
+  const at::Tensor seen_rows = seen.squeeze(-1).expand_as(lse_ref);
   Errors e;
   e.out = attn_test::rel_diff(o.out, ref.detach());
-  e.lse = (o.lse.to(at::kDouble) - lse_ref).abs().max().item<double>();
+  const at::Tensor lse = o.lse.to(at::kDouble);
+  e.lse = at::where(seen_rows, (lse - lse_ref).abs(), at::zeros_like(lse)).max().item<double>();
+  // An unseen row's lse must be −inf (the merge of ring blocks weighs it 0).
+  if (!(seen_rows | lse.eq(-INFINITY)).all().item<bool>()) e.lse = INFINITY;
   e.dq = attn_test::rel_diff(o.dq, q.grad());
   e.dk = attn_test::rel_diff(o.dk, kk.grad());
   e.dv = attn_test::rel_diff(o.dv, v.grad());
@@ -175,6 +191,39 @@ TEST(FlashCudaEmulated, MatchesMathAttention) {
     EXPECT_LT(e.out, bf16 ? 4e-3 : 6e-4) << describe(c);
     EXPECT_LT(e.lse, 2e-6) << describe(c);
     EXPECT_LT(std::max({e.dq, e.dk, e.dv}), bf16 ? 6e-3 : 6e-4) << describe(c);
+  }
+}
+
+// Ring attention's blocks under block-causal masking (lse_attention,
+// flash_block_forward): per-row first visible keys of a block of other
+// positions, not causal or causal, with rows that see none of the block.
+TEST(FlashCudaEmulated, RowKeyBoundsAsRingBlocksUseThem) {
+  struct BoundsCase {
+    int64_t sq, sk;
+    bool causal;
+    at::ScalarType dtype;
+  };
+  for (const BoundsCase& c : {BoundsCase{150, 140, false, at::kBFloat16}, BoundsCase{130, 130, true, at::kHalf}}) {
+    attn_test::Inputs in = attn_test::make_inputs(2, 4, 2, std::max(c.sq, c.sk), 64, 31, c.dtype);
+    in.q = in.q.narrow(2, 0, c.sq).contiguous(), in.dout = in.dout.narrow(2, 0, c.sq).contiguous();
+    in.k = in.k.narrow(2, 0, c.sk).contiguous(), in.v = in.v.narrow(2, 0, c.sk).contiguous();
+    // Non-decreasing bounds reaching sk: the last rows see no key at all.
+    const at::Tensor i = at::arange(c.sq, at::kLong);
+    const at::Tensor bounds = (c.causal ? at::where(i < 70, at::zeros_like(i), at::full_like(i, c.sk))
+                                        : (2 * (i - 40)).clamp(0, c.sk))
+                                  .expand({2, c.sq})
+                                  .contiguous();
+    const Outcome o = c.dtype == at::kBFloat16 ? run_emulated<c10::BFloat16, 64>(in, c.causal, bounds)
+                                               : run_emulated<c10::Half, 64>(in, c.causal, bounds);
+    const Errors e = errors_of(o, in, c.causal, bounds);
+    std::printf("bounds: sq %ld sk %ld %s %s: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", static_cast<long>(c.sq),
+                static_cast<long>(c.sk), c.causal ? "causal" : "full", c.dtype == at::kBFloat16 ? "bf16" : "fp16",
+                e.out, e.lse, e.dq, e.dk, e.dv);
+    // The bounds of MatchesMathAttention (same measured floors).
+    const bool bf16 = c.dtype == at::kBFloat16;
+    EXPECT_LT(e.out, bf16 ? 4e-3 : 6e-4);
+    EXPECT_LT(e.lse, 2e-6);
+    EXPECT_LT(std::max({e.dq, e.dk, e.dv}), bf16 ? 6e-3 : 6e-4);
   }
 }
 
