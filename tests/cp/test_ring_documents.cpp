@@ -145,6 +145,22 @@ TEST(RingAttentionDocuments, ShortDocumentsOnly) {
     }
 }
 
+// cp::document_pairs: one document is the causal count; documents cut
+// the triangles, and the shares add up to the window's pairs.
+TEST(RingAttentionDocuments, DocumentPairsCountVisibleKeys) {
+  const int64_t n = world().size(), s = 16 * n;
+  const at::Tensor starts = starts_from_pattern({{5, 1, 12}}, s)[0];
+  for (auto balance : {cp::LoadBalance::contiguous, cp::LoadBalance::head_tail}) {
+    const cp::SequenceLayout l{n, balance};
+    int64_t total = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      EXPECT_EQ(cp::document_pairs(at::zeros({s}, at::kLong), l, r), cp::causal_pairs(s, l, r));
+      total += cp::document_pairs(starts, l, r);
+    }
+    EXPECT_EQ(total, titan::ops::block_causal_mask(starts.view({1, s})).sum().item<int64_t>());
+  }
+}
+
 TEST(RingAttentionDocuments, BadStartsAreClearErrors) {
   const int64_t n = world().size(), s = 8 * n;
   const cp::SequenceLayout l{n, cp::LoadBalance::head_tail};
