@@ -251,8 +251,9 @@ TEST(TrainerContextParallel, CpTimesTpMatchesReference) {
 // and across the chunks. The reference: one process, block-causal with
 // its own attention backend (SDPA with the window's boolean mask).
 // Measured like the causal CP cases (2 and 4 ranks): losses <= 1.1e-7
-// relative, gradient norms <= 9.8e-8, weights <= 1.3e-5 (CP alone) and
-// 5.9e-6 (FSDP 2 x CP 2); the bounds are the causal cases'. Dropping the
+// relative, gradient norms <= 9.8e-8, weights <= 1.3e-5 (CP alone),
+// 5.9e-6 (FSDP 2 x CP 2) and 2.5e-5 (CP 2 x TP 2, loss parallel); the
+// bounds are the causal cases'. Dropping the
 // loss weighting gives 1.5e-4 on losses, dropping doc_start from the ring
 // 6.7e-3.
 JobConfig block_causal_config(const titan::testing::ScratchDir& dir) {
@@ -284,6 +285,16 @@ TEST(TrainerContextParallel, BlockCausalFsdpTimesCpMatchesReference) {
   c.training.context_parallel_rotate_method = "alltoall";
   expect_matches_reference(c, "FSDP 2 x CP 2 block_causal (alltoall, headtail)", titan::testing::tiny_model(),
                            kCpFsdpWeightTol, true);
+}
+
+TEST(TrainerContextParallel, BlockCausalCpTimesTpMatchesReference) {
+  if (titan::testing::world().size() != 4) GTEST_SKIP() << "CP 2 x TP 2 needs 4 ranks";
+  titan::testing::ScratchDir dir("trainer_cp_tp_docs");
+  JobConfig c = block_causal_config(dir);
+  c.training.context_parallel_degree = 2;
+  c.training.tensor_parallel_degree = 2;
+  c.training.enable_loss_parallel = true;
+  expect_matches_reference(c, "CP 2 x TP 2 block_causal (SP, loss parallel)", tp_model(), 5e-5, true);
 }
 
 // ---------------------------------------------------------------- TP

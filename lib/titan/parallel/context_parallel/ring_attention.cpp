@@ -95,7 +95,9 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 // This rank's document starts on the CPU, checked against the window
 // positions its rows hold: 0 <= doc_start <= position (a start in window
-// coordinates, not the shard's). Undefined passes through.
+// coordinates, not the shard's). Undefined passes through. The block plan
+// is made on the host (which blocks to skip is a host decision), so on a
+// GPU this is one small device-to-host copy per call.
 at::Tensor host_doc_start(const at::Tensor& doc_start, const RingAttentionOptions& opts, int64_t rank) {
   if (!doc_start.defined()) return doc_start;
   const at::Tensor d = doc_start.to(at::kCPU).contiguous();
