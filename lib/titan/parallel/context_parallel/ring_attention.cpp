@@ -45,7 +45,7 @@ struct Block {
 // owner's piece go into one call (under head-tail the visible ones are
 // always a prefix). With `doc_start` (this rank's rows, window positions,
 // CPU) a block no row of its query chunk can see is skipped like a masked
-// one, and one that only some rows see whole keeps its per-row bounds.
+// one, and one that not every row sees whole keeps its per-row bounds.
 std::vector<Block> blocks_for(const SequenceLayout& layout, int64_t rank, int64_t owner, bool causal,
                               const at::Tensor& doc_start, int64_t c) {
   const std::vector<int64_t> qs = layout.chunks_of(rank), ks = layout.chunks_of(owner);
