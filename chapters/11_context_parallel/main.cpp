@@ -23,7 +23,9 @@
 //      single-process attention, forward and backward, with its
 //      communication volume against the analytic count;
 //   3. measures the per-rank attention work and time for both splits;
-//   4. trains a small Llama on context-parallel shards against the same
+//   4. counts the per-rank work under block-causal (document) masking,
+//      where it depends on where the documents fall;
+//   5. trains a small Llama on context-parallel shards against the same
 //      model on one process.
 //
 //   ./build/bin/ch11_context_parallel --nproc 4
@@ -33,6 +35,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -57,7 +60,7 @@ namespace {
 struct Options {
   int64_t seq = 4096;       // attention sections: tokens per sequence
   int64_t heads = 8, kv_heads = 4, head_dim = 32;
-  int64_t model_seq = 1024;  // section 4: the model's sequence length
+  int64_t model_seq = 1024;  // section 5: the model's sequence length
   int64_t steps = 2;
   int64_t reps = 3;          // timing repetitions (median)
 };
@@ -156,8 +159,10 @@ RingResult run_ring(const Options& o, const AttentionReference& ref, cp::RotateM
 
 // ---------------------------------------------------------------- section 3
 
-// This rank's forward time for one split (median of reps).
-double forward_ms(const Options& o, const AttentionReference& ref, cp::LoadBalance balance) {
+// This rank's forward time for one split (median of reps); with the
+// window's doc_start ([seq]), block-causal.
+double forward_ms(const Options& o, const AttentionReference& ref, cp::LoadBalance balance,
+                  const at::Tensor& doc_start = {}) {
   cp::RingAttentionOptions opts;
   opts.layout = {cp_group().size(), balance};
   opts.rotate = cp::RotateMethod::allgather;  // the gather is done once: the rest is this rank's own compute
@@ -165,19 +170,100 @@ double forward_ms(const Options& o, const AttentionReference& ref, cp::LoadBalan
   const at::Tensor q = cp::shard_sequence(ref.q, 2, opts.layout, r).contiguous();
   const at::Tensor k = cp::shard_sequence(ref.k, 2, opts.layout, r).contiguous();
   const at::Tensor v = cp::shard_sequence(ref.v, 2, opts.layout, r).contiguous();
+  const at::Tensor starts =
+      doc_start.defined() ? cp::shard_sequence(doc_start.view({1, -1}), 1, opts.layout, r).contiguous() : at::Tensor();
   std::vector<double> times;
   for (int64_t rep = 0; rep < std::max<int64_t>(o.reps, 1); ++rep) {
     // All start together; after the one all-gather each rank computes its
     // blocks alone, so its time is its own work.
     cp_group().barrier();
     const double t0 = now_ms();
-    cp::ring_attention_forward(q, k, v, cp_group(), opts);
+    cp::ring_attention_forward(q, k, v, cp_group(), opts, starts);
     times.push_back(now_ms() - t0);
   }
   return median(times);
 }
 
 // ---------------------------------------------------------------- section 4
+
+// One window's doc_start ([seq]) packed with documents of `lengths`,
+// repeated, the last one cut at the window's end.
+at::Tensor packed_starts(int64_t seq, const std::vector<int64_t>& lengths) {
+  std::vector<int64_t> starts;
+  int64_t pos = 0;
+  for (size_t k = 0; pos < seq; ++k) {
+    const int64_t len = std::min(lengths[k % lengths.size()], seq - pos);
+    starts.insert(starts.end(), static_cast<size_t>(len), pos);
+    pos += len;
+  }
+  return at::tensor(starts, at::kLong);
+}
+
+// Document lengths drawn from an exponential of mean `mean` (at least 16
+// tokens), fixed seed: a window packed from documents of mixed lengths.
+std::vector<int64_t> random_lengths(int64_t seq, double mean, uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const at::Tensor u = at::rand({seq}, gen, at::kDouble);
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < seq; ++i)
+    out.push_back(std::max<int64_t>(16, static_cast<int64_t>(std::llround(-mean * std::log(u[i].item<double>())))));
+  return out;
+}
+
+double imbalance_of(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return *std::max_element(v.begin(), v.end()) / (sum / static_cast<double>(v.size()));
+}
+
+// The (query, key) pairs each rank attends to under block-causal masking
+// (cp::document_pairs: exact counts, no timing noise), for both splits and
+// windows packed in several ways, and the imbalance of the measured
+// block-causal forward times. Collective (the timing); rank 0 prints.
+void print_document_work(const Options& o, const AttentionReference& ref, const cp::SequenceLayout& contiguous,
+                         const cp::SequenceLayout& head_tail) {
+  const int64_t seq = o.seq;
+  const bool lead = cp_group().rank() == 0;
+  struct Packing {
+    std::string name;
+    std::vector<int64_t> lengths;
+  };
+  const std::vector<Packing> packings = {
+      {"one document (causal)", {seq}},     {"documents of " + std::to_string(seq / 2), {seq / 2}},
+      {"documents of 1024", {1024}},        {"documents of 256", {256}},
+      {"random, mean 1024", random_lengths(seq, 1024, 11)}, {"random, mean 256", random_lengths(seq, 256, 12)},
+  };
+  const int64_t n = contiguous.cp;
+  if (lead) {
+    std::printf("4. Per-rank attention work under block-causal (document) masking: thousands of visible\n"
+                "   (query, key) pairs per rank, %lld-token window, %lld ranks; imbalance = max / mean of the\n"
+                "   work and of the measured block-causal forward times\n",
+                static_cast<long long>(seq), static_cast<long long>(n));
+    std::printf("   %-24s %-8s", "window packed with", "split");
+    for (int64_t r = 0; r < n; ++r) std::printf(" %9s", ("rank " + std::to_string(r)).c_str());
+    std::printf(" %7s %7s %9s\n", "imbal.", "time", "vs causal");
+  }
+  const double causal_total = static_cast<double>(seq) * static_cast<double>(seq + 1) / 2;
+  for (const Packing& pk : packings) {
+    const at::Tensor starts = packed_starts(seq, pk.lengths);
+    for (const cp::SequenceLayout* l : {&contiguous, &head_tail}) {
+      std::vector<double> work;
+      for (int64_t r = 0; r < n; ++r) work.push_back(static_cast<double>(cp::document_pairs(starts, *l, r)));
+      double total = 0;
+      for (double w : work) total += w;
+      const std::vector<double> ms = gather_doubles(forward_ms(o, ref, l->balance, starts));
+      if (!lead) continue;
+      std::printf("   %-24s %-8s", l == &contiguous ? pk.name.c_str() : "",
+                  l == &contiguous ? "contig" : "headtail");
+      for (double w : work) std::printf(" %9.1f", w / 1e3);
+      std::printf(" %7.2f %7.2f %8.1f%%\n", imbalance_of(work), imbalance_of(ms), 100.0 * total / causal_total);
+    }
+  }
+  if (lead) std::printf("   (head-tail balances the causal triangle of one document; with many documents each rank's\n"
+              "    work is the sum of the triangles its chunks cut, so either split can come out ahead)\n\n");
+}
+
+// ---------------------------------------------------------------- section 5
 
 models::llama3::ModelArgs model_args(const Options& o) {
   models::llama3::ModelArgs a;
@@ -239,8 +325,8 @@ int main(int argc, char** argv) {
     p.add("--heads", &o.heads, "query heads");
     p.add("--kv-heads", &o.kv_heads, "key/value heads (GQA)");
     p.add("--head-dim", &o.head_dim, "per-head width");
-    p.add("--model-seq", &o.model_seq, "section 4: the model's sequence length (divisible by 2 x ranks)");
-    p.add("--steps", &o.steps, "section 4: AdamW steps");
+    p.add("--model-seq", &o.model_seq, "section 5: the model's sequence length (divisible by 2 x ranks)");
+    p.add("--steps", &o.steps, "section 5: AdamW steps");
     p.add("--reps", &o.reps, "timing repetitions (median)");
     p.parse(argc, argv);
     dist::InitOptions init;
@@ -329,7 +415,10 @@ int main(int argc, char** argv) {
     // Head-tail is exactly balanced by construction: the check is on the counts.
     ok = ok && imbalance(work_h) == 1.0;
 
-    // 4. A model trained on context-parallel shards.
+    // 4. Block-causal work per rank.
+    print_document_work(o, ref, contiguous, head_tail);
+
+    // 5. A model trained on context-parallel shards.
     const TrainRun single = train_model(o, nullptr);
     const TrainRun cp_run = train_model(o, cp::make_context_parallel(world.group(), cp::LoadBalance::head_tail,
                                                                cp::RotateMethod::alltoall));
@@ -345,7 +434,7 @@ int main(int argc, char** argv) {
     const bool model_ok = d_loss <= tol_loss && d_param <= tol_param;
     ok = ok && model_ok;
     if (lead) {
-      std::printf("4. Llama (dim 64, 2 layers, %lld tokens x 2 sequences), %lld AdamW steps: CP %d (alltoall,\n"
+      std::printf("5. Llama (dim 64, 2 layers, %lld tokens x 2 sequences), %lld AdamW steps: CP %d (alltoall,\n"
                   "   headtail, RoPE at each shard's positions) vs one process\n",
                   static_cast<long long>(o.model_seq), static_cast<long long>(o.steps), n);
       std::printf("   %-10s %14s %16s\n", "", "max |dloss|", "max |dparam| end");

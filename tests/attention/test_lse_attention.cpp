@@ -17,7 +17,9 @@
 #include <limits>
 
 #include "attention_test_util.hpp"
+#include "titan/ops/attention/document_mask.hpp"
 #include "titan/ops/attention/lse_attention.hpp"
+#include "titan/util/error.hpp"
 
 namespace {
 
@@ -71,13 +73,15 @@ TEST(LseAttention, TwoKeyBlocksMergeIntoTheWhole) {
     const int64_t h = in.k.size(2) / 2;
     auto fwd = use_math ? math_attention_forward_lse : attention_forward_lse;
     auto bwd = use_math ? math_attention_backward_lse : attention_backward_lse;
-    FlashForward a = fwd(in.q, in.k.narrow(2, 0, h), in.v.narrow(2, 0, h), false, std::nullopt);
-    const FlashForward b = fwd(in.q, in.k.narrow(2, h, h), in.v.narrow(2, h, h), false, std::nullopt);
+    FlashForward a = fwd(in.q, in.k.narrow(2, 0, h), in.v.narrow(2, 0, h), false, std::nullopt, {});
+    const FlashForward b = fwd(in.q, in.k.narrow(2, h, h), in.v.narrow(2, h, h), false, std::nullopt, {});
     at::Tensor out = a.out.to(at::kFloat).contiguous().clone(), lse = a.lse.clone();
     merge_attention_partial(out, lse, b.out, b.lse);
     const double d_out = rel_diff(out, ref.out), d_lse = abs_diff(lse, reference_lse(in, false));
-    const FlashGrads g0 = bwd(in.dout, in.q, in.k.narrow(2, 0, h), in.v.narrow(2, 0, h), out, lse, false, std::nullopt);
-    const FlashGrads g1 = bwd(in.dout, in.q, in.k.narrow(2, h, h), in.v.narrow(2, h, h), out, lse, false, std::nullopt);
+    const FlashGrads g0 =
+        bwd(in.dout, in.q, in.k.narrow(2, 0, h), in.v.narrow(2, 0, h), out, lse, false, std::nullopt, {});
+    const FlashGrads g1 =
+        bwd(in.dout, in.q, in.k.narrow(2, h, h), in.v.narrow(2, h, h), out, lse, false, std::nullopt, {});
     const double d_dq = rel_diff(g0.dq + g1.dq, ref.dq);
     const double d_dk = rel_diff(at::cat({g0.dk, g1.dk}, 2), ref.dk);
     const double d_dv = rel_diff(at::cat({g0.dv, g1.dv}, 2), ref.dv);
@@ -101,6 +105,91 @@ TEST(LseAttention, MergeWithAnEmptySide) {
   EXPECT_FLOAT_EQ(lse[0][0][0].item<float>(), 0.5f);
   EXPECT_TRUE(std::isinf(lse[0][0][1].item<float>()));
   EXPECT_FALSE(out.isnan().any().item<bool>());
+}
+
+// Per-row key bounds (ring attention's block-causal blocks): query row i
+// sees keys key_begin[i] <= j of the block (and j <= i when causal). A
+// block off the diagonal (not causal, more keys than queries) has rows
+// that see every key, some, and none at all; a diagonal block has rows
+// whose document starts inside it. The reference builds its mask with
+// plain loops, in fp64; rows that see no key must come out 0 with lse
+// −inf, and their (zeroed) upstream gradient gives them no gradient.
+// Measured (printed), math and flash: out <= 3.2e-7, lse <= 5.2e-7,
+// grads <= 4.2e-7; bound kTol.
+TEST(LseAttention, PerRowKeyBoundsMatchAMaskedReference) {
+  for (bool causal : {false, true}) {
+    const int64_t sq = 40, sk = causal ? 40 : 56;
+    attn_test::Inputs in = make_inputs(2, 4, 2, sq, 16, causal ? 31 : 32);
+    in.k = make_inputs(2, 2, 2, sk, 16, 33).k, in.v = make_inputs(2, 2, 2, sk, 16, 34).v;
+    // Row bounds that never decrease: batch 0 from 0 up to "sees none"
+    // (sk, off the diagonal); batch 1 starts at 0 and later inside.
+    std::vector<int64_t> kb(2 * sq);
+    for (int64_t i = 0; i < sq; ++i) {
+      kb[i] = causal ? std::min<int64_t>(i, (i / 7) * 7) : std::min<int64_t>(sk, std::max<int64_t>(0, (i - 10) * 2));
+      kb[sq + i] = i < 15 ? 0 : std::min<int64_t>(causal ? i : sk, 15 + (i - 15) / 3);
+    }
+    const at::Tensor key_begin = at::tensor(kb, at::kLong).view({2, sq});
+    at::Tensor visible = at::zeros({2, 1, sq, sk}, at::kBool);
+    at::Tensor empty = at::zeros({2, 1, sq, 1}, at::kBool);
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t i = 0; i < sq; ++i) {
+        bool any = false;
+        for (int64_t j = 0; j < sk; ++j) {
+          const bool vis = j >= kb[b * sq + i] && (!causal || j <= i);
+          visible[b][0][i][j] = vis;
+          any = any || vis;
+        }
+        empty[b][0][i][0] = !any;
+      }
+    // The reference over rows that see a key; an empty row sees every key
+    // there (finite, so autograd stays clean) and gets no upstream gradient.
+    const at::Tensor mask = visible | empty;
+    const at::Tensor dout = in.dout.masked_fill(empty, 0.0f);
+    at::Tensor q = in.q.to(at::kDouble).requires_grad_(), k = in.k.to(at::kDouble).requires_grad_(),
+               v = in.v.to(at::kDouble).requires_grad_();
+    const at::Tensor kr = k.repeat_interleave(2, 1), vr = v.repeat_interleave(2, 1);
+    const at::Tensor scores = (at::matmul(q, kr.transpose(-2, -1)) / 4.0).masked_fill(mask.logical_not(), -INFINITY);
+    const at::Tensor lse_ref = at::logsumexp(scores, -1).masked_fill(empty.squeeze(-1), -INFINITY);
+    const at::Tensor out_ref = at::matmul(at::softmax(scores, -1), vr).masked_fill(empty, 0.0);
+    out_ref.backward(dout.to(at::kDouble));
+    for (bool math : {true, false}) {
+      const FlashForward f = math ? math_attention_forward_lse(in.q, in.k, in.v, causal, std::nullopt, key_begin)
+                                  : attention_forward_lse(in.q, in.k, in.v, causal, std::nullopt, key_begin);
+      const FlashGrads g = math ? math_attention_backward_lse(dout, in.q, in.k, in.v, f.out, f.lse, causal,
+                                                              std::nullopt, key_begin)
+                                : attention_backward_lse(dout, in.q, in.k, in.v, f.out, f.lse, causal, std::nullopt,
+                                                         key_begin);
+      ASSERT_FALSE(f.out.isnan().any().item<bool>()) << (math ? "math" : "flash");
+      const at::Tensor lse_inf_ok = (f.lse.isinf() == lse_ref.isinf()).all();
+      EXPECT_TRUE(lse_inf_ok.item<bool>()) << "rows that see no key must have lse -inf, and only they";
+      const at::Tensor finite = lse_ref.isfinite();
+      const double d_out = rel_diff(f.out, out_ref.detach());
+      const double d_lse = abs_diff(f.lse.masked_fill(finite.logical_not(), 0), lse_ref.masked_fill(finite.logical_not(), 0));
+      const double d_grad = std::max({rel_diff(g.dq, q.grad()), rel_diff(g.dk, k.grad()), rel_diff(g.dv, v.grad())});
+      std::printf("[measured] key bounds %s causal=%d: out %.3g, lse %.3g, grads %.3g\n", math ? "math " : "flash",
+                  causal, d_out, d_lse, d_grad);
+      EXPECT_LE(d_out, kTol);
+      EXPECT_LE(d_lse, kTol);
+      EXPECT_LE(d_grad, kTol);
+    }
+  }
+  // Bounds that decrease, or pass the diagonal under causal, are refused.
+  const auto in = make_inputs(1, 2, 2, 8, 16, 3);
+  const at::Tensor down = at::tensor(std::vector<int64_t>{0, 0, 2, 2, 1, 1, 1, 1}, at::kLong).view({1, 8});
+  const at::Tensor past = at::tensor(std::vector<int64_t>{0, 0, 3, 3, 5, 5, 5, 5}, at::kLong).view({1, 8});
+  EXPECT_THROW(attention_forward_lse(in.q, in.k, in.v, false, std::nullopt, down), titan::Error);
+  EXPECT_THROW(attention_forward_lse(in.q, in.k, in.v, true, std::nullopt, past), titan::Error);
+  EXPECT_NO_THROW(attention_forward_lse(in.q, in.k, in.v, false, std::nullopt, past));
+}
+
+// document_key_begin: the count of a block's keys before each row's
+// document start, for keys that are not contiguous window positions (a
+// head-tail rank's two chunks).
+TEST(LseAttention, DocumentKeyBeginCountsTheKeysBeforeEachStart) {
+  const at::Tensor starts = at::tensor(std::vector<int64_t>{0, 3, 4, 9, 13, 20}, at::kLong).view({1, 6});
+  const at::Tensor keys = at::tensor(std::vector<int64_t>{4, 5, 6, 7, 12, 13, 14, 15}, at::kLong);
+  const at::Tensor want = at::tensor(std::vector<int64_t>{0, 0, 0, 4, 5, 8}, at::kLong).view({1, 6});
+  EXPECT_TRUE(at::equal(document_key_begin(starts, keys), want)) << document_key_begin(starts, keys);
 }
 
 }  // namespace

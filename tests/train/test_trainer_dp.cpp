@@ -241,6 +241,62 @@ TEST(TrainerContextParallel, CpTimesTpMatchesReference) {
   expect_matches_reference(c, "CP 2 x TP 2 (SP, loss parallel)", tp_model(), 5e-5, true);
 }
 
+// Block-causal (document) attention under CP: every cp rank shards the
+// window's doc_start like its tokens (values stay window positions), RoPE
+// restarts per document at the positions it holds, ring attention masks
+// each block by document, and each rank's mean loss is weighted by its
+// share of the counted targets (document masking hides the boundary
+// targets, so shards hold different numbers of them). 64-token windows of
+// the built-in corpus hold several documents, so boundaries fall inside
+// and across the chunks. The reference: one process, block-causal with
+// its own attention backend (SDPA with the window's boolean mask).
+// Measured like the causal CP cases (2 and 4 ranks): losses <= 1.1e-7
+// relative, gradient norms <= 9.8e-8, weights <= 1.3e-5 (CP alone),
+// 5.9e-6 (FSDP 2 x CP 2) and 2.5e-5 (CP 2 x TP 2, loss parallel); the
+// bounds are the causal cases'. Dropping the
+// loss weighting gives 1.5e-4 on losses, dropping doc_start from the ring
+// 6.7e-3.
+JobConfig block_causal_config(const titan::testing::ScratchDir& dir) {
+  JobConfig c = base_config(dir);
+  c.training.seq_len = 64;
+  c.model.attn_mask_type = "block_causal";
+  return c;
+}
+
+TEST(TrainerContextParallel, BlockCausalCpMatchesReference) {
+  const int n = titan::testing::world().size();
+  titan::testing::ScratchDir dir("trainer_cp_docs");
+  JobConfig c = block_causal_config(dir);
+  c.training.context_parallel_degree = n;
+  for (const char* rotate : {"allgather", "alltoall"})
+    for (const char* balance : {"headtail", "contiguous"}) {
+      c.training.context_parallel_rotate_method = rotate;
+      c.training.context_parallel_load_balancer = balance;
+      expect_matches_reference(c, std::string("CP block_causal ") + rotate + " " + balance,
+                               titan::testing::tiny_model(), 5e-5, true);
+    }
+}
+
+TEST(TrainerContextParallel, BlockCausalFsdpTimesCpMatchesReference) {
+  if (titan::testing::world().size() != 4) GTEST_SKIP() << "FSDP 2 x CP 2 needs 4 ranks";
+  titan::testing::ScratchDir dir("trainer_fsdp_cp_docs");
+  JobConfig c = block_causal_config(dir);
+  c.training.context_parallel_degree = 2;
+  c.training.context_parallel_rotate_method = "alltoall";
+  expect_matches_reference(c, "FSDP 2 x CP 2 block_causal (alltoall, headtail)", titan::testing::tiny_model(),
+                           kCpFsdpWeightTol, true);
+}
+
+TEST(TrainerContextParallel, BlockCausalCpTimesTpMatchesReference) {
+  if (titan::testing::world().size() != 4) GTEST_SKIP() << "CP 2 x TP 2 needs 4 ranks";
+  titan::testing::ScratchDir dir("trainer_cp_tp_docs");
+  JobConfig c = block_causal_config(dir);
+  c.training.context_parallel_degree = 2;
+  c.training.tensor_parallel_degree = 2;
+  c.training.enable_loss_parallel = true;
+  expect_matches_reference(c, "CP 2 x TP 2 block_causal (SP, loss parallel)", tp_model(), 5e-5, true);
+}
+
 // ---------------------------------------------------------------- TP
 
 TEST(TrainerTensorParallel, TpAloneMatchesReference) {

@@ -37,6 +37,10 @@ struct Batch {
   /// With document masking: [batch_size, seq_len] int64, where each token's
   /// document begins in the window (ops/attention/document_mask.hpp); else undefined.
   at::Tensor doc_start;
+  /// What the train step multiplies this batch's mean loss by: 1, but for
+  /// a context-parallel rank's shard (train::shard_loss_weight), whose
+  /// share of the counted targets document masking makes uneven.
+  double loss_weight = 1.0;
 };
 
 /// @brief An endless loader of batches for one data-parallel rank.

@@ -13,4 +13,12 @@ at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& labels) {
   return at::cross_entropy_loss(logits.flatten(0, 1).to(at::kFloat), labels.flatten(0, 1));
 }
 
+double shard_loss_weight(const at::Tensor& window_labels, const at::Tensor& shard_labels, int64_t shards) {
+  constexpr int64_t kIgnored = -100;  // torch's ignore_index, what cross_entropy skips
+  const int64_t window = (window_labels != kIgnored).sum().item<int64_t>();
+  const int64_t shard = (shard_labels != kIgnored).sum().item<int64_t>();
+  if (window == 0) return 1.0;  // nothing counts anywhere: the loss is NaN alike on every rank and the reference
+  return static_cast<double>(shards * shard) / static_cast<double>(window);
+}
+
 }  // namespace titan::train

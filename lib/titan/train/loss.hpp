@@ -12,9 +12,17 @@ namespace titan::train {
 /// The logits are flattened to [batch·seq, vocab] (torchtitan's
 /// `cross_entropy_loss`) and computed in fp32 even when the model runs in
 /// bf16, because log-softmax over a 128K vocabulary loses too much in bf16.
-/// A label of -100 would be ignored (torch's default ignore_index); the
-/// data pipeline produces none, so every position counts equally and the
-/// mean over micro-batches equals the mean over the whole batch.
+/// A label of -100 is ignored (torch's default ignore_index): document
+/// masking hides the targets across a document boundary that way, and the
+/// mean is over the other positions.
 at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& labels);
+
+/// @brief The factor a context-parallel rank multiplies its shard's mean
+/// loss by so that the mean over the `shards` ranks is the window's mean:
+/// shards · n_shard / n_window, n counting the targets that are not -100.
+/// 1 exactly when every target counts (each shard holds 1/shards of them);
+/// otherwise, with document masking, shards hold different numbers of
+/// hidden targets and a plain mean of their means would weigh them wrongly.
+double shard_loss_weight(const at::Tensor& window_labels, const at::Tensor& shard_labels, int64_t shards);
 
 }  // namespace titan::train

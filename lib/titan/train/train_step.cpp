@@ -30,6 +30,7 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model, cons
   for (int64_t i = 0; i < accumulation_steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     at::Tensor inputs, labels, doc_start;
+    double loss_weight = 1.0;
     {
       TITAN_PROFILE_RANGE("titan::data_loading");
       data::Batch batch = next_batch();
@@ -38,6 +39,7 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model, cons
       inputs = batch.inputs.to(device, /*non_blocking=*/true);
       labels = batch.labels.to(device, /*non_blocking=*/true);
       if (batch.doc_start.defined()) doc_start = batch.doc_start.to(device, /*non_blocking=*/true);
+      loss_weight = batch.loss_weight;
     }
     r.data_seconds += seconds_since(t0);
 
@@ -46,6 +48,11 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model, cons
       TITAN_PROFILE_RANGE("titan::forward");
       at::Tensor logits = model->forward(inputs, doc_start);
       loss = loss_fn ? loss_fn(logits, labels) : cross_entropy(logits, labels);
+      // A cp shard whose targets are all hidden has a NaN mean and weight
+      // 0: it contributes zero (with a graph, so its backward still runs
+      // the ring attention's collectives with the other ranks).
+      if (loss_weight == 0.0) loss = logits.sum().to(at::kFloat) * 0.0;
+      else if (loss_weight != 1.0) loss = loss * loss_weight;
     }
     // Each micro-batch's loss is a mean over its tokens; dividing by the
     // number of micro-batches makes the summed gradients those of the mean

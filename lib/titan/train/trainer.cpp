@@ -30,6 +30,7 @@
 #include "titan/optim/optimizer.hpp"
 #include "titan/parallel/activation_checkpoint/checkpoint.hpp"
 #include "titan/parallel/context_parallel/context.hpp"
+#include "titan/train/loss.hpp"
 #include "titan/parallel/pipeline/runtime.hpp"
 #include "titan/profiling/memory_snapshot.hpp"
 #include "titan/profiling/range.hpp"
@@ -105,9 +106,9 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // block_causal from the config, or from a flavor that is block-causal by
   // itself (torchtitan's debugmodel_flex_attn, 8B_varlen, ...).
   if (cfg_.model.attn_mask_type == "block_causal") args_.attn_mask_type = "block_causal";
-  TITAN_CHECK(args_.attn_mask_type != "block_causal" || (!dims_.pp_enabled() && !dims_.cp_enabled()),
-              "[model] attn_mask_type = \"block_causal\" does not work with pipeline or context parallelism yet "
-              "(their stages and ring blocks do not carry the document starts); use attn_mask_type = \"causal\"");
+  TITAN_CHECK(args_.attn_mask_type != "block_causal" || !dims_.pp_enabled(),
+              "[model] attn_mask_type = \"block_causal\" does not work with pipeline parallelism yet "
+              "(its stages do not carry the document starts); use attn_mask_type = \"causal\"");
   // Said before any model is built: titan's flash kernels exist for the CPU
   // and, in CUDA builds, for CUDA GPUs.
 #ifndef TITAN_HAS_CUDA
@@ -407,8 +408,15 @@ StepResult Trainer::train_step() {
   auto next_batch = [&] {
     data::Batch b = loaders_[static_cast<size_t>(next_reader++ % readers)]->next();
     if (context) {
-      b.inputs = cp::shard_sequence(b.inputs, 1, context->attention.layout, context->rank()).contiguous();
-      b.labels = cp::shard_sequence(b.labels, 1, context->attention.layout, context->rank()).contiguous();
+      const cp::SequenceLayout& layout = context->attention.layout;
+      const at::Tensor window_labels = b.labels;
+      b.inputs = cp::shard_sequence(b.inputs, 1, layout, context->rank()).contiguous();
+      b.labels = cp::shard_sequence(b.labels, 1, layout, context->rank()).contiguous();
+      // Document starts are sharded like the tokens and keep their values:
+      // window positions, which the ring's blocks compare keys with.
+      if (b.doc_start.defined())
+        b.doc_start = cp::shard_sequence(b.doc_start, 1, layout, context->rank()).contiguous();
+      b.loss_weight = shard_loss_weight(window_labels, b.labels, layout.cp);
     }
     return b;
   };

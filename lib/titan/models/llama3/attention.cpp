@@ -50,8 +50,9 @@ at::Tensor AttentionImpl::attend(const at::Tensor& x, const at::Tensor& cos_in, 
   at::Tensor out;
   if (context_parallel) {
     // K/V of the other cp ranks' shards come round the ring; GQA as flash.
+    // Block-causal: doc_start is this rank's shard, in window positions.
     out = cp::ring_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), *context_parallel->group,
-                             context_parallel->attention);
+                             context_parallel->attention, doc_start);
   } else if (backend == ops::AttentionBackend::sdpa) {
     // SDPA gets K/V repeated per query head: its GQA path is not taken by
     // every kernel it may pick.

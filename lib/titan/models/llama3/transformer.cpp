@@ -73,28 +73,29 @@ at::Tensor TransformerImpl::forward_body(const at::Tensor& input, const at::Tens
   const bool documents = args_.attn_mask_type == "block_causal";
   TITAN_CHECK(!documents || doc_start.defined(), "llama3: attn_mask_type \"block_causal\" needs the batch's "
               "doc_start (data::Batch::doc_start); got none");
-  TITAN_CHECK(!documents || !cp_, "llama3: block_causal attention with context parallelism is not supported yet "
-              "(the ring's blocks need each chunk's document starts)");
-  at::Tensor block_doc_start;
-  if (documents) {
-    TITAN_CHECK(tok_embeddings, "llama3: block_causal attention needs the token embeddings on this stage "
-                "(pipeline parallelism with document masking is not supported yet)");
-    block_doc_start = doc_start.to(h.device());
-    // RoPE positions restart with each document: per-sequence tables.
-    const at::Tensor pos = ops::document_positions(block_doc_start);
-    cos = rope.cos.index_select(0, pos.flatten()).view({pos.size(0), pos.size(1), -1});
-    sin = rope.sin.index_select(0, pos.flatten()).view({pos.size(0), pos.size(1), -1});
-  }
+  // The window positions this rank's tokens hold: under context
+  // parallelism seq of the cp·seq positions, not 0..seq−1 (undefined: those).
+  at::Tensor positions;
   if (cp_) {
-    // This rank holds seq of the cp·seq positions, not 0..seq−1: the table
-    // rows of the positions its chunks cover.
     TITAN_CHECK(tok_embeddings, "llama3: context parallelism needs the token embeddings on this stage "
                 "(pipeline parallelism with context parallelism is not supported yet)");
     const int64_t full = seq * cp_->attention.layout.cp;
     TITAN_CHECK(full <= args_.max_seq_len, "llama3: context-parallel sequence length ", full,
                 " exceeds the model's max_seq_len ", args_.max_seq_len);
-    const at::Tensor pos = cp_->positions(full).to(rope.cos.device());
-    cos = rope.cos.index_select(0, pos), sin = rope.sin.index_select(0, pos);
+    positions = cp_->positions(full).to(rope.cos.device());
+    cos = rope.cos.index_select(0, positions), sin = rope.sin.index_select(0, positions);
+  }
+  at::Tensor block_doc_start;
+  if (documents) {
+    TITAN_CHECK(tok_embeddings, "llama3: block_causal attention needs the token embeddings on this stage "
+                "(pipeline parallelism with document masking is not supported yet)");
+    // Under cp: this rank's shard of the window's doc_start, whose values
+    // are window positions (what ring attention compares keys with).
+    block_doc_start = doc_start.to(h.device());
+    // RoPE positions restart with each document: per-sequence tables.
+    const at::Tensor pos = ops::document_positions(block_doc_start, positions);
+    cos = rope.cos.index_select(0, pos.flatten()).view({pos.size(0), pos.size(1), -1});
+    sin = rope.sin.index_select(0, pos.flatten()).view({pos.size(0), pos.size(1), -1});
   }
   for (const auto& block : blocks()) h = block->forward(h, cos, sin, block_doc_start);
   if (norm) h = norm(h);

@@ -55,7 +55,9 @@ class TransformerImpl : public ops::HookableModule {
   /// what args.attn_mask_type = "block_causal" attends by: each token only
   /// to earlier tokens of its own document, at RoPE positions counted from
   /// that document's start. Required then (data::Batch::doc_start), unused
-  /// with "causal".
+  /// with "causal". Under context parallelism input and doc_start are this
+  /// rank's shards (cp::shard_sequence of the window's) and doc_start's
+  /// values stay window positions.
   at::Tensor forward(const at::Tensor& input, const at::Tensor& doc_start = {});
 
   /// torchtitan's initialisation, in torchtitan's order (so the draws are

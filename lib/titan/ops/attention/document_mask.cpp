@@ -16,37 +16,71 @@ at::Tensor document_starts(const at::Tensor& tokens, int64_t bos_id) {
   return std::get<0>(at::cummax(marks, 1)).contiguous();
 }
 
-at::Tensor document_positions(const at::Tensor& doc_start) {
-  const at::Tensor pos = at::arange(doc_start.size(-1), doc_start.options());
-  return pos - doc_start;
+at::Tensor document_positions(const at::Tensor& doc_start, const at::Tensor& positions) {
+  if (!positions.defined()) return at::arange(doc_start.size(-1), doc_start.options()) - doc_start;
+  TITAN_CHECK(positions.dim() == 1 && positions.size(0) == doc_start.size(-1), "document_positions: ",
+              positions.sizes(), " positions for doc_start ", doc_start.sizes());
+  return positions.to(doc_start.device(), at::kLong) - doc_start;
 }
 
 at::Tensor block_causal_mask(const at::Tensor& doc_start) {
-  const int64_t seq = doc_start.size(1);
-  const at::Tensor j = at::arange(seq, doc_start.options()).view({1, 1, 1, seq});
-  const at::Tensor i = at::arange(seq, doc_start.options()).view({1, 1, seq, 1});
-  const at::Tensor start = doc_start.view({doc_start.size(0), 1, seq, 1});
-  return (j <= i) & (j >= start);
+  return key_range_mask(doc_start, doc_start.size(1), /*causal=*/true);
 }
+
+at::Tensor document_key_begin(const at::Tensor& doc_start, const at::Tensor& key_positions) {
+  TITAN_CHECK(doc_start.dim() == 2 && key_positions.dim() == 1, "document_key_begin: doc_start must be [batch, "
+              "seq] and key_positions [keys], got ", doc_start.sizes(), " and ", key_positions.sizes());
+  // The keys are ascending, so those before a row's document start are a
+  // prefix of the block: its length is where the start would be inserted.
+  return at::searchsorted(key_positions.to(doc_start.device(), at::kLong).contiguous(), doc_start.contiguous(),
+                          /*out_int32=*/false, /*right=*/false);
+}
+
+at::Tensor key_range_mask(const at::Tensor& key_begin, int64_t keys, bool causal) {
+  const int64_t sq = key_begin.size(1);
+  const at::Tensor j = at::arange(keys, key_begin.options()).view({1, 1, 1, keys});
+  const at::Tensor begin = key_begin.view({key_begin.size(0), 1, sq, 1});
+  if (!causal) return j >= begin;
+  const at::Tensor i = at::arange(sq, key_begin.options()).view({1, 1, sq, 1});
+  return (j <= i) & (j >= begin);
+}
+
+namespace {
+
+// int64 [batch, rows] on the CPU, 0 <= d[i] <= limit[i], never decreasing
+// along a row: what the kernels rely on (`rule` says it in the error).
+at::Tensor checked_rows(const at::Tensor& t, const char* name, int64_t batch, int64_t rows, const at::Tensor& limit,
+                        const char* who, const char* rule) {
+  TITAN_CHECK(t.scalar_type() == at::kLong && t.dim() == 2 && t.size(0) == batch && t.size(1) == rows, who, ": ",
+              name, " must be int64 [", batch, ", ", rows, "], got ", t.scalar_type(), " ", t.sizes());
+  const at::Tensor d = t.to(at::kCPU).contiguous();
+  if (rows > 0) {
+    const bool in_range = ((d >= 0) & (d <= limit)).all().item<bool>();
+    const bool monotone = rows < 2 || (d.narrow(1, 1, rows - 1) >= d.narrow(1, 0, rows - 1)).all().item<bool>();
+    TITAN_CHECK(in_range && monotone, who, ": ", name, " must satisfy ", rule);
+  }
+  return d;
+}
+
+}  // namespace
 
 at::Tensor checked_document_starts(const at::Tensor& doc_start, bool causal, int64_t batch, int64_t seq,
                                    const char* who) {
   if (!doc_start.defined()) return doc_start;
   TITAN_CHECK(causal, who, ": document masking (doc_start) is block-causal; it needs causal = true");
-  TITAN_CHECK(doc_start.scalar_type() == at::kLong && doc_start.dim() == 2 && doc_start.size(0) == batch &&
-                  doc_start.size(1) == seq,
-              who, ": doc_start must be int64 [", batch, ", ", seq, "], got ", doc_start.scalar_type(), " ",
-              doc_start.sizes());
-  const at::Tensor d = doc_start.to(at::kCPU).contiguous();
-  if (seq > 0) {
-    const at::Tensor pos = at::arange(seq, d.options());
-    const bool in_range = ((d >= 0) & (d <= pos)).all().item<bool>();
-    const bool monotone = seq < 2 || (d.narrow(1, 1, seq - 1) >= d.narrow(1, 0, seq - 1)).all().item<bool>();
-    TITAN_CHECK(in_range && monotone, who,
-                ": doc_start must satisfy 0 <= doc_start[i] <= i and never decrease along a sequence "
-                "(contiguous documents; see ops::document_starts)");
-  }
-  return d;
+  return checked_rows(doc_start, "doc_start", batch, seq, at::arange(seq, at::kLong), who,
+                      "0 <= doc_start[i] <= i and never decrease along a sequence (contiguous documents; see "
+                      "ops::document_starts)");
+}
+
+at::Tensor checked_key_begin(const at::Tensor& key_begin, bool causal, int64_t batch, int64_t sq, int64_t keys,
+                             const char* who) {
+  if (!key_begin.defined()) return key_begin;
+  const at::Tensor limit = causal ? at::arange(sq, at::kLong).clamp_max(keys) : at::full({sq}, keys, at::kLong);
+  return checked_rows(key_begin, "key_begin", batch, sq, limit, who,
+                      causal ? "0 <= key_begin[i] <= min(i, keys) and never decrease along a row "
+                               "(see ops::document_key_begin)"
+                             : "0 <= key_begin[i] <= keys and never decrease along a row (see ops::document_key_begin)");
 }
 
 }  // namespace titan::ops

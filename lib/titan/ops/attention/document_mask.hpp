@@ -23,12 +23,31 @@ namespace titan::ops {
 at::Tensor document_starts(const at::Tensor& tokens, int64_t bos_id);
 
 /// @brief Each token's position inside its document, i − doc_start[i]:
-/// RoPE positions that restart at 0 with every document.
-at::Tensor document_positions(const at::Tensor& doc_start);
+/// RoPE positions that restart at 0 with every document. `positions`
+/// ([S] int64) are the window positions of doc_start's columns when they
+/// are not 0..S−1: a context-parallel rank's shard (cp::shard_positions),
+/// whose doc_start is the window's, sharded.
+at::Tensor document_positions(const at::Tensor& doc_start, const at::Tensor& positions = {});
 
 /// @brief The boolean [B, 1, S, S] mask (true = may attend) equal to
 /// causal + same document, for math attention and SDPA.
 at::Tensor block_causal_mask(const at::Tensor& doc_start);
+
+/// @brief Block-causal masking of one block of keys out of a longer
+/// window (a ring-attention block): for each query row, the first key of
+/// the block it may see, in the block's own key coordinates — the number
+/// of the block's keys before the row's document start. `doc_start`
+/// [B, Sq] holds the rows' document starts as window positions;
+/// `key_positions` [Sk] int64, ascending, the window positions of the
+/// block's keys. Row i sees block key j iff key_begin[i] <= j (and the key
+/// is not after the query: the causal part, which the block's caller
+/// knows). Values lie in [0, Sk]; Sk means the row sees none of the block.
+at::Tensor document_key_begin(const at::Tensor& doc_start, const at::Tensor& key_positions);
+
+/// @brief The boolean [B, 1, Sq, Sk] mask (true = may attend) of rows that
+/// see keys key_begin[b, i] <= j < Sk, and only j <= i when `causal`:
+/// block_causal_mask(doc_start) is key_range_mask(doc_start, S, true).
+at::Tensor key_range_mask(const at::Tensor& key_begin, int64_t keys, bool causal);
 
 /// @brief `doc_start` checked for the kernels: undefined passes through;
 /// otherwise it needs `causal`, shape [batch, seq], int64 on the CPU (made
@@ -36,5 +55,13 @@ at::Tensor block_causal_mask(const at::Tensor& doc_start);
 /// Throws a one-line titan::Error naming `who` otherwise.
 at::Tensor checked_document_starts(const at::Tensor& doc_start, bool causal, int64_t batch, int64_t seq,
                                    const char* who);
+
+/// @brief Per-row key bounds (document_key_begin) checked for the kernels:
+/// undefined passes through; otherwise [batch, sq] int64 on the CPU (made
+/// contiguous), never decreasing along a row, 0 <= key_begin[i] <= keys,
+/// and key_begin[i] <= i when `causal` (every row sees its own key).
+/// Throws a one-line titan::Error naming `who` otherwise.
+at::Tensor checked_key_begin(const at::Tensor& key_begin, bool causal, int64_t batch, int64_t sq, int64_t keys,
+                             const char* who);
 
 }  // namespace titan::ops

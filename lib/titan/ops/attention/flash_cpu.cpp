@@ -77,19 +77,23 @@ void run_backward(const flash_detail::BackwardArgs& a) {
   }
 }
 
-}  // namespace
+// The row bounds as the kernel reads them: a window's doc_start (checked as
+// document starts) or a block's key_begin (checked as key bounds).
+enum class Bounds { doc_start, key_begin };
 
-FlashForward flash_attention_forward(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
-                                     bool causal, std::optional<double> scale, const FlashOptions& opts,
-                                     const at::Tensor& doc_start_in) {
-#ifdef TITAN_HAS_CUDA
-  if (q_in.is_cuda()) return flash_attention_forward_cuda(q_in, k_in, v_in, causal, scale, doc_start_in);
-#endif
+at::Tensor checked_bounds(const at::Tensor& t, Bounds kind, const Problem& p, const char* who) {
+  return kind == Bounds::doc_start ? checked_document_starts(t, p.causal, p.batch, p.sq, who)
+                                   : checked_key_begin(t, p.causal, p.batch, p.sq, p.sk, who);
+}
+
+FlashForward forward(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, bool causal,
+                     std::optional<double> scale, const FlashOptions& opts, const at::Tensor& bounds_in,
+                     Bounds kind) {
   const at::Tensor q = usable(q_in, "q"), k = usable(k_in, "k"), v = usable(v_in, "v");
   flash_detail::ForwardArgs a;
   a.p = problem(q, k, v, causal, scale, opts);
-  const at::Tensor doc_start = checked_document_starts(doc_start_in, causal, a.p.batch, a.p.sq, "flash_attention");
-  if (doc_start.defined()) a.p.doc_start = doc_start.data_ptr<int64_t>();
+  const at::Tensor bounds = checked_bounds(bounds_in, kind, a.p, "flash_attention");
+  if (bounds.defined()) a.p.doc_start = bounds.data_ptr<int64_t>();
   // The output is laid out [B, S, H, D] and returned as its transpose: what
   // the model reshapes to [B, S, H·D] next, so that costs no copy.
   at::Tensor out = at::empty({a.p.batch, a.p.sq, a.p.hq, a.p.d}, q.options()).transpose(1, 2);
@@ -102,22 +106,17 @@ FlashForward flash_attention_forward(const at::Tensor& q_in, const at::Tensor& k
   return {out, lse};
 }
 
-FlashGrads flash_attention_backward(const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in,
-                                    const at::Tensor& v_in, const at::Tensor& out, const at::Tensor& lse,
-                                    bool causal, std::optional<double> scale, const FlashOptions& opts,
-                                    const at::Tensor& doc_start_in) {
-#ifdef TITAN_HAS_CUDA
-  if (q_in.is_cuda())
-    return flash_attention_backward_cuda(dout_in, q_in, k_in, v_in, out, lse, causal, scale, doc_start_in);
-#endif
+FlashGrads backward(const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in,
+                    const at::Tensor& v_in, const at::Tensor& out, const at::Tensor& lse, bool causal,
+                    std::optional<double> scale, const FlashOptions& opts, const at::Tensor& bounds_in,
+                    Bounds kind) {
   const at::Tensor q = usable(q_in, "q"), k = usable(k_in, "k"), v = usable(v_in, "v");
   const at::Tensor dout = usable(dout_in.scalar_type() == q.scalar_type() ? dout_in : dout_in.to(q.scalar_type()),
                                  "dout");
   flash_detail::BackwardArgs a;
   a.p = problem(q, k, v, causal, scale, opts);
-  const at::Tensor doc_start =
-      checked_document_starts(doc_start_in, causal, a.p.batch, a.p.sq, "flash_attention_backward");
-  if (doc_start.defined()) a.p.doc_start = doc_start.data_ptr<int64_t>();
+  const at::Tensor bounds = checked_bounds(bounds_in, kind, a.p, "flash_attention_backward");
+  if (bounds.defined()) a.p.doc_start = bounds.data_ptr<int64_t>();
   TITAN_CHECK(dout.sizes() == q.sizes() && out.sizes() == q.sizes(), "flash_attention_backward: dout ",
               dout.sizes(), " / out ", out.sizes(), " must be shaped like q ", q.sizes());
   TITAN_CHECK(lse.scalar_type() == at::kFloat && lse.sizes() == at::IntArrayRef({a.p.batch, a.p.hq, a.p.sq}),
@@ -140,6 +139,38 @@ FlashGrads flash_attention_backward(const at::Tensor& dout_in, const at::Tensor&
     dk.zero_(), dv.zero_();
   }
   return {a.p.bf16 ? dq.to(at::kBFloat16) : dq, dk, dv};
+}
+
+}  // namespace
+
+FlashForward flash_attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                                     std::optional<double> scale, const FlashOptions& opts,
+                                     const at::Tensor& doc_start) {
+#ifdef TITAN_HAS_CUDA
+  if (q.is_cuda()) return flash_attention_forward_cuda(q, k, v, causal, scale, doc_start);
+#endif
+  return forward(q, k, v, causal, scale, opts, doc_start, Bounds::doc_start);
+}
+
+FlashGrads flash_attention_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
+                                    const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, bool causal,
+                                    std::optional<double> scale, const FlashOptions& opts,
+                                    const at::Tensor& doc_start) {
+#ifdef TITAN_HAS_CUDA
+  if (q.is_cuda()) return flash_attention_backward_cuda(dout, q, k, v, out, lse, causal, scale, doc_start);
+#endif
+  return backward(dout, q, k, v, out, lse, causal, scale, opts, doc_start, Bounds::doc_start);
+}
+
+FlashForward flash_block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                                 std::optional<double> scale, const at::Tensor& key_begin, const FlashOptions& opts) {
+  return forward(q, k, v, causal, scale, opts, key_begin, Bounds::key_begin);
+}
+
+FlashGrads flash_block_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const at::Tensor& out, const at::Tensor& lse, bool causal,
+                                std::optional<double> scale, const at::Tensor& key_begin, const FlashOptions& opts) {
+  return backward(dout, q, k, v, out, lse, causal, scale, opts, key_begin, Bounds::key_begin);
 }
 
 }  // namespace titan::ops

@@ -73,4 +73,25 @@ FlashGrads flash_attention_backward(const at::Tensor& dout, const at::Tensor& q,
                                     std::optional<double> scale = std::nullopt, const FlashOptions& opts = {},
                                     const at::Tensor& doc_start = {});
 
+/// @brief The forward of one block of keys out of a longer sequence (ring
+/// attention's blocks under block-causal masking): as
+/// flash_attention_forward, with `key_begin` ([B, S] int64, optional) the
+/// first key each query row may see in k's own positions
+/// (document_key_begin() in document_mask.hpp): row i sees key j iff
+/// key_begin[i] <= j, and j <= i when `causal`. Bounds never decrease
+/// along a row; key_begin[i] = S_kv (a row that sees none of the block)
+/// gives that row out 0 and lse −inf, which merge_attention_partial weighs 0.
+/// The CPU kernel only: on other devices ring attention's blocks take the
+/// math path (lse_attention.hpp).
+FlashForward flash_block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                                 std::optional<double> scale, const at::Tensor& key_begin,
+                                 const FlashOptions& opts = {});
+
+/// @brief The backward of flash_block_forward, from the rows' final out
+/// and lse (as flash_attention_backward); masked keys get no gradient.
+FlashGrads flash_block_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const at::Tensor& out, const at::Tensor& lse, bool causal,
+                                std::optional<double> scale, const at::Tensor& key_begin,
+                                const FlashOptions& opts = {});
+
 }  // namespace titan::ops

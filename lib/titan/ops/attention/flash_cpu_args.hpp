@@ -20,9 +20,14 @@ struct Strides {
 struct Problem {
   int64_t batch = 0, hq = 0, hkv = 0, sq = 0, sk = 0, d = 0;
   bool causal = false;
-  /// Block-causal (document) masking: [batch, sq] int64, the position where
-  /// each token's document begins; query i sees key j iff
-  /// doc_start[i] <= j <= i. Null: plain causal or full. Needs causal, sq == sk.
+  /// Per-row key bounds: [batch, sq] int64, never decreasing along a row,
+  /// the first key each query row may see (in this call's key positions);
+  /// query i sees key j iff doc_start[i] <= j (and j <= i when causal).
+  /// Named for a whole window's block-causal mask, its doc_start (causal,
+  /// sq == sk; what the CUDA kernel takes). The CPU kernel also takes a
+  /// ring-attention block's bounds, ops::document_key_begin of its keys:
+  /// not causal, or a row that sees none of them (value sk). Null: plain
+  /// causal or full.
   const int64_t* doc_start = nullptr;
   bool bf16 = false;  ///< inputs/outputs are bf16 (else fp32)
   float scale = 1.0f;

@@ -160,8 +160,9 @@ void round_to(float* x, int64_t rows, int64_t cols, int64_t ld, T* buf) {
 }
 
 // The keys of tile [j0, j0 + cols) that query row i of batch b may see:
-// columns [lo, hi) of the tile (causal: up to the diagonal; with document
-// masking also from the row's document start on). Empty when hi <= lo.
+// columns [lo, hi) of the tile (causal: up to the diagonal; with key bounds,
+// document masking, also from the row's first visible key on). Empty when
+// hi <= lo.
 struct Visible {
   int64_t lo = 0, hi = 0;
   int64_t count() const { return std::max<int64_t>(0, hi - lo); }
@@ -173,11 +174,12 @@ Visible visible(const Problem& p, int64_t b, int64_t i, int64_t j0, int64_t cols
   return v;
 }
 
-// The first key any of rows [i0, i0 + rows) sees: document starts never
-// decrease along a sequence, but take the minimum rather than rely on it.
+// The first key any of rows [i0, i0 + rows) sees: key bounds never
+// decrease along a row, but take the minimum rather than rely on it (sk:
+// none of the rows sees a key).
 int64_t first_visible_key(const Problem& p, int64_t b, int64_t i0, int64_t rows) {
   if (!p.doc_start) return 0;
-  int64_t lo = i0;
+  int64_t lo = p.sk;
   for (int64_t r = 0; r < rows; ++r) lo = std::min(lo, p.doc_start[b * p.sq + i0 + r]);
   return lo;
 }
@@ -218,8 +220,9 @@ void forward_impl(const ForwardArgs& a) {
       // Causal: keys past the tile's last query are masked for every row, so
       // the tiles above the diagonal are never computed.
       const int64_t kv_end = p.causal ? i0 + rows : p.sk;
-      // Document masking: tiles wholly before every row's document start
-      // are skipped too (the varlen saving on short documents).
+      // Key bounds (document masking): tiles wholly before every row's
+      // first visible key are skipped too (the varlen saving on short
+      // documents).
       const int64_t kv_begin = (first_visible_key(p, b, i0, rows) / kt) * kt;
       for (int64_t j0 = kv_begin; j0 < kv_end; j0 += kt) {
         const int64_t cols = std::min(kt, kv_end - j0);
@@ -246,8 +249,12 @@ void forward_impl(const ForwardArgs& a) {
       }
       for (int64_t r = 0; r < rows; ++r) {
         T* dst = out + b * a.os.b + h * a.os.h + (i0 + r) * a.os.s;
-        store_row(dst, o_buf.data() + r * d, d, 1.0f / l_buf.ptr[r]);
-        a.lse[(b * p.hq + h) * p.sq + i0 + r] = m_buf.ptr[r] + std::log(l_buf.ptr[r]);
+        // A row that saw no key (possible only with key bounds: a ring
+        // block before its document) outputs 0 with lse −inf, which the
+        // merge of partial results weighs 0; 1/l would make it NaN.
+        const bool none = l_buf.ptr[r] == 0.0f;
+        store_row(dst, o_buf.data() + r * d, d, none ? 0.0f : 1.0f / l_buf.ptr[r]);
+        a.lse[(b * p.hq + h) * p.sq + i0 + r] = none ? kNegInf : m_buf.ptr[r] + std::log(l_buf.ptr[r]);
       }
     }
   });
@@ -309,8 +316,8 @@ void backward_impl(const BackwardArgs& a) {
       fill(dv_buf, kt * d, 0.0f);
       // Causal: query rows before j0 see none of this tile's keys.
       const int64_t i_first = p.causal ? (j0 / qt) * qt : 0;
-      // Document masking: rows whose document starts after this tile's last
-      // key see none of it; starts never decrease, so they are a suffix.
+      // Key bounds: rows whose first visible key is after this tile's last
+      // key see none of it; bounds never decrease, so they are a suffix.
       int64_t i_end = p.sq;
       if (p.doc_start)
         while (i_end > i_first && p.doc_start[b * p.sq + i_end - 1] > j0 + cols - 1) --i_end;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "titan/ops/attention/document_mask.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::ops {
@@ -18,8 +19,9 @@ at::Tensor grouped(const at::Tensor& q, int64_t hkv) {
   return q.view({q.size(0), hkv, q.size(1) / hkv, q.size(2), q.size(3)});
 }
 
-// fp32 scores [B, Hkv, rep, S, S_kv] with the causal mask applied.
-at::Tensor scores_of(const at::Tensor& q, const at::Tensor& k, bool causal, double s) {
+// fp32 scores [B, Hkv, rep, S, S_kv] with the causal mask (and the rows'
+// key bounds) applied.
+at::Tensor scores_of(const at::Tensor& q, const at::Tensor& k, bool causal, double s, const at::Tensor& key_begin) {
   TITAN_CHECK(q.dim() == 4 && k.dim() == 4, "attention with lse: q and k must be [batch, heads, seq, head_dim]");
   TITAN_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, "attention with lse: ", q.size(1),
               " query heads are not a multiple of ", k.size(1), " kv heads");
@@ -27,7 +29,12 @@ at::Tensor scores_of(const at::Tensor& q, const at::Tensor& k, bool causal, doub
               q.size(2), " and ", k.size(2));
   const at::Tensor qg = grouped(q.to(at::kFloat).contiguous(), k.size(1));
   at::Tensor scores = at::matmul(qg, k.to(at::kFloat).unsqueeze(2).transpose(-2, -1)).mul_(s);
-  if (causal) {
+  if (key_begin.defined()) {
+    const at::Tensor kb = checked_key_begin(key_begin, causal, q.size(0), q.size(2), k.size(2), "attention with lse");
+    // [B, 1, S, S_kv] -> [B, 1, 1, S, S_kv]: one mask for every head.
+    const at::Tensor visible = key_range_mask(kb.to(q.device()), k.size(2), causal).unsqueeze(1);
+    scores.masked_fill_(visible.logical_not(), -std::numeric_limits<float>::infinity());
+  } else if (causal) {
     const at::Tensor above = at::ones({q.size(2), k.size(2)}, q.options().dtype(at::kBool)).triu(1);
     scores.masked_fill_(above, -std::numeric_limits<float>::infinity());
   }
@@ -37,10 +44,13 @@ at::Tensor scores_of(const at::Tensor& q, const at::Tensor& k, bool causal, doub
 }  // namespace
 
 FlashForward math_attention_forward_lse(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
-                                        std::optional<double> scale) {
-  const at::Tensor scores = scores_of(q, k, causal, scale_of(q, scale));
+                                        std::optional<double> scale, const at::Tensor& key_begin) {
+  const at::Tensor scores = scores_of(q, k, causal, scale_of(q, scale), key_begin);
   const at::Tensor lse = at::logsumexp(scores, -1);
-  const at::Tensor p = (scores - lse.unsqueeze(-1)).exp_();
+  // A row that sees no key (lse −inf, only with key bounds) gets p = 0,
+  // not exp(−inf + inf) = NaN.
+  const at::Tensor lse_safe = at::where(at::isinf(lse), at::zeros_like(lse), lse);
+  const at::Tensor p = (scores - lse_safe.unsqueeze(-1)).exp_();
   const at::Tensor out = at::matmul(p, v.to(at::kFloat).unsqueeze(2));
   const auto b = q.size(0), h = q.size(1), s = q.size(2);
   return {out.reshape({b, h, s, q.size(3)}).to(q.scalar_type()), lse.reshape({b, h, s})};
@@ -48,12 +58,15 @@ FlashForward math_attention_forward_lse(const at::Tensor& q, const at::Tensor& k
 
 FlashGrads math_attention_backward_lse(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
                                        const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
-                                       bool causal, std::optional<double> scale) {
+                                       bool causal, std::optional<double> scale, const at::Tensor& key_begin) {
   const double s = scale_of(q, scale);
   const int64_t hkv = k.size(1);
-  const at::Tensor scores = scores_of(q, k, causal, s);
-  // exp(−inf − L) = 0: masked keys get no probability and no gradient.
-  const at::Tensor p = (scores - grouped(lse.to(at::kFloat).unsqueeze(-1), hkv)).exp_();
+  const at::Tensor scores = scores_of(q, k, causal, s, key_begin);
+  // exp(−inf − L) = 0: masked keys get no probability and no gradient (a
+  // row that saw no key has L = −inf: taken as 0 so that stays 0, not NaN).
+  const at::Tensor l = lse.to(at::kFloat);
+  const at::Tensor l_safe = at::where(at::isinf(l), at::zeros_like(l), l);
+  const at::Tensor p = (scores - grouped(l_safe.unsqueeze(-1), hkv)).exp_();
   const at::Tensor dog = grouped(dout.to(at::kFloat).contiguous(), hkv);
   const at::Tensor kf = k.to(at::kFloat).unsqueeze(2), vf = v.to(at::kFloat).unsqueeze(2);
   const at::Tensor delta = grouped((dout.to(at::kFloat) * out.to(at::kFloat)).sum(-1, true).contiguous(), hkv);
@@ -67,16 +80,16 @@ FlashGrads math_attention_backward_lse(const at::Tensor& dout, const at::Tensor&
 }
 
 FlashForward attention_forward_lse(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
-                                   std::optional<double> scale) {
-  if (q.device().is_cpu()) return flash_attention_forward(q, k, v, causal, scale);
-  return math_attention_forward_lse(q, k, v, causal, scale);
+                                   std::optional<double> scale, const at::Tensor& key_begin) {
+  if (q.device().is_cpu()) return flash_block_forward(q, k, v, causal, scale, key_begin);
+  return math_attention_forward_lse(q, k, v, causal, scale, key_begin);
 }
 
 FlashGrads attention_backward_lse(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
                                   const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, bool causal,
-                                  std::optional<double> scale) {
-  if (q.device().is_cpu()) return flash_attention_backward(dout, q, k, v, out, lse, causal, scale);
-  return math_attention_backward_lse(dout, q, k, v, out, lse, causal, scale);
+                                  std::optional<double> scale, const at::Tensor& key_begin) {
+  if (q.device().is_cpu()) return flash_block_backward(dout, q, k, v, out, lse, causal, scale, key_begin);
+  return math_attention_backward_lse(dout, q, k, v, out, lse, causal, scale, key_begin);
 }
 
 void merge_attention_partial(at::Tensor& acc_out, at::Tensor& acc_lse, const at::Tensor& out_b,

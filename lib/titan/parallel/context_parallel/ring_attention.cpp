@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "titan/dist/process_group.hpp"
+#include "titan/ops/attention/document_mask.hpp"
 #include "titan/ops/attention/lse_attention.hpp"
 #include "titan/profiling/range.hpp"
 #include "titan/util/error.hpp"
@@ -30,29 +31,42 @@ constexpr int kTagK = 1 << 20, kTagV = 2 << 20, kTagDk = 3 << 20, kTagDv = 4 << 
 
 // One kernel call: local query chunk `q` against the run of the key
 // owner's local chunks [kv_begin, kv_begin + kv_count), all full or one
-// diagonal.
+// diagonal; under block-causal masking with each row's first visible key
+// of the block when some row does not see all of it (else undefined).
 struct Block {
   int64_t q = 0;
   int64_t kv_begin = 0, kv_count = 1;
   bool causal = false;
+  at::Tensor key_begin;  // [B, c] int64 on the CPU, in the block's key positions
 };
 
-// The blocks of this rank's queries against `owner`'s keys. Wholly visible
-// key chunks that sit next to each other in the owner's piece go into one
-// call (under head-tail the visible ones are always a prefix).
-std::vector<Block> blocks_for(const SequenceLayout& layout, int64_t rank, int64_t owner, bool causal) {
+// The blocks of this rank's queries against `owner`'s keys (c tokens a
+// chunk). Wholly visible key chunks that sit next to each other in the
+// owner's piece go into one call (under head-tail the visible ones are
+// always a prefix). With `doc_start` (this rank's rows, window positions,
+// CPU) a block no row of its query chunk can see is skipped like a masked
+// one, and one that not every row sees whole keeps its per-row bounds.
+std::vector<Block> blocks_for(const SequenceLayout& layout, int64_t rank, int64_t owner, bool causal,
+                              const at::Tensor& doc_start, int64_t c) {
   const std::vector<int64_t> qs = layout.chunks_of(rank), ks = layout.chunks_of(owner);
   std::vector<Block> out;
   for (int64_t i = 0; i < static_cast<int64_t>(qs.size()); ++i) {
     for (int64_t j = 0; j < static_cast<int64_t>(ks.size()); ++j) {
       const BlockKind kind = block_kind(qs[i], ks[j], causal);
       if (kind == BlockKind::masked) continue;
-      if (kind == BlockKind::full && !out.empty() && out.back().q == i && !out.back().causal &&
-          out.back().kv_begin + out.back().kv_count == j) {
+      at::Tensor key_begin;
+      if (doc_start.defined()) {
+        const at::Tensor keys = at::arange(ks[j] * c, (ks[j] + 1) * c, at::kLong);
+        key_begin = ops::document_key_begin(doc_start.narrow(1, i * c, c), keys);
+        if (key_begin.min().item<int64_t>() == c) continue;           // every row's document starts later
+        if (key_begin.max().item<int64_t>() == 0) key_begin = at::Tensor();  // every row sees every key
+      }
+      if (kind == BlockKind::full && !key_begin.defined() && !out.empty() && out.back().q == i &&
+          !out.back().causal && !out.back().key_begin.defined() && out.back().kv_begin + out.back().kv_count == j) {
         ++out.back().kv_count;
         continue;
       }
-      out.push_back({i, j, 1, kind == BlockKind::diagonal});
+      out.push_back({i, j, 1, kind == BlockKind::diagonal, key_begin});
     }
   }
   return out;
@@ -62,7 +76,7 @@ int right_of(const dist::ProcessGroup& g) { return (g.rank() + 1) % g.size(); }
 int left_of(const dist::ProcessGroup& g) { return (g.rank() + g.size() - 1) % g.size(); }
 
 void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const dist::ProcessGroup& group,
-                  const RingAttentionOptions& opts) {
+                  const RingAttentionOptions& opts, const at::Tensor& doc_start) {
   TITAN_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "ring attention: q, k, v must be [batch, heads, seq, head_dim]");
   TITAN_CHECK(k.sizes() == v.sizes(), "ring attention: k ", k.sizes(), " and v ", v.sizes(), " differ");
   TITAN_CHECK(q.size(2) == k.size(2), "ring attention: ", q.size(2), " local queries but ", k.size(2),
@@ -71,6 +85,27 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
               " ranks but the cp group ", group.name(), " has ", group.size());
   TITAN_CHECK(q.size(2) % opts.layout.chunks_per_rank() == 0, "ring attention: local sequence ", q.size(2),
               " does not hold ", opts.layout.chunks_per_rank(), " equal chunks");
+  if (!doc_start.defined()) return;
+  TITAN_CHECK(opts.causal, "ring attention: document masking (doc_start) is block-causal; it needs causal = true");
+  TITAN_CHECK(doc_start.scalar_type() == at::kLong && doc_start.dim() == 2 && doc_start.size(0) == q.size(0) &&
+                  doc_start.size(1) == q.size(2),
+              "ring attention: doc_start must be int64 [", q.size(0), ", ", q.size(2), "] (this rank's shard), got ",
+              doc_start.scalar_type(), " ", doc_start.sizes());
+}
+
+// This rank's document starts on the CPU, checked against the window
+// positions its rows hold: 0 <= doc_start <= position (a start in window
+// coordinates, not the shard's). Undefined passes through. The block plan
+// is made on the host (which blocks to skip is a host decision), so on a
+// GPU this is one small device-to-host copy per call.
+at::Tensor host_doc_start(const at::Tensor& doc_start, const RingAttentionOptions& opts, int64_t rank) {
+  if (!doc_start.defined()) return doc_start;
+  const at::Tensor d = doc_start.to(at::kCPU).contiguous();
+  const at::Tensor pos = shard_positions(d.size(1) * opts.layout.cp, opts.layout, rank);
+  TITAN_CHECK(((d >= 0) & (d <= pos)).all().item<bool>(),
+              "ring attention: doc_start must hold window positions with 0 <= doc_start[i] <= i for the positions "
+              "this rank holds (the full sequence's document_starts, sharded like the tokens)");
+  return d;
 }
 
 // The running per-query-chunk result of the forward.
@@ -92,16 +127,16 @@ struct Accumulator {
 
 // Forward blocks of this rank's queries against owner's K/V pieces.
 void forward_blocks(const at::Tensor& q, const at::Tensor& ks, const at::Tensor& vs, int64_t rank, int64_t owner,
-                    const RingAttentionOptions& opts, Accumulator& acc) {
+                    const RingAttentionOptions& opts, const at::Tensor& doc_start, Accumulator& acc) {
   // One range per step's blocks: traces (and the overlap test) see the
   // compute that the step's transfer runs under.
   TITAN_PROFILE_RANGE("titan::ring_attention_blocks");
   const int64_t c = q.size(2) / opts.layout.chunks_per_rank();
-  for (const Block& b : blocks_for(opts.layout, rank, owner, opts.causal)) {
+  for (const Block& b : blocks_for(opts.layout, rank, owner, opts.causal, doc_start, c)) {
     const at::Tensor qb = q.narrow(2, b.q * c, c);
     const at::Tensor kb = ks.narrow(2, b.kv_begin * c, b.kv_count * c);
     const at::Tensor vb = vs.narrow(2, b.kv_begin * c, b.kv_count * c);
-    acc.add(b.q, ops::attention_forward_lse(qb, kb, vb, b.causal, opts.scale));
+    acc.add(b.q, ops::attention_forward_lse(qb, kb, vb, b.causal, opts.scale, b.key_begin));
   }
 }
 
@@ -110,16 +145,16 @@ void forward_blocks(const at::Tensor& q, const at::Tensor& ks, const at::Tensor&
 std::pair<at::Tensor, at::Tensor> backward_blocks(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& out,
                                                   const at::Tensor& lse, const at::Tensor& ks, const at::Tensor& vs,
                                                   int64_t rank, int64_t owner, const RingAttentionOptions& opts,
-                                                  at::Tensor& dq) {
+                                                  const at::Tensor& doc_start, at::Tensor& dq) {
   TITAN_PROFILE_RANGE("titan::ring_attention_blocks");
   const int64_t c = q.size(2) / opts.layout.chunks_per_rank();
   at::Tensor dk = at::zeros(ks.sizes(), ks.options().dtype(at::kFloat));
   at::Tensor dv = at::zeros(vs.sizes(), vs.options().dtype(at::kFloat));
-  for (const Block& b : blocks_for(opts.layout, rank, owner, opts.causal)) {
+  for (const Block& b : blocks_for(opts.layout, rank, owner, opts.causal, doc_start, c)) {
     auto rows = [&](const at::Tensor& t) { return t.narrow(2, b.q * c, c); };
     auto keys = [&](const at::Tensor& t) { return t.narrow(2, b.kv_begin * c, b.kv_count * c); };
     const ops::FlashGrads g = ops::attention_backward_lse(rows(dout), rows(q), keys(ks), keys(vs), rows(out),
-                                                          rows(lse), b.causal, opts.scale);
+                                                          rows(lse), b.causal, opts.scale, b.key_begin);
     rows(dq).add_(g.dq);
     keys(dk).add_(g.dk);
     keys(dv).add_(g.dv);
@@ -159,10 +194,12 @@ ops::FlashForward finish(Accumulator& acc, const at::Tensor& q) {
 }  // namespace
 
 ops::FlashForward ring_attention_forward(const at::Tensor& q, const at::Tensor& k_in, const at::Tensor& v_in,
-                                         const dist::ProcessGroup& group, const RingAttentionOptions& opts) {
-  check_inputs(q, k_in, v_in, group, opts);
+                                         const dist::ProcessGroup& group, const RingAttentionOptions& opts,
+                                         const at::Tensor& doc_start_in) {
+  check_inputs(q, k_in, v_in, group, opts, doc_start_in);
   TITAN_PROFILE_RANGE("titan::ring_attention_forward");
   const int n = group.size(), r = group.rank();
+  const at::Tensor doc_start = host_doc_start(doc_start_in, opts, r);
   const at::Tensor k = k_in.contiguous(), v = v_in.contiguous();
   const int64_t sl = k.size(2);
   Accumulator acc(opts.layout.chunks_per_rank());
@@ -172,7 +209,7 @@ ops::FlashForward ring_attention_forward(const at::Tensor& q, const at::Tensor& 
     const at::Tensor kg = group.all_gather(k, 2), vg = group.all_gather(v, 2);
     for (int t = 0; t < n; ++t) {
       const int owner = (r - t + n) % n;
-      forward_blocks(q, kg.narrow(2, owner * sl, sl), vg.narrow(2, owner * sl, sl), r, owner, opts, acc);
+      forward_blocks(q, kg.narrow(2, owner * sl, sl), vg.narrow(2, owner * sl, sl), r, owner, opts, doc_start, acc);
     }
     return finish(acc, q);
   }
@@ -182,7 +219,7 @@ ops::FlashForward ring_attention_forward(const at::Tensor& q, const at::Tensor& 
     // The next block's transfer goes out before this block is computed.
     std::unique_ptr<RingTransfer> next;
     if (t + 1 < n) next = std::make_unique<RingTransfer>(group, ks, vs, kTagK + t, kTagV + t);
-    forward_blocks(q, ks, vs, r, owner, opts, acc);
+    forward_blocks(q, ks, vs, r, owner, opts, doc_start, acc);
     if (next) {
       next->wait();
       ks = next->in_a, vs = next->in_b;
@@ -193,10 +230,12 @@ ops::FlashForward ring_attention_forward(const at::Tensor& q, const at::Tensor& 
 
 ops::FlashGrads ring_attention_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k_in,
                                         const at::Tensor& v_in, const at::Tensor& out, const at::Tensor& lse,
-                                        const dist::ProcessGroup& group, const RingAttentionOptions& opts) {
-  check_inputs(q, k_in, v_in, group, opts);
+                                        const dist::ProcessGroup& group, const RingAttentionOptions& opts,
+                                        const at::Tensor& doc_start_in) {
+  check_inputs(q, k_in, v_in, group, opts, doc_start_in);
   TITAN_PROFILE_RANGE("titan::ring_attention_backward");
   const int n = group.size(), r = group.rank();
+  const at::Tensor doc_start = host_doc_start(doc_start_in, opts, r);
   const at::Tensor k = k_in.contiguous(), v = v_in.contiguous();
   const int64_t sl = k.size(2);
   at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
@@ -207,7 +246,7 @@ ops::FlashGrads ring_attention_backward(const at::Tensor& dout, const at::Tensor
     for (int t = 0; t < n; ++t) {
       const int owner = (r - t + n) % n;
       auto [dk, dv] = backward_blocks(dout, q, out, lse, kg.narrow(2, owner * sl, sl), vg.narrow(2, owner * sl, sl),
-                                      r, owner, opts, dq);
+                                      r, owner, opts, doc_start, dq);
       dkg.narrow(2, owner * sl, sl).copy_(dk);
       dvg.narrow(2, owner * sl, sl).copy_(dv);
     }
@@ -221,7 +260,7 @@ ops::FlashGrads ring_attention_backward(const at::Tensor& dout, const at::Tensor
     const int owner = (r - t + n) % n;
     std::unique_ptr<RingTransfer> next;
     if (t + 1 < n) next = std::make_unique<RingTransfer>(group, ks, vs, kTagK + t, kTagV + t);
-    auto [dk, dv] = backward_blocks(dout, q, out, lse, ks, vs, r, owner, opts, dq);
+    auto [dk, dv] = backward_blocks(dout, q, out, lse, ks, vs, r, owner, opts, doc_start, dq);
     // The accumulator for `owner` arrives from the left holding the shares
     // of ranks owner .. r−1; add ours and pass it on.
     if (grads) {
@@ -248,11 +287,18 @@ const dist::ProcessGroup& group_of(int64_t h) {
   return *reinterpret_cast<const dist::ProcessGroup*>(static_cast<intptr_t>(h));
 }
 
+// doc_start travels wrapped: as a plain at::Tensor argument autograd would
+// treat it as an input (and reject it when undefined); it needs no gradient.
+struct DocumentStarts {
+  at::Tensor starts;
+};
+
 struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            int64_t group_handle, RingAttentionOptions opts) {
-    ops::FlashForward f = ring_attention_forward(q, k, v, group_of(group_handle), opts);
+                            int64_t group_handle, RingAttentionOptions opts, DocumentStarts doc) {
+    ops::FlashForward f = ring_attention_forward(q, k, v, group_of(group_handle), opts, doc.starts);
     ctx->save_for_backward({q, k, v, f.out, f.lse});
+    ctx->saved_data["doc_start"] = doc.starts;
     ctx->saved_data["group"] = group_handle;
     ctx->saved_data["cp"] = opts.layout.cp;
     ctx->saved_data["balance"] = static_cast<int64_t>(opts.layout.balance);
@@ -272,16 +318,19 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
     const double scale = ctx->saved_data["scale"].toDouble();
     if (scale > 0) opts.scale = scale;
     ops::FlashGrads g = ring_attention_backward(grads[0], s[0], s[1], s[2], s[3], s[4],
-                                                group_of(ctx->saved_data["group"].toInt()), opts);
-    return {g.dq, g.dk, g.dv, at::Tensor(), at::Tensor()};
+                                                group_of(ctx->saved_data["group"].toInt()), opts,
+                                                ctx->saved_data["doc_start"].toTensor());
+    return {g.dq, g.dk, g.dv, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                          const dist::ProcessGroup& group, const RingAttentionOptions& opts) {
-  return RingAttentionFunction::apply(q, k, v, static_cast<int64_t>(reinterpret_cast<intptr_t>(&group)), opts);
+                          const dist::ProcessGroup& group, const RingAttentionOptions& opts,
+                          const at::Tensor& doc_start) {
+  return RingAttentionFunction::apply(q, k, v, static_cast<int64_t>(reinterpret_cast<intptr_t>(&group)), opts,
+                                      DocumentStarts{doc_start});
 }
 
 }  // namespace titan::cp

@@ -21,6 +21,15 @@
 /// true or false computes each one (attention_forward_lse: the CPU flash
 /// kernel, or the math path on other devices). Backward needs no saved
 /// probabilities: each block's gradients come from the final out and lse.
+///
+/// Block-causal (document) masking — attn_mask_type "block_causal" — adds
+/// each query row's document start, in window positions: key j is visible
+/// to query i iff doc_start[i] <= j <= i. A block whose rows all start
+/// their documents after its last key is skipped, one every row sees whole
+/// is computed plainly, and the others carry per-row bounds in the block's
+/// own key positions (ops::document_key_begin), which the flash kernel
+/// reads directly (skipping whole tiles) and the math path turns into a
+/// boolean mask (ops::key_range_mask).
 
 #include <ATen/core/Tensor.h>
 
@@ -59,18 +68,25 @@ struct RingAttentionOptions {
 /// rank's pieces in the layout's order (shard_sequence of the full
 /// tensors along dim 2). Returns this rank's rows of the output, like q.
 /// Collective over `group`: every member calls it, in the same order.
+/// `doc_start` (optional, int64 [B, S_local], needs opts.causal): the
+/// document start of each of this rank's query rows as a position in the
+/// whole window — ops::document_starts of the full sequence, sharded like
+/// the tokens (shard_sequence along dim 1) — for block-causal masking.
 at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                          const dist::ProcessGroup& group, const RingAttentionOptions& opts);
+                          const dist::ProcessGroup& group, const RingAttentionOptions& opts,
+                          const at::Tensor& doc_start = {});
 
 /// @brief The forward without autograd: this rank's output rows and their
 /// log-sum-exp over all keys of the sequence (fp32 [B, Hq, S_local]).
 ops::FlashForward ring_attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                         const dist::ProcessGroup& group, const RingAttentionOptions& opts);
+                                         const dist::ProcessGroup& group, const RingAttentionOptions& opts,
+                                         const at::Tensor& doc_start = {});
 
 /// @brief The backward without autograd: dq, and the dk/dv of this rank's
 /// own K/V summed over every rank's queries.
 ops::FlashGrads ring_attention_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
                                         const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
-                                        const dist::ProcessGroup& group, const RingAttentionOptions& opts);
+                                        const dist::ProcessGroup& group, const RingAttentionOptions& opts,
+                                        const at::Tensor& doc_start = {});
 
 }  // namespace titan::cp

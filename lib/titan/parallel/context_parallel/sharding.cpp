@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "titan/ops/attention/document_mask.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::cp {
@@ -67,6 +68,14 @@ int64_t causal_pairs(int64_t seq_len, const SequenceLayout& layout, int64_t rank
   // Query t sees keys 0..t: t + 1 of them; summed over chunk [id·c, (id+1)·c).
   for (int64_t id : layout.chunks_of(rank)) pairs += c * (id * c) + c * (c + 1) / 2;
   return pairs;
+}
+
+int64_t document_pairs(const at::Tensor& doc_start, const SequenceLayout& layout, int64_t rank) {
+  TITAN_CHECK(doc_start.dim() == 1 && doc_start.scalar_type() == at::kLong,
+              "document_pairs: doc_start must be one sequence's int64 [seq_len], got ", doc_start.sizes());
+  // Keys seen = position inside the document + 1, summed over the positions held.
+  const at::Tensor seen = ops::document_positions(doc_start.to(at::kCPU).view({1, -1})) + 1;
+  return shard_sequence(seen, 1, layout, rank).sum().item<int64_t>();
 }
 
 }  // namespace titan::cp

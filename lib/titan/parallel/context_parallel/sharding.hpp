@@ -72,4 +72,11 @@ BlockKind block_kind(int64_t q_chunk, int64_t kv_chunk, bool causal);
 /// 4·head_dim FLOPs per query head in the forward).
 int64_t causal_pairs(int64_t seq_len, const SequenceLayout& layout, int64_t rank);
 
+/// @brief The same under block-causal (document) masking: the (query, key)
+/// pairs `rank`'s queries attend to in a window whose tokens' document
+/// starts are `doc_start` ([seq_len] int64, ops::document_starts of one
+/// sequence): query t sees t − doc_start[t] + 1 keys. Under head-tail the
+/// ranks' shares now depend on where the documents fall.
+int64_t document_pairs(const at::Tensor& doc_start, const SequenceLayout& layout, int64_t rank);
+
 }  // namespace titan::cp
