@@ -57,25 +57,40 @@ Problem problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, b
   return p;
 }
 
-// Validated on the host (documents must be contiguous), used on the device.
-at::Tensor device_document_starts(const at::Tensor& doc_start, bool causal, const Problem& p, const at::Tensor& q,
-                                  const char* who) {
-  if (!doc_start.defined()) return doc_start;
-  checked_document_starts(doc_start, causal, p.batch, p.sq, who);
-  return doc_start.to(q.device()).contiguous();
+// The per-row first visible keys the kernels read (Problem::doc_start): a
+// window's document starts or a ring block's key bounds, validated on the
+// host as their kind requires, used on the device.
+at::Tensor device_row_bounds(const at::Tensor& doc_start, const at::Tensor& key_begin, bool causal, const Problem& p,
+                             const at::Tensor& q, const char* who) {
+  TITAN_CHECK(!doc_start.defined() || !key_begin.defined(), who, ": doc_start and key_begin are exclusive");
+  if (doc_start.defined()) {
+    checked_document_starts(doc_start, causal, p.batch, p.sq, who);
+    return doc_start.to(q.device()).contiguous();
+  }
+  if (key_begin.defined()) {
+    checked_key_begin(key_begin, causal, p.batch, p.sq, p.sk, who);
+    return key_begin.to(q.device()).contiguous();
+  }
+  return {};
 }
 
 Dtype dtype_of(const Problem& p) { return p.bf16 ? Dtype::bf16 : Dtype::fp16; }
 
 }  // namespace
 
+bool flash_cuda_supports(const at::Tensor& q) {
+  return q.is_cuda() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf) && q.dim() == 4 &&
+         flash_cuda_detail::head_dim_supported(q.size(3));
+}
+
 FlashForward flash_attention_forward_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
-                                          bool causal, std::optional<double> scale, const at::Tensor& doc_start_in) {
+                                          bool causal, std::optional<double> scale, const at::Tensor& doc_start_in,
+                                          const at::Tensor& key_begin) {
   const c10::cuda::CUDAGuard guard(q_in.device());
   const at::Tensor q = usable(q_in, q_in, "q"), k = usable(k_in, q_in, "k"), v = usable(v_in, q_in, "v");
   flash_detail::ForwardArgs a;
   a.p = problem(q, k, v, causal, scale);
-  const at::Tensor doc_start = device_document_starts(doc_start_in, causal, a.p, q, "flash_attention (CUDA)");
+  const at::Tensor doc_start = device_row_bounds(doc_start_in, key_begin, causal, a.p, q, "flash_attention (CUDA)");
   if (doc_start.defined()) a.p.doc_start = doc_start.data_ptr<int64_t>();
   // [B, S, H, D] returned as its transpose, like the CPU kernel's output.
   at::Tensor out = at::empty({a.p.batch, a.p.sq, a.p.hq, a.p.d}, q.options()).transpose(1, 2);
@@ -93,13 +108,15 @@ FlashForward flash_attention_forward_cuda(const at::Tensor& q_in, const at::Tens
 
 FlashGrads flash_attention_backward_cuda(const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in,
                                          const at::Tensor& v_in, const at::Tensor& out, const at::Tensor& lse_in,
-                                         bool causal, std::optional<double> scale, const at::Tensor& doc_start_in) {
+                                         bool causal, std::optional<double> scale, const at::Tensor& doc_start_in,
+                                         const at::Tensor& key_begin) {
   const c10::cuda::CUDAGuard guard(q_in.device());
   const at::Tensor q = usable(q_in, q_in, "q"), k = usable(k_in, q_in, "k"), v = usable(v_in, q_in, "v");
   const at::Tensor dout = usable(dout_in.to(q_in.scalar_type()), q_in, "dout");
   flash_detail::BackwardArgs a;
   a.p = problem(q, k, v, causal, scale);
-  const at::Tensor doc_start = device_document_starts(doc_start_in, causal, a.p, q, "flash_attention_backward (CUDA)");
+  const at::Tensor doc_start =
+      device_row_bounds(doc_start_in, key_begin, causal, a.p, q, "flash_attention_backward (CUDA)");
   if (doc_start.defined()) a.p.doc_start = doc_start.data_ptr<int64_t>();
   TITAN_CHECK(dout.sizes() == q.sizes() && out.sizes() == q.sizes(), "flash_attention_backward (CUDA): dout ",
               dout.sizes(), " / out ", out.sizes(), " must be shaped like q ", q.sizes());

@@ -164,12 +164,18 @@ FlashGrads flash_attention_backward(const at::Tensor& dout, const at::Tensor& q,
 
 FlashForward flash_block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
                                  std::optional<double> scale, const at::Tensor& key_begin, const FlashOptions& opts) {
+#ifdef TITAN_HAS_CUDA
+  if (q.is_cuda()) return flash_attention_forward_cuda(q, k, v, causal, scale, {}, key_begin);
+#endif
   return forward(q, k, v, causal, scale, opts, key_begin, Bounds::key_begin);
 }
 
 FlashGrads flash_block_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& out, const at::Tensor& lse, bool causal,
                                 std::optional<double> scale, const at::Tensor& key_begin, const FlashOptions& opts) {
+#ifdef TITAN_HAS_CUDA
+  if (q.is_cuda()) return flash_attention_backward_cuda(dout, q, k, v, out, lse, causal, scale, {}, key_begin);
+#endif
   return backward(dout, q, k, v, out, lse, causal, scale, opts, key_begin, Bounds::key_begin);
 }
 

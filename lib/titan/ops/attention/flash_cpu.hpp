@@ -81,8 +81,8 @@ FlashGrads flash_attention_backward(const at::Tensor& dout, const at::Tensor& q,
 /// key_begin[i] <= j, and j <= i when `causal`. Bounds never decrease
 /// along a row; key_begin[i] = S_kv (a row that sees none of the block)
 /// gives that row out 0 and lse −inf, which merge_attention_partial weighs 0.
-/// The CPU kernel only: on other devices ring attention's blocks take the
-/// math path (lse_attention.hpp).
+/// CUDA tensors go to the CUDA kernel (flash_cuda.hpp, bf16/fp16), which
+/// reads the same bounds.
 FlashForward flash_block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
                                  std::optional<double> scale, const at::Tensor& key_begin,
                                  const FlashOptions& opts = {});

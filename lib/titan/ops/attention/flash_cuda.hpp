@@ -17,15 +17,23 @@ namespace titan::ops {
 /// @brief The forward on CUDA: q [B, Hq, S, D], k/v [B, Hkv, S_kv, D], all
 /// bf16 or all fp16 on one GPU, head_dim 16, 32, 64 or 128; causal,
 /// GQA without repeating K/V, and block-causal `doc_start` as
-/// flash_attention_forward. Returns out (q's dtype) and the fp32 lse.
+/// flash_attention_forward — or, for one block of a ring, `key_begin` as
+/// flash_block_forward (at most one of the two). Returns out (q's dtype)
+/// and the fp32 lse; a row that sees no key gets out 0 and lse −inf.
 FlashForward flash_attention_forward_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
-                                          std::optional<double> scale, const at::Tensor& doc_start);
+                                          std::optional<double> scale, const at::Tensor& doc_start,
+                                          const at::Tensor& key_begin = {});
 
 /// @brief The backward on CUDA, as flash_attention_backward: dq (summed in
 /// fp32 with atomics, then cast), dk and dv (one thread block per key tile
 /// and kv head, summing the group's query heads).
 FlashGrads flash_attention_backward_cuda(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
                                          const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
-                                         bool causal, std::optional<double> scale, const at::Tensor& doc_start);
+                                         bool causal, std::optional<double> scale, const at::Tensor& doc_start,
+                                         const at::Tensor& key_begin = {});
+
+/// @brief Whether the CUDA kernels take these operands (bf16/fp16, a
+/// supported head dim): ring attention's blocks use them then, else math.
+bool flash_cuda_supports(const at::Tensor& q);
 
 }  // namespace titan::ops

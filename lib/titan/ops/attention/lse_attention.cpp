@@ -5,6 +5,9 @@
 
 #include "titan/ops/attention/document_mask.hpp"
 #include "titan/util/error.hpp"
+#ifdef TITAN_HAS_CUDA
+#include "titan/ops/attention/flash_cuda.hpp"
+#endif
 
 namespace titan::ops {
 namespace {
@@ -39,6 +42,17 @@ at::Tensor scores_of(const at::Tensor& q, const at::Tensor& k, bool causal, doub
     scores.masked_fill_(above, -std::numeric_limits<float>::infinity());
   }
   return scores;
+}
+
+// A flash kernel for these operands: the CPU one always; on CUDA the GPU
+// one for bf16/fp16 (fp32 blocks keep the fp32 math path's accuracy).
+bool flash_kernel_takes(const at::Tensor& q) {
+  if (q.device().is_cpu()) return true;
+#ifdef TITAN_HAS_CUDA
+  return flash_cuda_supports(q);
+#else
+  return false;
+#endif
 }
 
 }  // namespace
@@ -81,14 +95,14 @@ FlashGrads math_attention_backward_lse(const at::Tensor& dout, const at::Tensor&
 
 FlashForward attention_forward_lse(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
                                    std::optional<double> scale, const at::Tensor& key_begin) {
-  if (q.device().is_cpu()) return flash_block_forward(q, k, v, causal, scale, key_begin);
+  if (flash_kernel_takes(q)) return flash_block_forward(q, k, v, causal, scale, key_begin);
   return math_attention_forward_lse(q, k, v, causal, scale, key_begin);
 }
 
 FlashGrads attention_backward_lse(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
                                   const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, bool causal,
                                   std::optional<double> scale, const at::Tensor& key_begin) {
-  if (q.device().is_cpu()) return flash_block_backward(dout, q, k, v, out, lse, causal, scale, key_begin);
+  if (flash_kernel_takes(q)) return flash_block_backward(dout, q, k, v, out, lse, causal, scale, key_begin);
   return math_attention_backward_lse(dout, q, k, v, out, lse, causal, scale, key_begin);
 }
 

@@ -20,8 +20,9 @@
 namespace titan::ops {
 
 /// @brief softmax(scale · Q Kᵀ [causal]) V and its log-sum-exp, without
-/// autograd: the CPU flash kernel on the CPU, the explicit-softmax math
-/// path (math_attention_forward_lse) on any other device. Shapes as
+/// autograd: the CPU flash kernel on the CPU, the CUDA one for bf16/fp16
+/// CUDA tensors (CUDA builds), else the explicit-softmax math path
+/// (math_attention_forward_lse). Shapes as
 /// flash_attention_forward: q [B, Hq, S, D], k/v [B, Hkv, S_kv, D]; out in
 /// q's dtype, lse fp32 [B, Hq, S]. `key_begin` ([B, S] int64, optional):
 /// each query row sees only keys j >= key_begin[i] of this block

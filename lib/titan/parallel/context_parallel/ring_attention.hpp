@@ -18,8 +18,9 @@
 /// With the sequence cut into equal chunks (sharding.hpp), every block of
 /// (query chunk, key chunk) is wholly visible, causal on its diagonal or
 /// wholly masked and skipped, so the plain attention kernel with causal
-/// true or false computes each one (attention_forward_lse: the CPU flash
-/// kernel, or the math path on other devices). Backward needs no saved
+/// true or false computes each one (attention_forward_lse: a flash kernel —
+/// the CPU one, or on CUDA the GPU one for bf16/fp16 — else the math path).
+/// Backward needs no saved
 /// probabilities: each block's gradients come from the final out and lse.
 ///
 /// Block-causal (document) masking — attn_mask_type "block_causal" — adds
