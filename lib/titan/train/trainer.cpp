@@ -105,9 +105,9 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // block_causal from the config, or from a flavor that is block-causal by
   // itself (torchtitan's debugmodel_flex_attn, 8B_varlen, ...).
   if (cfg_.model.attn_mask_type == "block_causal") args_.attn_mask_type = "block_causal";
-  TITAN_CHECK(args_.attn_mask_type != "block_causal" || (!dims_.pp_enabled() && !dims_.cp_enabled()),
-              "[model] attn_mask_type = \"block_causal\" does not work with pipeline or context parallelism yet "
-              "(their stages and ring blocks do not carry the document starts); use attn_mask_type = \"causal\"");
+  TITAN_CHECK(args_.attn_mask_type != "block_causal" || !dims_.cp_enabled(),
+              "[model] attn_mask_type = \"block_causal\" does not work with context parallelism yet "
+              "(its ring blocks do not carry the document starts); use attn_mask_type = \"causal\"");
   // Said before any model is built: the flash kernel is CPU-only for now.
   TITAN_CHECK(args_.attn_type != "flash" || device_.is_cpu(), "[model] attn_type = \"flash\" runs on the CPU only, ",
               "but training.device is ", device_.str(), " (use --model.attn_type sdpa on CUDA)");

@@ -301,7 +301,10 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
     pp::StageOptions so;
     so.stage_index = stage_ids[k];
     so.num_stages = plan.spec.num_stages();
-    so.forward = [part](const at::Tensor& x) mutable { return part->forward(x); };
+    // Every stage attends by its micro-batch's document starts (block_causal).
+    so.forward = [part](const at::Tensor& x, const pp::BatchInputs& mb) mutable {
+      return part->forward(x, mb.doc_start);
+    };
     so.loss_fn = pm.loss_fn;
     so.input_shape = so.output_shape = shape;
     so.dtype = dtype;

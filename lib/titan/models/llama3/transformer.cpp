@@ -58,27 +58,33 @@ at::Tensor TransformerImpl::forward_body(const at::Tensor& input, const at::Tens
                 "[batch, seq, dim], got ", input.sizes());
     h = input;
   }
-  // The sequence length is the input's: under sequence parallelism the
-  // embeddings' output holds only this rank's slice of it, while attention
-  // (which cuts the table to what it sees) works on the whole.
-  const int64_t seq = input.size(1);
+  // The sequence length is the tokens' (or the document starts'): under
+  // sequence parallelism the embeddings' output holds only this rank's
+  // slice of it, while attention (which cuts the table to what it sees)
+  // works on the whole.
+  const bool documents = args_.attn_mask_type == "block_causal";
+  TITAN_CHECK(!documents || doc_start.defined(), "llama3: attn_mask_type \"block_causal\" needs the batch's "
+              "doc_start (data::Batch::doc_start); got none");
+  const int64_t seq = tok_embeddings || !documents ? input.size(1) : doc_start.size(1);
   TITAN_CHECK(seq <= args_.max_seq_len, "llama3: sequence length ", seq,
               " exceeds the model's max_seq_len ", args_.max_seq_len);
   const ops::RopeTable& rope = rope_table(h.device());
   // A later pipeline stage under sequence parallelism gets seq/tp positions
-  // of hidden states, so it cannot tell the length attention will see: it
-  // passes the whole table and attention takes the rows it needs.
-  const int64_t rows = tok_embeddings ? seq : args_.max_seq_len;
+  // of hidden states and, without document starts, cannot tell the length
+  // attention will see: it passes the whole table and attention takes the
+  // rows it needs.
+  const int64_t rows = tok_embeddings || documents ? seq : args_.max_seq_len;
   at::Tensor cos = rope.cos.narrow(0, 0, rows), sin = rope.sin.narrow(0, 0, rows);
-  const bool documents = args_.attn_mask_type == "block_causal";
-  TITAN_CHECK(!documents || doc_start.defined(), "llama3: attn_mask_type \"block_causal\" needs the batch's "
-              "doc_start (data::Batch::doc_start); got none");
   TITAN_CHECK(!documents || !cp_, "llama3: block_causal attention with context parallelism is not supported yet "
               "(the ring's blocks need each chunk's document starts)");
   at::Tensor block_doc_start;
   if (documents) {
-    TITAN_CHECK(tok_embeddings, "llama3: block_causal attention needs the token embeddings on this stage "
-                "(pipeline parallelism with document masking is not supported yet)");
+    // A later pipeline stage gets the same micro-batch's doc_start as the
+    // first (pp::BatchInputs), so every stage rotates and masks alike.
+    TITAN_CHECK(doc_start.dim() == 2 && doc_start.size(0) == h.size(0), "llama3: doc_start must be [batch, seq] "
+                "with the input's batch of ", h.size(0), ", got ", doc_start.sizes());
+    TITAN_CHECK(!tok_embeddings || doc_start.size(1) == seq, "llama3: doc_start covers ", doc_start.size(1),
+                " positions but the tokens ", seq);
     block_doc_start = doc_start.to(h.device());
     // RoPE positions restart with each document: per-sequence tables.
     const at::Tensor pos = ops::document_positions(block_doc_start);
