@@ -55,7 +55,9 @@ class TransformerImpl : public ops::HookableModule {
   /// what args.attn_mask_type = "block_causal" attends by: each token only
   /// to earlier tokens of its own document, at RoPE positions counted from
   /// that document's start. Required then (data::Batch::doc_start), unused
-  /// with "causal".
+  /// with "causal"; a later pipeline stage (hidden states in) gets its
+  /// micro-batch's rows of it too and takes the sequence length from it
+  /// (under sequence parallelism its input holds only seq/tp positions).
   at::Tensor forward(const at::Tensor& input, const at::Tensor& doc_start = {});
 
   /// torchtitan's initialisation, in torchtitan's order (so the draws are
