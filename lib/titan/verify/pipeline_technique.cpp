@@ -38,9 +38,12 @@ PipelineRun build_pipeline_run(const RunSpec& spec, std::shared_ptr<dist::Proces
     pp::StageOptions so;
     so.stage_index = ids[k];
     so.num_stages = run.plan.spec.num_stages();
-    // Every stage attends by its micro-batch's document starts (block_causal).
+    // Every stage attends by its micro-batch's document starts
+    // (block_causal) and rotates by its sequence length (the tokens', this
+    // rank's shard of them under CP), which a later stage's hidden states
+    // do not show under sequence parallelism.
     so.forward = [part](const at::Tensor& x, const pp::BatchInputs& mb) mutable {
-      return part->forward(x, mb.doc_start);
+      return part->forward(x, mb.doc_start, mb.inputs.size(1));
     };
     so.loss_fn = o.loss_fn;
     so.input_shape = so.output_shape = shape;

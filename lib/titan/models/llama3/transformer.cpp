@@ -44,11 +44,13 @@ void TransformerImpl::set_context_parallel(std::shared_ptr<const cp::ContextPara
   for (const auto& block : blocks()) block->attention->context_parallel = cp;
 }
 
-at::Tensor TransformerImpl::forward(const at::Tensor& input, const at::Tensor& doc_start) {
-  return call_with_hooks(input, [this, doc_start](const at::Tensor& in) { return forward_body(in, doc_start); });
+at::Tensor TransformerImpl::forward(const at::Tensor& input, const at::Tensor& doc_start, int64_t seq_len) {
+  return call_with_hooks(input, [this, doc_start, seq_len](const at::Tensor& in) {
+    return forward_body(in, doc_start, seq_len);
+  });
 }
 
-at::Tensor TransformerImpl::forward_body(const at::Tensor& input, const at::Tensor& doc_start) {
+at::Tensor TransformerImpl::forward_body(const at::Tensor& input, const at::Tensor& doc_start, int64_t seq_len) {
   at::Tensor h;
   if (tok_embeddings) {
     TITAN_CHECK(input.dim() == 2, "llama3: expected tokens [batch, seq], got ", input.sizes());
@@ -58,22 +60,27 @@ at::Tensor TransformerImpl::forward_body(const at::Tensor& input, const at::Tens
                 "[batch, seq, dim], got ", input.sizes());
     h = input;
   }
-  // The sequence length is the tokens' (or the document starts'): under
-  // sequence parallelism the embeddings' output holds only this rank's
-  // slice of it, while attention (which cuts the table to what it sees)
-  // works on the whole.
+  // The sequence length is the tokens' (or, on a later pipeline stage,
+  // the one it is told, or the document starts'): under sequence
+  // parallelism the embeddings' output holds only this rank's slice of it,
+  // while attention (which cuts the table to what it sees) works on the
+  // whole.
   const bool documents = args_.attn_mask_type == "block_causal";
   TITAN_CHECK(!documents || doc_start.defined(), "llama3: attn_mask_type \"block_causal\" needs the batch's "
               "doc_start (data::Batch::doc_start); got none");
-  const int64_t seq = tok_embeddings || !documents ? input.size(1) : doc_start.size(1);
+  const bool known = tok_embeddings || seq_len > 0 || documents;
+  const int64_t seq = tok_embeddings ? input.size(1)
+                      : seq_len > 0  ? seq_len
+                      : documents    ? doc_start.size(1)
+                                     : input.size(1);
   TITAN_CHECK(seq <= args_.max_seq_len, "llama3: sequence length ", seq,
               " exceeds the model's max_seq_len ", args_.max_seq_len);
   const ops::RopeTable& rope = rope_table(h.device());
-  // A later pipeline stage under sequence parallelism gets seq/tp positions
-  // of hidden states and, without document starts, cannot tell the length
-  // attention will see: it passes the whole table and attention takes the
-  // rows it needs.
-  const int64_t rows = tok_embeddings || documents ? seq : args_.max_seq_len;
+  // A later pipeline stage under sequence parallelism that is not told the
+  // length gets seq/tp positions of hidden states and cannot tell the
+  // length attention will see: it passes the whole table and attention
+  // takes the rows it needs.
+  const int64_t rows = known ? seq : args_.max_seq_len;
   at::Tensor cos = rope.cos.narrow(0, 0, rows), sin = rope.sin.narrow(0, 0, rows);
   TITAN_CHECK(!documents || !cp_, "llama3: block_causal attention with context parallelism is not supported yet "
               "(the ring's blocks need each chunk's document starts)");
@@ -93,9 +100,10 @@ at::Tensor TransformerImpl::forward_body(const at::Tensor& input, const at::Tens
   }
   if (cp_) {
     // This rank holds seq of the cp·seq positions, not 0..seq−1: the table
-    // rows of the positions its chunks cover.
-    TITAN_CHECK(tok_embeddings, "llama3: context parallelism needs the token embeddings on this stage "
-                "(pipeline parallelism with context parallelism is not supported yet)");
+    // rows of the positions its chunks cover. A later pipeline stage must
+    // know seq for that (pipeline stages pass their micro-batch's).
+    TITAN_CHECK(known, "llama3: a pipeline stage without the token embeddings under context parallelism needs "
+                "the sequence length (forward's seq_len)");
     const int64_t full = seq * cp_->attention.layout.cp;
     TITAN_CHECK(full <= args_.max_seq_len, "llama3: context-parallel sequence length ", full,
                 " exceeds the model's max_seq_len ", args_.max_seq_len);

@@ -56,9 +56,13 @@ class TransformerImpl : public ops::HookableModule {
   /// to earlier tokens of its own document, at RoPE positions counted from
   /// that document's start. Required then (data::Batch::doc_start), unused
   /// with "causal"; a later pipeline stage (hidden states in) gets its
-  /// micro-batch's rows of it too and takes the sequence length from it
-  /// (under sequence parallelism its input holds only seq/tp positions).
-  at::Tensor forward(const at::Tensor& input, const at::Tensor& doc_start = {});
+  /// micro-batch's rows of it too.
+  ///
+  /// `seq_len`: on a later pipeline stage, the length of the sequences (of
+  /// this rank's shard under context parallelism) its hidden states hold
+  /// — under sequence parallelism they hold only seq_len/tp positions, so
+  /// the input cannot tell. -1: the input's, or doc_start's when given.
+  at::Tensor forward(const at::Tensor& input, const at::Tensor& doc_start = {}, int64_t seq_len = -1);
 
   /// torchtitan's initialisation, in torchtitan's order (so the draws are
   /// deterministic given the torch seed): tok_embeddings ~ N(0, 1); per block
@@ -95,7 +99,7 @@ class TransformerImpl : public ops::HookableModule {
   ops::Linear output{nullptr};             ///< [vocab, dim]; null on earlier pipeline stages
 
  private:
-  at::Tensor forward_body(const at::Tensor& input, const at::Tensor& doc_start);
+  at::Tensor forward_body(const at::Tensor& input, const at::Tensor& doc_start, int64_t seq_len);
   const ops::RopeTable& rope_table(at::Device device);
 
   ModelArgs args_;
