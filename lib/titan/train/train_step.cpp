@@ -49,7 +49,9 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model, cons
     }
     // Each micro-batch's loss is a mean over its tokens; dividing by the
     // number of micro-batches makes the summed gradients those of the mean
-    // over the whole step's batch (all micro-batches hold equally many tokens).
+    // over the whole step's batch when all micro-batches hold equally many
+    // targets (with block_causal's hidden boundary targets: the mean of
+    // the micro-batches' means, as a pipeline step's).
     if (set_gradient_sync) set_gradient_sync(i + 1 == accumulation_steps);
     {
       TITAN_PROFILE_RANGE("titan::backward");
