@@ -235,37 +235,41 @@ TEST(DataLoader, BuiltinCorpusWithTheBuiltinTokenizer) {
 // Document masking (attn_mask_type = "block_causal"): every batch carries
 // doc_start — worked out here by walking each window for its last BOS — and
 // a target that is the next document's BOS is -100, every other target as
-// without masking.
+// without masking; the inputs stay those without masking. Also with one
+// sequence per batch, where the inputs and labels once were views of one
+// window, so hiding a target overwrote the next input with -100.
 TEST(DataLoader, DocumentMaskingCarriesStartsAndHidesTheBoundaryTarget) {
   TempDir dir;
   const std::string path = make_corpus(dir);
-  const int64_t S = 24, B = 3;
-  DataLoaderOptions plain_opts{path, B, S};
-  DataLoaderOptions masked_opts = plain_opts;
-  masked_opts.document_masking = true;
-  DataLoader plain(bytes(), plain_opts), masked(bytes(), masked_opts);
-  const int64_t bos = bytes()->bos_id();
-  int64_t hidden = 0, boundaries = 0;
-  for (int step = 0; step < 4; ++step) {
-    const Batch p = plain.next(), m = masked.next();
-    EXPECT_FALSE(p.doc_start.defined());
-    ASSERT_TRUE(m.doc_start.defined());
-    EXPECT_TRUE(at::equal(p.inputs, m.inputs));
-    for (int64_t i = 0; i < B; ++i) {
-      const std::vector<int64_t> in = row(m.inputs, i), starts = row(m.doc_start, i), lab = row(m.labels, i),
-                                 plain_lab = row(p.labels, i);
-      int64_t last_bos = 0;
-      for (int64_t t = 0; t < S; ++t) {
-        if (in[t] == bos) last_bos = t, ++boundaries;
-        EXPECT_EQ(starts[t], last_bos) << "row " << i << " position " << t;
-        const bool crosses = plain_lab[t] == bos;
-        EXPECT_EQ(lab[t], crosses ? -100 : plain_lab[t]) << "row " << i << " position " << t;
-        hidden += crosses;
+  const int64_t S = 24;
+  for (const int64_t B : {3, 1}) {
+    DataLoaderOptions plain_opts{path, B, S};
+    DataLoaderOptions masked_opts = plain_opts;
+    masked_opts.document_masking = true;
+    DataLoader plain(bytes(), plain_opts), masked(bytes(), masked_opts);
+    const int64_t bos = bytes()->bos_id();
+    int64_t hidden = 0, boundaries = 0;
+    for (int step = 0; step < 12 / B; ++step) {
+      const Batch p = plain.next(), m = masked.next();
+      EXPECT_FALSE(p.doc_start.defined());
+      ASSERT_TRUE(m.doc_start.defined());
+      EXPECT_TRUE(at::equal(p.inputs, m.inputs)) << "batch of " << B;
+      for (int64_t i = 0; i < B; ++i) {
+        const std::vector<int64_t> in = row(m.inputs, i), starts = row(m.doc_start, i), lab = row(m.labels, i),
+                                   plain_lab = row(p.labels, i);
+        int64_t last_bos = 0;
+        for (int64_t t = 0; t < S; ++t) {
+          if (in[t] == bos) last_bos = t, ++boundaries;
+          EXPECT_EQ(starts[t], last_bos) << "row " << i << " position " << t;
+          const bool crosses = plain_lab[t] == bos;
+          EXPECT_EQ(lab[t], crosses ? -100 : plain_lab[t]) << "row " << i << " position " << t;
+          hidden += crosses;
+        }
       }
     }
+    std::printf("document masking, batches of %lld: %lld document starts seen, %lld boundary targets hidden\n",
+                static_cast<long long>(B), static_cast<long long>(boundaries), static_cast<long long>(hidden));
+    EXPECT_GT(boundaries, 0);
+    EXPECT_GT(hidden, 0);
   }
-  std::printf("document masking: %lld document starts seen, %lld boundary targets hidden\n",
-              static_cast<long long>(boundaries), static_cast<long long>(hidden));
-  EXPECT_GT(boundaries, 0);
-  EXPECT_GT(hidden, 0);
 }

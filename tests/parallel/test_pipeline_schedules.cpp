@@ -4,13 +4,16 @@
 // deadlock (simulate() checks all of it); the closed-form bubbles equal the
 // simulated ones exactly; 1F1B holds at most pp − r micro-batches on rank r
 // where GPipe holds all m; a broken order is caught; layer splits follow
-// their stated rules; names parse in any case; bad shapes are refused.
+// their stated rules; names parse in any case; bad shapes are refused; a
+// step's batch is cut into micro-batches alike for every tensor.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 
 #include "titan/models/llama3/pipeline.hpp"
+#include "titan/parallel/pipeline/microbatch.hpp"
 #include "titan/parallel/pipeline/schedule.hpp"
 #include "titan/parallel/pipeline/simulate.hpp"
 #include "titan/parallel/pipeline/split.hpp"
@@ -180,3 +183,26 @@ TEST(PipelineSplit, EvenUnevenPerStageAndSplitPoints) {
 }
 
 }  // namespace
+
+// One cut for a step's tokens, labels and document starts: micro-batch i
+// holds rows [i·B/m, (i+1)·B/m) of each, an absent tensor stays absent,
+// and a batch that does not divide, or tensors of different batch sizes,
+// are one line.
+TEST(PipelineMicroBatches, SplitKeepsTheRowsOfEveryTensorTogether) {
+  const at::Tensor rows = at::arange(6, at::kLong).view({6, 1}).expand({6, 4}).contiguous();
+  const BatchInputs batch{rows, rows + 100, rows * 4};
+  const std::vector<BatchInputs> micro = split_microbatches(batch, 3);
+  ASSERT_EQ(micro.size(), 3u);
+  for (int64_t i = 0; i < 3; ++i) {
+    const BatchInputs& mb = micro[static_cast<size_t>(i)];
+    EXPECT_TRUE(at::equal(mb.inputs, rows.narrow(0, 2 * i, 2)));
+    EXPECT_TRUE(at::equal(mb.labels, mb.inputs + 100));
+    EXPECT_TRUE(at::equal(mb.doc_start, mb.inputs * 4));
+  }
+  for (const BatchInputs& mb : split_microbatches({rows, rows, {}}, 2)) EXPECT_FALSE(mb.doc_start.defined());
+  EXPECT_NE(error_of([&] { split_microbatches(batch, 4); }).find("a batch of 6 sequences does not split into 4"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { split_microbatches({rows, rows, rows.narrow(0, 0, 3)}, 3); })
+                .find("the batch's doc_start hold 3 sequences but its inputs 6"),
+            std::string::npos);
+}

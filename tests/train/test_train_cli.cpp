@@ -221,9 +221,9 @@ TEST(TrainCli, TensorParallelDegreeThatDoesNotDivideTheHeadsIsOneLine) {
 // attention backend (the model-level equivalence with each document run
 // alone is tests/attention's DocumentMask.ModelEqualsEachDocumentAlone), its
 // first loss differs from the causal run's on the same data (the mask and
-// the hidden boundary targets take effect), it runs under context
-// parallelism, and pipeline parallelism with it is one line.
-TEST(TrainCli, BlockCausalTrainsAndRefusesPipelines) {
+// the hidden boundary targets take effect), it trains under pipeline and
+// under context parallelism, and the two together are one line.
+TEST(TrainCli, BlockCausalTrainsWithPipelinesAndContextParallel) {
   ScratchDir dir("train_cli_block_causal");
   auto first_loss = [](const std::string& out) {
     const size_t at = out.find("step:  1  loss: ");
@@ -238,16 +238,23 @@ TEST(TrainCli, BlockCausalTrainsAndRefusesPipelines) {
     EXPECT_HAS(r.output, "training done: 3/3 steps");
     EXPECT_NE(first_loss(r.output), first_loss(causal.output)) << backend;
   }
-  // Context parallelism carries the document starts (its equivalence with
-  // one process is test_trainer_dp's TrainerContextParallel.BlockCausal*).
+  // Pipeline stages get each micro-batch's document starts, context
+  // parallelism each shard's (their equivalence with one process is
+  // test_trainer_dp's TrainerPipelineParallel.BlockCausalMatchesReference and
+  // TrainerContextParallel.BlockCausal*).
+  auto pp = run_command(debug_run(dir) + " --nproc 2 --experimental.pipeline_parallel_degree 2"
+                        " --training.batch_size 2 --model.attn_mask_type block_causal");
+  EXPECT_EQ(pp.exit_code, 0) << pp.output;
+  EXPECT_HAS(pp.output, "training done: 3/3 steps");
   auto cp = run_command(debug_run(dir) + " --nproc 2 --parallelism.context_parallel_degree 2 --training.seq_len 64"
                         " --model.attn_mask_type block_causal");
-  ASSERT_EQ(cp.exit_code, 0) << cp.output;
+  EXPECT_EQ(cp.exit_code, 0) << cp.output;
   EXPECT_HAS(cp.output, "training done: 3/3 steps");
-  auto pp = run_command(debug_run(dir) + " --nproc 2 --experimental.pipeline_parallel_degree 2"
-                        " --model.attn_mask_type block_causal");
-  EXPECT_EQ(pp.exit_code, 1) << pp.output;
-  EXPECT_HAS(pp.output, "attn_mask_type = \"block_causal\" does not work with pipeline parallelism yet");
+  auto both = run_command(debug_run(dir) + " --nproc 4 --experimental.pipeline_parallel_degree 2"
+                          " --parallelism.context_parallel_degree 2 --training.batch_size 2"
+                          " --model.attn_mask_type block_causal");
+  EXPECT_EQ(both.exit_code, 1) << both.output;
+  EXPECT_HAS(both.output, "does not work with pipeline and context parallelism together yet");
 }
 
 // Context parallelism through `titan train`: FSDP 2 x CP 2 on 4 emulated

@@ -31,7 +31,11 @@ Batch DataLoader::next() {
   at::Tensor windows = at::empty({b, s + 1}, at::kLong);
   int64_t* data = windows.data_ptr<int64_t>();
   for (int64_t i = 0; i < b; ++i) stream_.next_window(data + i * (s + 1));
-  Batch batch{windows.narrow(1, 0, s).contiguous(), windows.narrow(1, 1, s).contiguous(), {}};
+  // Copies, not views: with one sequence a narrowed [1, s] slice counts as
+  // contiguous, so .contiguous() would hand back views of one storage and
+  // hiding a label below would overwrite the next input token.
+  Batch batch{windows.narrow(1, 0, s).clone(at::MemoryFormat::Contiguous),
+              windows.narrow(1, 1, s).clone(at::MemoryFormat::Contiguous), {}};
   if (options_.document_masking) {
     // Documents are BOS + text + EOS in the stream: a BOS opens one.
     const int64_t bos = tokenizer_->bos_id();

@@ -56,7 +56,9 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model, cons
     }
     // Each micro-batch's loss is a mean over its tokens; dividing by the
     // number of micro-batches makes the summed gradients those of the mean
-    // over the whole step's batch (all micro-batches hold equally many tokens).
+    // over the whole step's batch when all micro-batches hold equally many
+    // targets (with block_causal's hidden boundary targets: the mean of
+    // the micro-batches' means, as a pipeline step's).
     if (set_gradient_sync) set_gradient_sync(i + 1 == accumulation_steps);
     {
       TITAN_PROFILE_RANGE("titan::backward");
@@ -79,17 +81,20 @@ AccumulationResult accumulate_pipeline_gradients(pp::PipelineSchedule& schedule,
   double loss_sum = 0;
   for (int64_t i = 0; i < accumulation_steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    at::Tensor inputs, labels;
+    pp::BatchInputs inputs;
     {
       TITAN_PROFILE_RANGE("titan::data_loading");
       data::Batch batch = next_batch();
-      inputs = batch.inputs.to(device, /*non_blocking=*/true);
-      labels = batch.labels.to(device, /*non_blocking=*/true);
+      inputs.inputs = batch.inputs.to(device, /*non_blocking=*/true);
+      inputs.labels = batch.labels.to(device, /*non_blocking=*/true);
+      // Every stage needs it (RoPE positions and the mask), so every
+      // pipeline rank keeps it; the schedule cuts it with the tokens.
+      if (batch.doc_start.defined()) inputs.doc_start = batch.doc_start.to(device, /*non_blocking=*/true);
     }
     r.data_seconds += seconds_since(t0);
     TITAN_PROFILE_RANGE("titan::pipeline_step");
-    loss_sum += schedule.step(inputs, labels, scale).loss;
-    r.tokens += labels.numel();
+    loss_sum += schedule.step(inputs, scale).loss;
+    r.tokens += inputs.labels.numel();
   }
   r.loss = at::scalar_tensor(loss_sum / static_cast<double>(accumulation_steps),
                              at::TensorOptions().dtype(at::kFloat).device(device));

@@ -106,9 +106,12 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // block_causal from the config, or from a flavor that is block-causal by
   // itself (torchtitan's debugmodel_flex_attn, 8B_varlen, ...).
   if (cfg_.model.attn_mask_type == "block_causal") args_.attn_mask_type = "block_causal";
-  TITAN_CHECK(args_.attn_mask_type != "block_causal" || !dims_.pp_enabled(),
-              "[model] attn_mask_type = \"block_causal\" does not work with pipeline parallelism yet "
-              "(its stages do not carry the document starts); use attn_mask_type = \"causal\"");
+  // Pipeline stages carry each micro-batch's doc_start and the ring its
+  // shard's, but not both at once: under PP × CP the loss weight of a cp
+  // shard (train::shard_loss_weight) would have to follow the micro-batches.
+  TITAN_CHECK(args_.attn_mask_type != "block_causal" || !(dims_.pp_enabled() && dims_.cp_enabled()),
+              "[model] attn_mask_type = \"block_causal\" does not work with pipeline and context parallelism "
+              "together yet; use one of them, or attn_mask_type = \"causal\"");
   // Said before any model is built: titan's flash kernels exist for the CPU
   // and, in CUDA builds, for CUDA GPUs.
 #ifndef TITAN_HAS_CUDA

@@ -38,7 +38,13 @@ PipelineRun build_pipeline_run(const RunSpec& spec, std::shared_ptr<dist::Proces
     pp::StageOptions so;
     so.stage_index = ids[k];
     so.num_stages = run.plan.spec.num_stages();
-    so.forward = [part](const at::Tensor& x) mutable { return part->forward(x); };
+    // Every stage attends by its micro-batch's document starts
+    // (block_causal) and rotates by its sequence length (the tokens', this
+    // rank's shard of them under CP), which a later stage's hidden states
+    // do not show under sequence parallelism.
+    so.forward = [part](const at::Tensor& x, const pp::BatchInputs& mb) mutable {
+      return part->forward(x, mb.doc_start, mb.inputs.size(1));
+    };
     so.loss_fn = o.loss_fn;
     so.input_shape = so.output_shape = shape;
     so.dtype = spec.dtype;

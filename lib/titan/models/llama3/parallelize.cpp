@@ -245,8 +245,6 @@ void check_context_parallel_job(const config::JobConfig& cfg, const parallel::Pa
   const cp::SequenceLayout layout{dims.cp, cp::parse_load_balance(cfg.training.context_parallel_load_balancer)};
   cp::parse_rotate_method(cfg.training.context_parallel_rotate_method);
   layout.check_seq_len(cfg.training.seq_len, "[training] seq_len");
-  TITAN_CHECK(!dims.pp_enabled(), "[training] context_parallel_degree = ", dims.cp,
-              " with pipeline parallelism is not supported yet (later stages would need the shard's positions)");
   const int64_t local = cfg.training.seq_len / dims.cp;
   TITAN_CHECK(!dims.tp_enabled() || !cfg.training.enable_sequence_parallel || local % dims.tp == 0,
               "[training] seq_len / context_parallel_degree = ", local, " tokens per cp rank does not divide by ",
@@ -284,10 +282,11 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
   // Only this rank's stages stay: the full model's other layers go now.
   model = r.pipeline_parts.front();
 
-  // Between stages a micro-batch's hidden states: [microbatch, seq (/tp
-  // under SP), dim], in the dtype the stage computes in.
+  // Between stages a micro-batch's hidden states: [microbatch, seq (/cp:
+  // this rank's shard under CP; /tp under SP), dim], in the dtype the
+  // stage computes in.
   const TpOptions tp = tp_options(cfg);
-  const int64_t seq = cfg.training.seq_len / (dims.tp_enabled() && tp.sequence_parallel ? dims.tp : 1);
+  const int64_t seq = cfg.training.seq_len / dims.cp / (dims.tp_enabled() && tp.sequence_parallel ? dims.tp : 1);
   const std::vector<int64_t> shape = {cfg.experimental.pipeline_parallel_microbatch_size, seq, args.dim};
   const at::ScalarType dtype = dims.fsdp_enabled() ? dtype_named(cfg.training.mixed_precision_param) : at::kFloat;
   const std::vector<int> stage_ids = plan.spec.stages_of_rank(pp_rank);
@@ -301,7 +300,13 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
     pp::StageOptions so;
     so.stage_index = stage_ids[k];
     so.num_stages = plan.spec.num_stages();
-    so.forward = [part](const at::Tensor& x) mutable { return part->forward(x); };
+    // Every stage attends by its micro-batch's document starts
+    // (block_causal) and rotates by its sequence length (the tokens', this
+    // rank's shard of them under CP), which a later stage's hidden states
+    // do not show under sequence parallelism.
+    so.forward = [part](const at::Tensor& x, const pp::BatchInputs& mb) mutable {
+      return part->forward(x, mb.doc_start, mb.inputs.size(1));
+    };
     so.loss_fn = pm.loss_fn;
     so.input_shape = so.output_shape = shape;
     so.dtype = dtype;

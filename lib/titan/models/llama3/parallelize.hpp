@@ -104,9 +104,9 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
 /// the job cannot run, with one line naming the setting: seq_len not
 /// dividing into the load balancer's chunks (2·cp for headtail), an unknown
 /// rotate method or balancer, a local sequence (seq_len / cp) that sequence
-/// parallelism cannot split over tp, or CP with pipeline parallelism (not
-/// supported yet). No-op without CP. With dp_replicate > 1 the model is
-/// HSDP over (dp_replicate, dp_shard × cp).
+/// parallelism cannot split over tp. No-op without CP. With dp_replicate >
+/// 1 the model is HSDP over (dp_replicate, dp_shard × cp); with pipeline
+/// parallelism every stage is FSDP-sharded over (dp_shard ×) cp.
 void check_context_parallel_job(const config::JobConfig& cfg, const parallel::ParallelDims& dims);
 
 /// @brief Refuses, before any rank joins the job, a pipeline layout the

@@ -44,11 +44,13 @@ void TransformerImpl::set_context_parallel(std::shared_ptr<const cp::ContextPara
   for (const auto& block : blocks()) block->attention->context_parallel = cp;
 }
 
-at::Tensor TransformerImpl::forward(const at::Tensor& input, const at::Tensor& doc_start) {
-  return call_with_hooks(input, [this, doc_start](const at::Tensor& in) { return forward_body(in, doc_start); });
+at::Tensor TransformerImpl::forward(const at::Tensor& input, const at::Tensor& doc_start, int64_t seq_len) {
+  return call_with_hooks(input, [this, doc_start, seq_len](const at::Tensor& in) {
+    return forward_body(in, doc_start, seq_len);
+  });
 }
 
-at::Tensor TransformerImpl::forward_body(const at::Tensor& input, const at::Tensor& doc_start) {
+at::Tensor TransformerImpl::forward_body(const at::Tensor& input, const at::Tensor& doc_start, int64_t seq_len) {
   at::Tensor h;
   if (tok_embeddings) {
     TITAN_CHECK(input.dim() == 2, "llama3: expected tokens [batch, seq], got ", input.sizes());
@@ -58,27 +60,36 @@ at::Tensor TransformerImpl::forward_body(const at::Tensor& input, const at::Tens
                 "[batch, seq, dim], got ", input.sizes());
     h = input;
   }
-  // The sequence length is the input's: under sequence parallelism the
-  // embeddings' output holds only this rank's slice of it, while attention
-  // (which cuts the table to what it sees) works on the whole.
-  const int64_t seq = input.size(1);
-  TITAN_CHECK(seq <= args_.max_seq_len, "llama3: sequence length ", seq,
-              " exceeds the model's max_seq_len ", args_.max_seq_len);
-  const ops::RopeTable& rope = rope_table(h.device());
-  // A later pipeline stage under sequence parallelism gets seq/tp positions
-  // of hidden states, so it cannot tell the length attention will see: it
-  // passes the whole table and attention takes the rows it needs.
-  const int64_t rows = tok_embeddings ? seq : args_.max_seq_len;
-  at::Tensor cos = rope.cos.narrow(0, 0, rows), sin = rope.sin.narrow(0, 0, rows);
+  // The sequence length is the tokens' (or, on a later pipeline stage,
+  // the one it is told, or the document starts'): under sequence
+  // parallelism the embeddings' output holds only this rank's slice of it,
+  // while attention (which cuts the table to what it sees) works on the
+  // whole.
   const bool documents = args_.attn_mask_type == "block_causal";
   TITAN_CHECK(!documents || doc_start.defined(), "llama3: attn_mask_type \"block_causal\" needs the batch's "
               "doc_start (data::Batch::doc_start); got none");
+  const bool known = tok_embeddings || seq_len > 0 || documents;
+  const int64_t seq = tok_embeddings ? input.size(1)
+                      : seq_len > 0  ? seq_len
+                      : documents    ? doc_start.size(1)
+                                     : input.size(1);
+  TITAN_CHECK(seq <= args_.max_seq_len, "llama3: sequence length ", seq,
+              " exceeds the model's max_seq_len ", args_.max_seq_len);
+  const ops::RopeTable& rope = rope_table(h.device());
+  // A later pipeline stage under sequence parallelism that is not told the
+  // length gets seq/tp positions of hidden states and cannot tell the
+  // length attention will see: it passes the whole table and attention
+  // takes the rows it needs.
+  const int64_t rows = known ? seq : args_.max_seq_len;
+  at::Tensor cos = rope.cos.narrow(0, 0, rows), sin = rope.sin.narrow(0, 0, rows);
   // The window positions this rank's tokens hold: under context
   // parallelism seq of the cp·seq positions, not 0..seq−1 (undefined: those).
   at::Tensor positions;
   if (cp_) {
-    TITAN_CHECK(tok_embeddings, "llama3: context parallelism needs the token embeddings on this stage "
-                "(pipeline parallelism with context parallelism is not supported yet)");
+    // A later pipeline stage must know seq for that (pipeline stages pass
+    // their micro-batch's).
+    TITAN_CHECK(known, "llama3: a pipeline stage without the token embeddings under context parallelism needs "
+                "the sequence length (forward's seq_len)");
     const int64_t full = seq * cp_->attention.layout.cp;
     TITAN_CHECK(full <= args_.max_seq_len, "llama3: context-parallel sequence length ", full,
                 " exceeds the model's max_seq_len ", args_.max_seq_len);
@@ -87,8 +98,12 @@ at::Tensor TransformerImpl::forward_body(const at::Tensor& input, const at::Tens
   }
   at::Tensor block_doc_start;
   if (documents) {
-    TITAN_CHECK(tok_embeddings, "llama3: block_causal attention needs the token embeddings on this stage "
-                "(pipeline parallelism with document masking is not supported yet)");
+    // A later pipeline stage gets the same micro-batch's doc_start as the
+    // first (pp::BatchInputs), so every stage rotates and masks alike.
+    TITAN_CHECK(doc_start.dim() == 2 && doc_start.size(0) == h.size(0), "llama3: doc_start must be [batch, seq] "
+                "with the input's batch of ", h.size(0), ", got ", doc_start.sizes());
+    TITAN_CHECK(!tok_embeddings || doc_start.size(1) == seq, "llama3: doc_start covers ", doc_start.size(1),
+                " positions but the tokens ", seq);
     // Under cp: this rank's shard of the window's doc_start, whose values
     // are window positions (what ring attention compares keys with).
     block_doc_start = doc_start.to(h.device());

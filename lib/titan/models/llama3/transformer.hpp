@@ -55,10 +55,16 @@ class TransformerImpl : public ops::HookableModule {
   /// what args.attn_mask_type = "block_causal" attends by: each token only
   /// to earlier tokens of its own document, at RoPE positions counted from
   /// that document's start. Required then (data::Batch::doc_start), unused
-  /// with "causal". Under context parallelism input and doc_start are this
-  /// rank's shards (cp::shard_sequence of the window's) and doc_start's
-  /// values stay window positions.
-  at::Tensor forward(const at::Tensor& input, const at::Tensor& doc_start = {});
+  /// with "causal"; a later pipeline stage (hidden states in) gets its
+  /// micro-batch's rows of it too. Under context parallelism input and
+  /// doc_start are this rank's shards (cp::shard_sequence of the window's)
+  /// and doc_start's values stay window positions.
+  ///
+  /// `seq_len`: on a later pipeline stage, the length of the sequences (of
+  /// this rank's shard under context parallelism) its hidden states hold
+  /// — under sequence parallelism they hold only seq_len/tp positions, so
+  /// the input cannot tell. -1: the input's, or doc_start's when given.
+  at::Tensor forward(const at::Tensor& input, const at::Tensor& doc_start = {}, int64_t seq_len = -1);
 
   /// torchtitan's initialisation, in torchtitan's order (so the draws are
   /// deterministic given the torch seed): tok_embeddings ~ N(0, 1); per block
@@ -95,7 +101,7 @@ class TransformerImpl : public ops::HookableModule {
   ops::Linear output{nullptr};             ///< [vocab, dim]; null on earlier pipeline stages
 
  private:
-  at::Tensor forward_body(const at::Tensor& input, const at::Tensor& doc_start);
+  at::Tensor forward_body(const at::Tensor& input, const at::Tensor& doc_start, int64_t seq_len);
   const ops::RopeTable& rope_table(at::Device device);
 
   ModelArgs args_;

@@ -27,6 +27,13 @@ int message_tag(bool backward, int stage, int mb, const ScheduleSpec& spec) {
 
 constexpr int kShapeTag = 0x7fff0000;
 
+// The micro-batch's tensors on the stages' device (no copy when they are
+// there already, as the trainer's are).
+BatchInputs on_device(const BatchInputs& b, c10::Device device) {
+  auto to = [&](const at::Tensor& t) { return t.defined() ? t.to(device) : t; };
+  return {to(b.inputs), to(b.labels), to(b.doc_start)};
+}
+
 }  // namespace
 
 PipelineSchedule::PipelineSchedule(ScheduleSpec spec, std::vector<std::shared_ptr<PipelineStage>> stages,
@@ -104,14 +111,12 @@ void PipelineSchedule::agree_shapes() {
   shapes_agreed_ = true;
 }
 
-PipelineStepResult PipelineSchedule::step(const at::Tensor& inputs, const at::Tensor& labels, double loss_scale) {
+PipelineStepResult PipelineSchedule::step(const BatchInputs& batch, double loss_scale) {
   const int m = spec_.microbatches, S = spec_.num_stages();
-  TITAN_CHECK(inputs.size(0) % m == 0, "pipeline: a batch of ", inputs.size(0), " sequences does not split into ", m,
-              " micro-batches");
+  const std::vector<BatchInputs> micro = split_microbatches(batch, m);
   if (loss_scale < 0) loss_scale = 1.0 / m;
   if (!shapes_agreed_ && spec_.pp > 1) agree_shapes();
   const c10::Device device = stages_.front()->options().device;
-  const std::vector<at::Tensor> in_mb = inputs.chunk(m, 0), label_mb = labels.chunk(m, 0);
 
   // Weight-producing backwards per stage, so the hook can tell the last.
   std::map<int, int> weight_backwards_left;
@@ -186,17 +191,17 @@ PipelineStepResult PipelineSchedule::step(const at::Tensor& inputs, const at::Te
     switch (a.type) {
       case ActionType::Forward: {
         PipelineStage& st = stage(s);
+        const BatchInputs mb = on_device(micro.at(static_cast<size_t>(i)), device);
         at::Tensor x;
         if (st.is_first()) {
-          x = in_mb[static_cast<size_t>(i)].to(device);
+          x = mb.inputs;
         } else {
           auto it = stage_input.find(key);
           TITAN_CHECK(it != stage_input.end(), "pipeline rank ", rank_, ": forward ", a.str(), " has no input");
           x = it->second;
           stage_input.erase(it);
         }
-        at::Tensor y = st.forward(i, x, st.is_last() ? label_mb[static_cast<size_t>(i)].to(device) : at::Tensor(),
-                                  loss_scale);
+        at::Tensor y = st.forward(i, x, mb, loss_scale);
         if (!st.is_last()) {
           // Same rank next (ZBV's turn): hand over; otherwise SEND_F sends it.
           if (spec_.rank_of_stage(s + 1) == rank_) stage_input[{s + 1, i}] = y;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "titan/parallel/pipeline/microbatch.hpp"
 #include "titan/parallel/pipeline/schedule.hpp"
 #include "titan/parallel/pipeline/stage.hpp"
 
@@ -66,13 +67,21 @@ class PipelineSchedule {
   PipelineSchedule(ScheduleSpec spec, std::vector<std::shared_ptr<PipelineStage>> stages,
                    std::shared_ptr<dist::ProcessGroup> pp_group, ScheduleOptions options = {});
 
-  /// One step's forwards and backwards: `inputs` and `labels` ([batch,
-  /// seq], the same on every rank of the pipeline) are cut into
-  /// spec.microbatches micro-batches along the batch; each micro-batch's
-  /// loss is multiplied by `loss_scale` before backward (1/m by default, so
-  /// that the gradients are those of the mean over the batch). Gradients
-  /// are accumulated into .grad. Collective over the pipeline group.
-  PipelineStepResult step(const at::Tensor& inputs, const at::Tensor& labels, double loss_scale = -1);
+  /// One step's forwards and backwards: `batch` (the same on every rank of
+  /// the pipeline) is cut by split_microbatches into spec.microbatches
+  /// micro-batches along the batch — the first stage reads their inputs,
+  /// the last their labels, every stage their doc_start —; each
+  /// micro-batch's loss is multiplied by `loss_scale` before backward (1/m
+  /// by default: the gradients are those of the mean of the micro-batches'
+  /// mean losses, as gradient accumulation's — the batch's mean loss when
+  /// they hold equally many targets, which hidden document-boundary
+  /// targets can change). Gradients are accumulated into .grad. Collective
+  /// over the pipeline group.
+  PipelineStepResult step(const BatchInputs& batch, double loss_scale = -1);
+  /// step() of a batch without document starts (causal attention).
+  PipelineStepResult step(const at::Tensor& inputs, const at::Tensor& labels, double loss_scale = -1) {
+    return step(BatchInputs{inputs, labels, {}}, loss_scale);
+  }
 
   const ScheduleSpec& spec() const { return spec_; }
   /// This rank's actions, communication included.

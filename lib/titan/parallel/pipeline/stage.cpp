@@ -21,16 +21,17 @@ PipelineStage::Held& PipelineStage::held(int mb, const char* what) {
   return it->second;
 }
 
-at::Tensor PipelineStage::forward(int mb, const at::Tensor& input, const at::Tensor& labels, double loss_scale) {
+at::Tensor PipelineStage::forward(int mb, const at::Tensor& input, const BatchInputs& batch, double loss_scale) {
   TITAN_CHECK(!held_.count(mb), "pipeline stage ", o_.stage_index, ": forward of micro-batch ", mb,
               " twice in one step");
   Held h;
   // A leaf of its own: the backward stops here and its .grad is what the
   // previous stage needs.
   at::Tensor in = is_first() ? input : input.detach().requires_grad_(true);
-  at::Tensor out = o_.forward(in);
+  at::Tensor out = o_.forward(in, batch);
   if (!is_first()) h.input = in;
   if (is_last()) {
+    const at::Tensor& labels = batch.labels;
     TITAN_CHECK(labels.defined(), "pipeline: the last stage needs the labels of micro-batch ", mb);
     at::Tensor loss = o_.loss_fn ? o_.loss_fn(out, labels) : train::cross_entropy(out, labels);
     h.target = loss * loss_scale;

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "titan/parallel/pipeline/microbatch.hpp"
+
 namespace titan::pp {
 
 /// @brief How a stage computes and what it exchanges.
@@ -20,8 +22,10 @@ struct StageOptions {
   int stage_index = 0;  ///< global stage number
   int num_stages = 1;   ///< stages in the pipeline
   /// The stage's module: tokens (first stage) or hidden states to hidden
-  /// states (logits on the last stage).
-  std::function<at::Tensor(const at::Tensor&)> forward;
+  /// states (logits on the last stage). The second argument is the
+  /// micro-batch this input belongs to, for what every stage reads besides
+  /// its input (its doc_start under block-causal attention).
+  std::function<at::Tensor(const at::Tensor& input, const BatchInputs& microbatch)> forward;
   /// Last stage: the mean loss of a micro-batch from its logits and labels
   /// (empty = train::cross_entropy).
   std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss_fn;
@@ -50,10 +54,11 @@ class PipelineStage {
 
   /// Forward of micro-batch `mb`: `input` is its tokens (first stage) or the
   /// previous stage's output, detached here so that the gradient of this
-  /// stage's input can be read off. The last stage computes the loss on
-  /// `labels` and keeps loss · `loss_scale` for backward. Returns the
-  /// output (the unscaled loss on the last stage), to send on.
-  at::Tensor forward(int mb, const at::Tensor& input, const at::Tensor& labels = {}, double loss_scale = 1.0);
+  /// stage's input can be read off; `batch` is the micro-batch's slice of
+  /// the step's batch, handed to the module. The last stage computes the
+  /// loss on batch.labels and keeps loss · `loss_scale` for backward.
+  /// Returns the output (the unscaled loss on the last stage), to send on.
+  at::Tensor forward(int mb, const at::Tensor& input, const BatchInputs& batch, double loss_scale = 1.0);
   /// Whole backward of `mb` from the gradient of its output (ignored on the
   /// last stage, which starts from its loss). Returns the gradient of the
   /// stage's input (undefined on the first stage) and frees what `mb` held.
