@@ -14,6 +14,7 @@
 #include "attention_test_util.hpp"
 #include "titan/ops/attention/document_mask.hpp"
 #include "titan/ops/attention/flash_cpu.hpp"
+#include "titan/ops/attention/flash_operands.hpp"
 #include "titan/ops/attention/math_attention.hpp"
 
 // After every LibTorch header: it defines CUDA's names as macros.
@@ -26,10 +27,6 @@ using namespace titan;
 namespace k = titan::ops::flash_cuda_detail::kernels;
 using titan::ops::flash_detail::BackwardArgs;
 using titan::ops::flash_detail::ForwardArgs;
-using titan::ops::flash_detail::Strides;
-
-Strides strides_of(const at::Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
-
 struct Case {
   int64_t hq, hkv, seq, dim;
   bool causal;
@@ -42,38 +39,31 @@ struct Outcome {
   at::Tensor out, lse, dq, dk, dv;
 };
 
-// What flash_attention_cuda.cpp does around the launches, on CPU tensors.
+// What flash_attention_cuda.cpp does around the launches (the same
+// flash_operands helpers), on CPU tensors.
 template <typename T, int D>
-Outcome run_emulated(const attn_test::Inputs& in, bool causal, const at::Tensor& doc_start) {
+Outcome run_emulated(const attn_test::Inputs& in, bool causal, const at::Tensor& bounds) {
   const at::Tensor &q = in.q, &kk = in.k, &v = in.v;
+  ops::flash_detail::Problem p;
+  p.batch = q.size(0), p.hq = q.size(1), p.hkv = kk.size(1), p.sq = q.size(2), p.sk = kk.size(2);
+  p.d = D, p.causal = causal, p.bf16 = q.scalar_type() == at::kBFloat16;
+  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  if (bounds.defined()) p.doc_start = bounds.data_ptr<int64_t>();
   ForwardArgs f;
-  f.p.batch = q.size(0), f.p.hq = q.size(1), f.p.hkv = kk.size(1), f.p.sq = q.size(2), f.p.sk = kk.size(2);
-  f.p.d = D, f.p.causal = causal, f.p.bf16 = q.scalar_type() == at::kBFloat16;
-  f.p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  if (doc_start.defined()) f.p.doc_start = doc_start.data_ptr<int64_t>();
-  at::Tensor out = at::empty({f.p.batch, f.p.sq, f.p.hq, D}, q.options()).transpose(1, 2);
-  at::Tensor lse = at::empty({f.p.batch, f.p.hq, f.p.sq}, q.options().dtype(at::kFloat));
-  f.q = q.data_ptr(), f.k = kk.data_ptr(), f.v = v.data_ptr();
-  f.qs = strides_of(q), f.ks = strides_of(kk), f.vs = strides_of(v);
-  f.out = out.data_ptr(), f.os = strides_of(out), f.lse = lse.data_ptr<float>();
+  f.p = p;
+  const ops::FlashForward fwd = ops::flash_detail::forward_operands(f, q, kk, v);
   const auto tiles = [](int64_t n) { return static_cast<unsigned>((n + k::kRows - 1) / k::kRows); };
-  cuda_emu::launch({tiles(f.p.sq), static_cast<unsigned>(f.p.batch * f.p.hq), 1}, k::kThreads,
+  cuda_emu::launch({tiles(p.sq), static_cast<unsigned>(p.batch * p.hq), 1}, k::kThreads,
                    k::forward_smem_bytes<T, D>(), [&] { k::forward_kernel<T, D>(f); });
 
   BackwardArgs b;
-  b.p = f.p;
+  b.p = p;
   const at::Tensor dout = in.dout.to(q.scalar_type());
-  const at::Tensor delta = (dout.to(at::kFloat) * out.to(at::kFloat)).sum(-1).contiguous();
-  at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
-  at::Tensor dk = at::empty(kk.sizes(), kk.options()), dv = at::empty(v.sizes(), v.options());
-  b.q = f.q, b.k = f.k, b.v = f.v, b.dout = dout.data_ptr();
-  b.qs = f.qs, b.ks = f.ks, b.vs = f.vs, b.dos = strides_of(dout);
-  b.lse = lse.data_ptr<float>(), b.delta = delta.data_ptr<float>();
-  b.dq = dq.data_ptr<float>(), b.dqs = strides_of(dq);
-  b.dk = dk.data_ptr(), b.dks = strides_of(dk), b.dv = dv.data_ptr(), b.dvs = strides_of(dv);
-  cuda_emu::launch({tiles(b.p.sk), static_cast<unsigned>(b.p.batch * b.p.hkv), 1}, k::kThreads,
+  const ops::flash_detail::BackwardBuffers buf =
+      ops::flash_detail::backward_operands(b, dout, q, kk, v, fwd.out, fwd.lse, "emulated backward");
+  cuda_emu::launch({tiles(p.sk), static_cast<unsigned>(p.batch * p.hkv), 1}, k::kThreads,
                    k::backward_smem_bytes<T, D>(), [&] { k::backward_kernel<T, D>(b); });
-  return {out, lse, dq, dk, dv};
+  return {fwd.out, fwd.lse, buf.dq, buf.dk, buf.dv};
 }
 
 template <typename T>

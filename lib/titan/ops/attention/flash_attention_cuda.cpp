@@ -8,6 +8,7 @@
 #include "titan/ops/attention/document_mask.hpp"
 #include "titan/ops/attention/flash_cuda.hpp"
 #include "titan/ops/attention/flash_cuda_launch.hpp"
+#include "titan/ops/attention/flash_operands.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::ops {
@@ -15,9 +16,6 @@ namespace {
 
 using flash_cuda_detail::Dtype;
 using flash_detail::Problem;
-using flash_detail::Strides;
-
-Strides strides_of(const at::Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
 
 // The kernels read rows of D elements 16 bytes at a time: the last dim
 // contiguous, every other stride and the start a multiple of 8 elements.
@@ -92,18 +90,12 @@ FlashForward flash_attention_forward_cuda(const at::Tensor& q_in, const at::Tens
   a.p = problem(q, k, v, causal, scale);
   const at::Tensor doc_start = device_row_bounds(doc_start_in, key_begin, causal, a.p, q, "flash_attention (CUDA)");
   if (doc_start.defined()) a.p.doc_start = doc_start.data_ptr<int64_t>();
-  // [B, S, H, D] returned as its transpose, like the CPU kernel's output.
-  at::Tensor out = at::empty({a.p.batch, a.p.sq, a.p.hq, a.p.d}, q.options()).transpose(1, 2);
-  at::Tensor lse = at::empty({a.p.batch, a.p.hq, a.p.sq}, q.options().dtype(at::kFloat));
-  a.q = q.data_ptr(), a.k = k.data_ptr(), a.v = v.data_ptr();
-  a.qs = strides_of(q), a.ks = strides_of(k), a.vs = strides_of(v);
-  a.out = out.data_ptr(), a.os = strides_of(out);
-  a.lse = lse.data_ptr<float>();
+  const FlashForward f = flash_detail::forward_operands(a, q, k, v);
   if (a.p.sq > 0 && a.p.sk > 0) {
     const char* err = flash_cuda_detail::launch_forward(a, dtype_of(a.p), at::cuda::getCurrentCUDAStream().stream());
     TITAN_CHECK(err == nullptr, "flash_attention (CUDA): forward launch failed: ", err);
   }
-  return {out, lse};
+  return f;
 }
 
 FlashGrads flash_attention_backward_cuda(const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in,
@@ -118,28 +110,16 @@ FlashGrads flash_attention_backward_cuda(const at::Tensor& dout_in, const at::Te
   const at::Tensor doc_start =
       device_row_bounds(doc_start_in, key_begin, causal, a.p, q, "flash_attention_backward (CUDA)");
   if (doc_start.defined()) a.p.doc_start = doc_start.data_ptr<int64_t>();
-  TITAN_CHECK(dout.sizes() == q.sizes() && out.sizes() == q.sizes(), "flash_attention_backward (CUDA): dout ",
-              dout.sizes(), " / out ", out.sizes(), " must be shaped like q ", q.sizes());
-  TITAN_CHECK(lse_in.scalar_type() == at::kFloat && lse_in.sizes() == at::IntArrayRef({a.p.batch, a.p.hq, a.p.sq}),
-              "flash_attention_backward (CUDA): lse must be fp32 [batch, heads, seq]");
-  // D_i = rowsum(dO_i ∘ O_i), once per row (FlashAttention-2), in fp32.
-  const at::Tensor delta = (dout.to(at::kFloat) * out.to(at::kFloat)).sum(-1).contiguous();
-  const at::Tensor lse = lse_in.contiguous();
-  at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
-  at::Tensor dk = at::empty(k.sizes(), k.options()), dv = at::empty(v.sizes(), v.options());
-  a.q = q.data_ptr(), a.k = k.data_ptr(), a.v = v.data_ptr(), a.dout = dout.data_ptr();
-  a.qs = strides_of(q), a.ks = strides_of(k), a.vs = strides_of(v), a.dos = strides_of(dout);
-  a.lse = lse.data_ptr<float>(), a.delta = delta.data_ptr<float>();
-  a.dq = dq.data_ptr<float>(), a.dqs = strides_of(dq);
-  a.dk = dk.data_ptr(), a.dks = strides_of(dk), a.dv = dv.data_ptr(), a.dvs = strides_of(dv);
+  const flash_detail::BackwardBuffers buf =
+      flash_detail::backward_operands(a, dout, q, k, v, out, lse_in, "flash_attention_backward (CUDA)");
   if (a.p.sq > 0 && a.p.sk > 0) {
     const char* err =
         flash_cuda_detail::launch_backward(a, dtype_of(a.p), at::cuda::getCurrentCUDAStream().stream());
     TITAN_CHECK(err == nullptr, "flash_attention_backward (CUDA): launch failed: ", err);
   } else {
-    dk.zero_(), dv.zero_();
+    buf.dk.zero_(), buf.dv.zero_();
   }
-  return {dq.to(q.scalar_type()), dk, dv};
+  return {buf.dq.to(q.scalar_type()), buf.dk, buf.dv};
 }
 
 }  // namespace titan::ops

@@ -4,6 +4,7 @@
 
 #include "titan/ops/attention/document_mask.hpp"
 #include "titan/ops/attention/flash_cpu_args.hpp"
+#include "titan/ops/attention/flash_operands.hpp"
 #ifdef TITAN_HAS_CUDA
 #include "titan/ops/attention/flash_cuda.hpp"
 #endif
@@ -14,8 +15,6 @@ namespace {
 
 using flash_detail::Problem;
 using flash_detail::Strides;
-
-Strides strides_of(const at::Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
 
 // A [B, H, S, D] operand the kernel can read through raw strides.
 at::Tensor usable(const at::Tensor& t, const char* name) {
@@ -94,16 +93,9 @@ FlashForward forward(const at::Tensor& q_in, const at::Tensor& k_in, const at::T
   a.p = problem(q, k, v, causal, scale, opts);
   const at::Tensor bounds = checked_bounds(bounds_in, kind, a.p, "flash_attention");
   if (bounds.defined()) a.p.doc_start = bounds.data_ptr<int64_t>();
-  // The output is laid out [B, S, H, D] and returned as its transpose: what
-  // the model reshapes to [B, S, H·D] next, so that costs no copy.
-  at::Tensor out = at::empty({a.p.batch, a.p.sq, a.p.hq, a.p.d}, q.options()).transpose(1, 2);
-  at::Tensor lse = at::empty({a.p.batch, a.p.hq, a.p.sq}, q.options().dtype(at::kFloat));
-  a.q = q.data_ptr(), a.k = k.data_ptr(), a.v = v.data_ptr();
-  a.qs = strides_of(q), a.ks = strides_of(k), a.vs = strides_of(v);
-  a.out = out.data_ptr(), a.os = strides_of(out);
-  a.lse = lse.data_ptr<float>();
+  FlashForward f = flash_detail::forward_operands(a, q, k, v);
   if (a.p.sq > 0 && a.p.sk > 0) run_forward(a);
-  return {out, lse};
+  return f;
 }
 
 FlashGrads backward(const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in,
@@ -117,28 +109,14 @@ FlashGrads backward(const at::Tensor& dout_in, const at::Tensor& q_in, const at:
   a.p = problem(q, k, v, causal, scale, opts);
   const at::Tensor bounds = checked_bounds(bounds_in, kind, a.p, "flash_attention_backward");
   if (bounds.defined()) a.p.doc_start = bounds.data_ptr<int64_t>();
-  TITAN_CHECK(dout.sizes() == q.sizes() && out.sizes() == q.sizes(), "flash_attention_backward: dout ",
-              dout.sizes(), " / out ", out.sizes(), " must be shaped like q ", q.sizes());
-  TITAN_CHECK(lse.scalar_type() == at::kFloat && lse.sizes() == at::IntArrayRef({a.p.batch, a.p.hq, a.p.sq}),
-              "flash_attention_backward: lse must be fp32 [batch, heads, seq]");
-  // D_i = rowsum(dO_i ∘ O_i) = rowsum(P_i ∘ dP_i): the softmax Jacobian's
-  // correction term, computed once instead of per tile (FlashAttention-2).
-  const at::Tensor delta = (dout.to(at::kFloat) * out.to(at::kFloat)).sum(-1).contiguous();
-  const at::Tensor lse_c = lse.contiguous();
-  // dq accumulates across kv tiles in fp32, laid out like q.
-  at::Tensor dq = at::zeros_like(q, q.options().dtype(at::kFloat));
-  at::Tensor dk = at::empty_like(k), dv = at::empty_like(v);
-  a.q = q.data_ptr(), a.k = k.data_ptr(), a.v = v.data_ptr(), a.dout = dout.data_ptr();
-  a.qs = strides_of(q), a.ks = strides_of(k), a.vs = strides_of(v), a.dos = strides_of(dout);
-  a.lse = lse_c.data_ptr<float>(), a.delta = delta.data_ptr<float>();
-  a.dq = dq.data_ptr<float>(), a.dqs = strides_of(dq);
-  a.dk = dk.data_ptr(), a.dks = strides_of(dk), a.dv = dv.data_ptr(), a.dvs = strides_of(dv);
+  const flash_detail::BackwardBuffers buf =
+      flash_detail::backward_operands(a, dout, q, k, v, out, lse, "flash_attention_backward");
   if (a.p.sq > 0 && a.p.sk > 0) {
     run_backward(a);
   } else {
-    dk.zero_(), dv.zero_();
+    buf.dk.zero_(), buf.dv.zero_();
   }
-  return {a.p.bf16 ? dq.to(at::kBFloat16) : dq, dk, dv};
+  return {buf.dq.to(q.scalar_type()), buf.dk, buf.dv};
 }
 
 }  // namespace
