@@ -25,12 +25,12 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x_in, const at::Tensor& cos_in, const at::Tensor& sin_in,
-                                  const at::Tensor& doc_start) {
-  return call_with_hooks(x_in, [&](const at::Tensor& x) { return attend(x, cos_in, sin_in, doc_start); });
+                                  const at::Tensor& doc_start, const at::Tensor& sdpa_bias) {
+  return call_with_hooks(x_in, [&](const at::Tensor& x) { return attend(x, cos_in, sin_in, doc_start, sdpa_bias); });
 }
 
 at::Tensor AttentionImpl::attend(const at::Tensor& x, const at::Tensor& cos_in, const at::Tensor& sin_in,
-                                 const at::Tensor& doc_start) {
+                                 const at::Tensor& doc_start, const at::Tensor& sdpa_bias) {
   const int64_t b = x.size(0), s = x.size(1);
   // Under sequence parallelism the block's input holds seq/tp positions but
   // attention sees the whole (all-gathered) sequence, so the caller passes
@@ -60,10 +60,11 @@ at::Tensor AttentionImpl::attend(const at::Tensor& x, const at::Tensor& cos_in, 
     k = repeat_kv(k, n_rep);
     v = repeat_kv(v, n_rep);
     if (doc_start.defined()) {
-      // Document masking: the block-causal boolean mask instead of is_causal.
-      out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                             ops::block_causal_mask(doc_start), /*dropout_p=*/0.0,
-                                             /*is_causal=*/false);
+      // Document masking: the block-causal mask instead of is_causal, as
+      // the caller's shared bias when it made one.
+      const at::Tensor mask = sdpa_bias.defined() ? sdpa_bias : ops::block_causal_mask(doc_start);
+      out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask,
+                                             /*dropout_p=*/0.0, /*is_causal=*/false);
     } else {
       out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                              /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);

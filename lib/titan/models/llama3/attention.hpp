@@ -40,8 +40,10 @@ class AttentionImpl : public ops::HookableModule {
   /// x [batch, seq, dim]; cos/sin [>= seq, head_dim/2]: the rows of x's
   /// positions (a longer table is cut to its first seq rows).
   /// `doc_start` ([batch, seq] int64, or undefined): block-causal masking.
+  /// `sdpa_bias`: with the sdpa backend, ops::block_causal_bias of doc_start
+  /// made once by the caller for all layers (built here when undefined).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                     const at::Tensor& doc_start = {});
+                     const at::Tensor& doc_start = {}, const at::Tensor& sdpa_bias = {});
   /// torchtitan's init: wq, wk, wv ~ trunc_normal(0, 0.02, [-2, 2]);
   /// wo ~ trunc_normal(0, init_std, [-2, 2]) (init_std is depth-scaled by the block).
   void init_weights(double init_std);
@@ -57,7 +59,8 @@ class AttentionImpl : public ops::HookableModule {
   ops::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
 
  private:
-  at::Tensor attend(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& doc_start);
+  at::Tensor attend(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& doc_start,
+                    const at::Tensor& sdpa_bias);
 };
 TORCH_MODULE(Attention);
 

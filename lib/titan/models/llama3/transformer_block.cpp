@@ -20,10 +20,10 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t layer_id_, const ModelArgs& a
 }
 
 at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                         const at::Tensor& doc_start) {
+                                         const at::Tensor& doc_start, const at::Tensor& sdpa_bias) {
   // By value: activation checkpointing runs this body again in backward.
-  return call_with_hooks(x, [this, cos, sin, doc_start](const at::Tensor& in) {
-    at::Tensor h = in + attention(attention_norm(in), cos, sin, doc_start);
+  return call_with_hooks(x, [this, cos, sin, doc_start, sdpa_bias](const at::Tensor& in) {
+    at::Tensor h = in + attention(attention_norm(in), cos, sin, doc_start, sdpa_bias);
     return h + feed_forward(ffn_norm(h));
   });
 }

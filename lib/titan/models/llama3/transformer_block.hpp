@@ -25,9 +25,10 @@ class TransformerBlockImpl : public ops::HookableModule {
   /// Builds block `layer_id` (0-based; it sets the depth-scaled init std).
   TransformerBlockImpl(int64_t layer_id, const ModelArgs& args, at::TensorOptions options = {});
   /// x [batch, seq, dim]; cos/sin [seq, head_dim/2].
-  /// `doc_start`: block-causal (document) masking for attention, or undefined.
+  /// `doc_start`: block-causal (document) masking for attention, or
+  /// undefined; `sdpa_bias`: its shared SDPA bias (Attention::forward).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                     const at::Tensor& doc_start = {});
+                     const at::Tensor& doc_start = {}, const at::Tensor& sdpa_bias = {});
   /// Norms to ones; attention and feed-forward as torchtitan, with
   /// weight_init_std for wo, w2, w3.
   void init_weights();

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <limits>
+
 #include "titan/util/error.hpp"
 
 namespace titan::ops {
@@ -25,6 +27,12 @@ at::Tensor document_positions(const at::Tensor& doc_start, const at::Tensor& pos
 
 at::Tensor block_causal_mask(const at::Tensor& doc_start) {
   return key_range_mask(doc_start, doc_start.size(1), /*causal=*/true);
+}
+
+at::Tensor block_causal_bias(const at::Tensor& doc_start, at::ScalarType dtype) {
+  const at::Tensor visible = block_causal_mask(doc_start);
+  return at::zeros(visible.sizes(), doc_start.options().dtype(dtype))
+      .masked_fill_(visible.logical_not(), -std::numeric_limits<double>::infinity());
 }
 
 at::Tensor document_key_begin(const at::Tensor& doc_start, const at::Tensor& key_positions) {

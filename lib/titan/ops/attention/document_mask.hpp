@@ -33,6 +33,13 @@ at::Tensor document_positions(const at::Tensor& doc_start, const at::Tensor& pos
 /// causal + same document, for math attention and SDPA.
 at::Tensor block_causal_mask(const at::Tensor& doc_start);
 
+/// @brief The same mask as an additive bias in `dtype` (0 where a query
+/// may attend, −inf elsewhere), [B, 1, S, S]. SDPA turns a boolean mask
+/// into such a bias on every call and saves it for its backward; a model
+/// that builds this once per forward and hands it to every layer keeps one
+/// copy instead of one per layer.
+at::Tensor block_causal_bias(const at::Tensor& doc_start, at::ScalarType dtype);
+
 /// @brief Block-causal masking of one block of keys out of a longer
 /// window (a ring-attention block): for each query row, the first key of
 /// the block it may see, in the block's own key coordinates — the number
