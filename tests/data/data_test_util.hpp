@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "titan/data/tokenizer.hpp"
+#include "titan/util/error.hpp"
 
 namespace titan::testing {
 
@@ -43,5 +44,16 @@ std::shared_ptr<const data::Tokenizer> bytes();
 
 /// Shell-quotes a path.
 std::string quote(const std::string& s);
+
+/// The message of the titan::Error that `fn` throws ("" if none).
+template <typename F>
+std::string error_of(F&& fn) {
+  try {
+    fn();
+  } catch (const titan::Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 }  // namespace titan::testing

@@ -19,22 +19,13 @@
 using namespace titan;
 using namespace titan::data;
 using titan::testing::TempDir;
+using titan::testing::error_of;
 using titan::testing::byte_stream;
 using titan::testing::bytes;
 using titan::testing::documents;
 using titan::testing::write_file;
 
 namespace {
-
-template <typename F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const titan::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 
 

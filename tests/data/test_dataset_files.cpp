@@ -20,22 +20,13 @@
 
 using namespace titan::data;
 using titan::testing::TempDir;
+using titan::testing::error_of;
 using titan::testing::byte_stream;
 using titan::testing::bytes;
 using titan::testing::documents;
 using titan::testing::write_file;
 
 namespace {
-
-template <typename F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const titan::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 #define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "missing: " << (part) << "\n" << (text)
 

@@ -28,21 +28,12 @@ using namespace titan;
 using namespace titan::data;
 using nlohmann::json;
 using titan::testing::TempDir;
+using titan::testing::error_of;
 
 namespace {
 
 #define SKIP_WITHOUT_PYTHON() \
   if (titan::testing::python().empty()) GTEST_SKIP() << "TITAN_PYTHON is not set (run through ctest)"
-
-template <typename F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const titan::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 std::vector<std::string> split_gpt2(const std::string& text) {
   std::vector<std::string> out;

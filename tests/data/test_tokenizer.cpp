@@ -20,6 +20,7 @@
 using namespace titan;
 using namespace titan::data;
 using titan::testing::TempDir;
+using titan::testing::error_of;
 
 namespace {
 
@@ -27,17 +28,6 @@ std::vector<std::string> split(const std::string& text) {
   std::vector<std::string> out;
   pretokenize_llama3(text, [&](std::string_view p) { out.emplace_back(p); });
   return out;
-}
-
-// The message of the titan::Error that `fn` throws ("" if none).
-template <typename F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const titan::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 #define SKIP_WITHOUT_PYTHON() \
