@@ -55,7 +55,8 @@ void validate(const JobConfig& cfg) {
   const auto& t = cfg.training;
   require(cfg, "training.batch_size", t.batch_size > 0, "> 0");
   require(cfg, "training.seq_len", t.seq_len > 0, "> 0");
-  require(cfg, "training.steps", t.steps > 0, "> 0");
+  // 0: an init-only run (build, parallelise, initialise, save step 0).
+  require(cfg, "training.steps", t.steps >= 0, ">= 0");
   require(cfg, "training.global_batch_size", t.global_batch_size == -1 || t.global_batch_size > 0, "> 0, or -1 (auto)");
   require(cfg, "training.gradient_accumulation_steps",
           t.gradient_accumulation_steps == -1 || t.gradient_accumulation_steps > 0, "> 0, or -1 (auto)");

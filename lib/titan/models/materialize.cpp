@@ -21,6 +21,12 @@ void to_empty(torch::nn::Module& module, at::Device device) {
   }
 }
 
+bool has_meta_parameters(const torch::nn::Module& module) {
+  for (const auto& p : module.parameters(/*recurse=*/true))
+    if (p.is_meta()) return true;
+  return false;
+}
+
 int64_t numel_of_parameters(const torch::nn::Module& module) {
   int64_t n = 0;
   for (const auto& p : module.parameters(/*recurse=*/true)) n += p.numel();

@@ -18,6 +18,9 @@ namespace titan::models {
 /// buffers are rejected the same way. Initialise afterwards (init_weights()).
 void to_empty(torch::nn::Module& module, at::Device device);
 
+/// True when any parameter of `module` (recursively) is on the meta device.
+bool has_meta_parameters(const torch::nn::Module& module);
+
 /// Sum of numel() over module.parameters() (works on meta: no memory touched).
 int64_t numel_of_parameters(const torch::nn::Module& module);
 

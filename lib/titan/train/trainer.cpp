@@ -24,9 +24,11 @@
 #include "titan/metrics/memory.hpp"
 #include "titan/metrics/mfu.hpp"
 #include "titan/metrics/peak_flops.hpp"
+#include "titan/metrics/tensor_memory.hpp"
 #include "titan/metrics/tensorboard.hpp"
 #include "titan/models/llama3/flops.hpp"
 #include "titan/models/llama3/tp_plan.hpp"
+#include "titan/models/materialize.hpp"
 #include "titan/optim/optimizer.hpp"
 #include "titan/parallel/activation_checkpoint/checkpoint.hpp"
 #include "titan/parallel/context_parallel/context.hpp"
@@ -63,7 +65,7 @@ optim::OptimizerOptions optimizer_options(const config::OptimizerSection& o) {
 
 optim::LRScheduleOptions schedule_options(const config::JobConfig& cfg) {
   optim::LRScheduleOptions r;
-  r.steps = cfg.training.steps;
+  r.steps = std::max<int64_t>(1, cfg.training.steps);  // an init-only run (steps = 0) never steps it
   r.warmup_steps = cfg.lr_scheduler.warmup_steps;
   if (cfg.lr_scheduler.decay_ratio >= 0) r.decay_ratio = cfg.lr_scheduler.decay_ratio;
   // "wsd" names the warmup-stable-decay shape (a stable phase set by
@@ -71,6 +73,14 @@ optim::LRScheduleOptions schedule_options(const config::JobConfig& cfg) {
   r.decay_type = cfg.lr_scheduler.decay_type == "wsd" ? "linear" : cfg.lr_scheduler.decay_type;
   r.min_lr_factor = cfg.lr_scheduler.min_lr_factor;
   return r;
+}
+
+// 1536 → "1.50 KiB", for the init table (binary units, as the memory log).
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 4) b /= 1024.0, ++u;
+  return strprintf(u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
 }
 
 std::string nonfinite_name(double v) { return std::isnan(v) ? "NaN" : (v > 0 ? "inf" : "-inf"); }
@@ -175,12 +185,6 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
     loaders_.back()->load_state_dict(start);
   }
 
-  // Seed right before the model draws its weights, so that nothing done
-  // above (tokenizer training, data scanning) can shift the draws. Every
-  // rank draws the same full weights, so a parallel run starts where the
-  // single-process reference does; parallelize_llama then keeps only this
-  // rank's part. (Initialising each shard in place, for models that do not
-  // fit on one rank, needs offset-based random draws: a later issue.)
   // Memory snapshots count tensors from here on, so that the model,
   // gradients and optimizer state are all seen.
   if (cfg_.profiling.enable_memory_snapshot)
@@ -188,10 +192,27 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
         cfg_.profiling.profile_freq, data::files::join(cfg_.job.dump_folder, cfg_.profiling.save_memory_snapshot_folder), rank_,
         device_, [this](const std::string& line) { print(line); });
   set_determinism(cfg_.training.seed, cfg_.training.deterministic, device_);
-  model_ = models::llama3::Transformer(args_, at::TensorOptions().device(device_).dtype(at::kFloat));
-  model_->init_weights();
+  // The model is built on the meta device (shapes, no memory) and every
+  // parallelism is applied to it, so that each rank then allocates only
+  // what it holds (FSDP its rows, TP its slices, PP its stages) and
+  // initialises those pieces in place: no rank ever holds a whole
+  // parameter that the layout shards (train/sharded_init.hpp). The values
+  // are the single-process init's for the seed, bit for bit, whatever the
+  // layout. One process holds the whole model, so it is allocated at once.
+  metrics::track_cpu_tensor_memory();
+  metrics::reset_tensor_memory_peak(device_);
+  const int64_t bytes_before_model = metrics::tensor_memory(device_).current_bytes;
+  model_ = models::llama3::Transformer(args_, at::TensorOptions().device(at::kMeta).dtype(at::kFloat));
   model_->train();
+  if (!mesh_) models::to_empty(*model_, device_);
   parallelized_ = models::llama3::parallelize_llama(model_, dims_, mesh_.get(), cfg_, plan_.local_batch);
+  {
+    std::vector<torch::nn::Module*> parts;
+    if (parallelized_.pipeline_parts.empty()) parts.push_back(model_.ptr().get());
+    for (auto& part : parallelized_.pipeline_parts) parts.push_back(part.ptr().get());
+    init_report_ = init_sharded_weights(parts, mesh_.get(), args_, static_cast<uint64_t>(cfg_.training.seed));
+  }
+  init_peak_bytes_ = metrics::tensor_memory(device_).peak_bytes - bytes_before_model;
   params_ = parallelized_.params;
   optimizer_ = optim::build_optimizer(params_, optimizer_options(cfg_.optimizer));
   scheduler_ = std::make_unique<optim::LRScheduler>(*optimizer_, optim::LRSchedule(schedule_options(cfg_)));
@@ -386,9 +407,38 @@ std::string Trainer::banner() const {
                  cfg_.optimizer.name.c_str(), cfg_.optimizer.lr, static_cast<long long>(scheduler_->schedule().warmup_steps()),
                  cfg_.lr_scheduler.decay_type.c_str(), static_cast<long long>(cfg_.training.steps),
                  static_cast<long long>(cfg_.training.seed));
-  s += strprintf("  flops     %.3g per token; peak %.3f TFLOP/s (%s)", flops_per_token_, peak_flops_ / 1e12,
+  s += strprintf("  flops     %.3g per token; peak %.3f TFLOP/s (%s)\n", flops_per_token_, peak_flops_ / 1e12,
                  peak_source_.c_str());
+  const ShardedInitReport& i = init_report_;
+  s += strprintf("  init      sharded, rank %d: %s of the model's %s of parameters (%.1f%%, largest piece %s), "
+                 "tensor peak %s, %.2f s",
+                 rank_, human_bytes(static_cast<double>(i.local_bytes)).c_str(),
+                 human_bytes(static_cast<double>(i.model_bytes)).c_str(),
+                 i.model_bytes > 0 ? 100.0 * static_cast<double>(i.local_bytes) / static_cast<double>(i.model_bytes) : 0.0,
+                 human_bytes(static_cast<double>(i.largest_piece_bytes)).c_str(),
+                 human_bytes(static_cast<double>(init_peak_bytes_)).c_str(), i.seconds);
   return s;
+}
+
+std::string Trainer::init_memory_table() {
+  // [local bytes, init peak, largest piece] of every rank, gathered.
+  at::Tensor mine = at::tensor({static_cast<double>(init_report_.local_bytes), static_cast<double>(init_peak_bytes_),
+                                static_cast<double>(init_report_.largest_piece_bytes)},
+                               at::TensorOptions().dtype(at::kDouble))
+                        .reshape({1, 3});
+  at::Tensor all = mine;
+  if (mesh_) all = dist::world().group()->all_gather(mine.to(device_), 0).cpu();
+  const double model = static_cast<double>(init_report_.model_bytes);
+  std::string out = strprintf("init-only run (training.steps = 0): the model's parameters are %s\n"
+                              "  rank  parameters held   share   largest piece   tensor peak during init   peak / model\n",
+                              human_bytes(model).c_str());
+  for (int64_t r = 0; r < all.size(0); ++r) {
+    const double held = all[r][0].item<double>(), peak = all[r][1].item<double>(), piece = all[r][2].item<double>();
+    out += strprintf("  %4lld  %15s  %6.2f%%  %14s  %24s  %12.4f\n", static_cast<long long>(r),
+                     human_bytes(held).c_str(), 100.0 * held / model, human_bytes(piece).c_str(),
+                     human_bytes(peak).c_str(), peak / model);
+  }
+  return out;
 }
 
 StepResult Trainer::train_step() {
@@ -480,6 +530,20 @@ TrainSummary Trainer::train() {
   banner_printed_ = true;
   for (const std::string& line : early_lines_) print(line);
   early_lines_.clear();
+  if (cfg_.training.steps == 0) {
+    // An init-only run: the job's layout built, parallelised and
+    // initialised; each rank's memory; and, with checkpointing on, a
+    // sharded step-0 checkpoint of the weights that every rank writes (a
+    // seed checkpoint of any layout, which jobs of any other layout load).
+    const std::string table = init_memory_table();
+    if (options_.console) {
+      std::ostream& out = options_.out ? *options_.out : std::cout;
+      out << table << std::flush;
+    }
+    if (checkpoint_) checkpoint_->save(0, /*model_only=*/true, at::kFloat);
+    s.steps_done = 0;
+    return s;
+  }
   if (checkpoint_ && cfg_.checkpoint.create_seed_checkpoint) {
     // torchtitan's create_seed_checkpoint: the initial weights, whole, as
     // step-0, which jobs of any layout then load instead of initialising.

@@ -33,6 +33,7 @@
 #include "titan/models/llama3/parallelize.hpp"
 #include "titan/optim/lr_schedule.hpp"
 #include "titan/parallel/parallel_dims.hpp"
+#include "titan/train/sharded_init.hpp"
 #include "titan/train/summary.hpp"
 
 namespace torch::optim {
@@ -156,6 +157,9 @@ class Trainer {
   /// Warns once, and invalidates the calibration, when a logged MFU > 100 %.
   void check_mfu(const metrics::LogRecord& r);
   std::string banner() const;
+  /// Every rank's parameter bytes and initialisation peak, one line per
+  /// rank, on rank 0 (collective: every rank calls it).
+  std::string init_memory_table();
 
   config::JobConfig cfg_;
   TrainerOptions options_;
@@ -178,6 +182,11 @@ class Trainer {
   int rank_ = 0;
   models::llama3::Transformer model_{nullptr};
   models::llama3::ParallelizedModel parallelized_;
+  /// What this rank's sharded initialisation held and took.
+  ShardedInitReport init_report_;
+  /// The most bytes live tensors held on this rank from the model's
+  /// construction to the end of its initialisation (counting allocator).
+  int64_t init_peak_bytes_ = 0;
   std::vector<at::Tensor> params_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRScheduler> scheduler_;

@@ -1,6 +1,7 @@
 #include "titan/models/llama3/attention.hpp"
 
 #include "titan/ops/attention/document_mask.hpp"
+#include "titan/models/llama3/init_plan.hpp"
 #include "titan/ops/init.hpp"
 #include "titan/parallel/context_parallel/context.hpp"
 #include "titan/ops/rope.hpp"
@@ -79,8 +80,8 @@ at::Tensor AttentionImpl::attend(const at::Tensor& x, const at::Tensor& cos_in, 
 }
 
 void AttentionImpl::init_weights(double init_std) {
-  for (auto* lin : {&wq, &wk, &wv}) ops::trunc_normal_((*lin)->weight, 0.0, 0.02);
-  ops::trunc_normal_(wo->weight, 0.0, init_std);
+  auto own = named_parameters();
+  for (const auto& [name, recipe] : attention_init(init_std)) ops::init_(own[name], recipe);
 }
 
 }  // namespace titan::models::llama3

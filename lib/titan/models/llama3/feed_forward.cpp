@@ -1,5 +1,6 @@
 #include "titan/models/llama3/feed_forward.hpp"
 
+#include "titan/models/llama3/init_plan.hpp"
 #include "titan/ops/init.hpp"
 
 namespace titan::models::llama3 {
@@ -15,9 +16,8 @@ at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
 }
 
 void FeedForwardImpl::init_weights(double init_std) {
-  ops::trunc_normal_(w1->weight, 0.0, 0.02);
-  ops::trunc_normal_(w2->weight, 0.0, init_std);
-  ops::trunc_normal_(w3->weight, 0.0, init_std);
+  auto own = named_parameters();
+  for (const auto& [name, recipe] : feed_forward_init(init_std)) ops::init_(own[name], recipe);
 }
 
 }  // namespace titan::models::llama3

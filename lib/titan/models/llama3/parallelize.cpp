@@ -14,6 +14,7 @@
 
 #include "titan/dist/world.hpp"
 #include "titan/models/llama3/pipeline.hpp"
+#include "titan/models/materialize.hpp"
 #include "titan/models/llama3/tp_plan.hpp"
 #include "titan/parallel/parallel_dims.hpp"
 #include "titan/parallel/pipeline/runtime.hpp"
@@ -61,13 +62,17 @@ void apply_fsdp(Transformer& model, const dist::DeviceMesh& mesh, const config::
 // DDP over dp_replicate: one all-reduce per 25 MiB bucket, launched from
 // backward. Gradient accumulation holds a no_sync guard for every
 // micro-batch but the last, so only the accumulated sum travels.
-void apply_ddp(Transformer& model, const dist::DeviceMesh& mesh, ParallelizedModel& r) {
+// `broadcast`: rank 0's weights to the others at the start; not needed when
+// every rank's values come from the same sharded init.
+void apply_ddp(Transformer& model, const dist::DeviceMesh& mesh, bool broadcast, ParallelizedModel& r) {
   struct State {
     std::shared_ptr<parallel::DataParallel> ddp;
     std::optional<parallel::NoSyncGuard> no_sync;
   };
   auto state = std::make_shared<State>();
-  state->ddp = parallel::replicate(*model, mesh.group("dp_replicate"));
+  parallel::ReplicateOptions options;
+  options.broadcast_from_rank0 = broadcast;
+  state->ddp = parallel::replicate(*model, mesh.group("dp_replicate"), options);
   r.set_gradient_sync = [state](bool sync) {
     if (sync) state->no_sync.reset();
     else if (!state->no_sync) state->no_sync.emplace(*state->ddp);
@@ -209,9 +214,17 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
     // Gradients are shards over the sharding group (and equal across
     // replicas), so the global norm sums squares over that group only.
     r.grad_shard_groups = {mesh->group(shard_dim).get()};
-  } else if (dims.ddp_enabled()) {
-    TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
-    apply_ddp(model, *mesh, r);
+  } else {
+    // Built on the meta device, the model gets storage here for what this
+    // rank holds whole (the TP-local weights, the replicas of DDP): FSDP
+    // above allocated only its shards. The values come later (the
+    // trainer's sharded init); DDP's bucket views need real tensors.
+    const bool values_later = has_meta_parameters(*model);
+    if (mesh != nullptr && values_later) to_empty(*model, dist::world().device());
+    if (dims.ddp_enabled()) {
+      TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
+      apply_ddp(model, *mesh, /*broadcast=*/!values_later, r);
+    }
   }
   r.params = model->parameters();
   if (!ac_description.empty()) r.description = r.description.empty() ? ac_description : ac_description + "; " + r.description;
@@ -310,7 +323,7 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
     so.loss_fn = pm.loss_fn;
     so.input_shape = so.output_shape = shape;
     so.dtype = dtype;
-    so.device = part->parameters().front().device();
+    so.device = dist::world().device();  // the compute device (shards may be offloaded to the CPU)
     so.before_weight_backward = pm.set_gradient_sync;
     stages.push_back(std::make_shared<pp::PipelineStage>(so));
     for (const at::Tensor& p : pm.params) r.params.push_back(p);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "titan/models/llama3/init_plan.hpp"
 #include "titan/ops/attention/document_mask.hpp"
 #include "titan/ops/init.hpp"
 #include "titan/parallel/context_parallel/context.hpp"
@@ -127,17 +128,13 @@ at::Tensor TransformerImpl::forward_body(const at::Tensor& input, const at::Tens
 
 void TransformerImpl::init_weights() {
   at::NoGradGuard no_grad;
-  // Tied, the one weight gets the output's init below, as torchtitan 0.3
-  // does (it skips the embedding's init and initialises lm_head).
-  if (tok_embeddings && !args_.tie_word_embeddings) tok_embeddings->weight.normal_(0.0, 1.0);
-  for (const auto& block : blocks()) block->init_weights();
-  if (norm) norm->reset_parameters();
-  if (output) {
-    // Logits start at about unit scale: std dim^-0.5 over dim inputs of unit RMS.
-    const double std = 1.0 / std::sqrt(static_cast<double>(args_.dim));
-    at::Tensor w = output->current_weight();
-    ops::trunc_normal_(w, 0.0, std, -3.0 * std, 3.0 * std);
-  }
+  // torchtitan's recipes in its order (init_plan.hpp); pieces a pipeline
+  // stage dropped draw nothing. Tied, the one weight gets the output's
+  // init, as torchtitan 0.3 does (it skips the embedding's init and
+  // initialises lm_head).
+  auto own = named_parameters();
+  for (const ParamInit& p : init_plan(args_))
+    if (at::Tensor* t = own.find(p.fqn)) ops::init_(*t, p.recipe);
 }
 
 void TransformerImpl::keep_layers(int64_t begin, int64_t end) {

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "titan/models/llama3/init_plan.hpp"
+
 namespace titan::models::llama3 {
 
 TransformerBlockImpl::TransformerBlockImpl(int64_t layer_id_, const ModelArgs& args,
@@ -9,8 +11,7 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t layer_id_, const ModelArgs& a
     : layer_id(layer_id_) {
   // Deeper blocks add more residual terms; shrinking the std of the matrices
   // that write into the residual stream (wo, w2, w3) keeps its variance flat.
-  weight_init_std = args.depth_init ? 0.02 / std::sqrt(2.0 * static_cast<double>(layer_id + 1))
-                                    : 0.02 / std::sqrt(2.0 * static_cast<double>(args.n_layers));
+  weight_init_std = block_weight_init_std(args, layer_id);
   // Registration order fixes named_parameters() order; it follows torchtitan's
   // attribute order (attention, feed_forward, attention_norm, ffn_norm).
   attention = register_module("attention", Attention(args, options));
