@@ -476,7 +476,7 @@ TEST(ConfigErrors, OutOfRangeValues) {
       {{"--training.seq_len", "0"}, "[training] seq_len = 0 is out of range: must be > 0 (command line --training.seq_len)"},
       {{"--training.seq_len", "-5"}, "[training] seq_len = -5 is out of range: must be > 0"},
       {{"--training.batch_size", "0"}, "[training] batch_size = 0 is out of range: must be > 0"},
-      {{"--training.steps", "0"}, "[training] steps = 0 is out of range"},
+      {{"--training.steps", "-1"}, "[training] steps = -1 is out of range"},
       {{"--optimizer.lr", "0"}, "[optimizer] lr = 0.0 is out of range: must be > 0"},
       {{"--optimizer.lr", "-1e-4"}, "[optimizer] lr = -0.0001 is out of range"},
       {{"--optimizer.beta2", "1"}, "[optimizer] beta2 = 1.0 is out of range: must be in [0, 1)"},

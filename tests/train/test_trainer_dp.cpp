@@ -247,7 +247,12 @@ TEST(TrainerContextParallel, CpTimesTpMatchesReference) {
   c.training.tensor_parallel_degree = 2;
   c.training.enable_loss_parallel = true;
   c.training.context_parallel_rotate_method = "alltoall";
-  expect_matches_reference(c, "CP 2 x TP 2 (SP, loss parallel)", tp_model(), 5e-5, true);
+  // Measured 5.44e-5 on layers.1.attention.wo.weight on this 2-core CI
+  // machine (the same before and after sharded init; losses 6.2e-8): after 6
+  // AdamW steps at lr 8e-4 a gradient entry near zero whose sign differs in
+  // rounding moves its weight by up to ~lr, so weights differ more than
+  // losses. 1e-4 bounds that; a wrong layout differs by ~1e-2.
+  expect_matches_reference(c, "CP 2 x TP 2 (SP, loss parallel)", tp_model(), 1e-4, true);
 }
 
 // Block-causal (document) attention under CP: every cp rank shards the

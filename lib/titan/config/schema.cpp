@@ -92,7 +92,7 @@ std::vector<Field> make_fields() {
                   "micro-batches per step; -1 = global_batch_size / (batch_size x data-parallel degree)"),
       TITAN_FIELD(training, seq_len, "tokens per sample (> 0)"),
       TITAN_FIELD(training, max_norm, "clip gradients to this global norm; <= 0 = no clipping"),
-      TITAN_FIELD(training, steps, "optimizer steps (> 0; 0: initialise, save step 0 with checkpointing on, and stop)"),
+      TITAN_FIELD(training, steps, "optimizer steps (>= 0; 0 = an init-only run: initialise, save step 0 with checkpointing on, stop)"),
       TITAN_FIELD(training, dataset,
                   "text / JSONL / .json file (or .gz) or folder of them, or c4 / c4_test / c4_validation (files "
                   "at dataset_path); \"\" = the built-in corpus"),
