@@ -56,6 +56,16 @@ if(TITAN_HAS_CUDA)
 endif()
 message(STATUS "titan: CUDA sources ${TITAN_HAS_CUDA}")
 
-# nccl.h: CUDA toolkit first, then the nvidia-nccl wheel next to torch.
+# nccl.h: the headers of the NCCL that torch links, the nvidia-nccl wheel
+# next to torch (torch's RUNPATH loads nvidia/nccl/lib/libnccl.so.2), and
+# only without the wheel the CUDA toolkit's. ProcessGroupNCCL::Options embeds
+# an ncclConfig_t, so compiling backend_nccl.cpp against another NCCL
+# version's nccl.h (/usr/local/cuda's may differ from the wheel's) changes
+# the struct's layout under torch's feet. The toolkit's include folder is on
+# every CUDA compile line as -isystem (CUDA::cudart); lib/titan puts this one
+# on backend_nccl.cpp's line as -I, which the compiler searches first.
 find_path(TITAN_NCCL_INCLUDE nccl.h
-  HINTS /usr/local/cuda/include "${TITAN_TORCH_DIR}/../nvidia/nccl/include")
+  HINTS "${TITAN_TORCH_DIR}/../nvidia/nccl/include" NO_DEFAULT_PATH)
+if(NOT TITAN_NCCL_INCLUDE)
+  find_path(TITAN_NCCL_INCLUDE nccl.h HINTS /usr/local/cuda/include)
+endif()

@@ -1,92 +1,222 @@
 #!/usr/bin/env bash
-# What a GPU machine runs in one go (a few minutes): build against that
-# machine's own torch (no network there), then run NCCL world-size-1
-# collectives and the CUDA twins of the CPU tests.
+# What a CUDA machine runs in one go, in about 7 minutes at most: the
+# prebuilt bundle (scripts/gpu_bundle.sh makes it on the development machine;
+# nothing is built here), against this machine's own torch, in order of
+# value, every step time-boxed, the rest skipped once the time budget is spent.
 #
-#   bash scripts/gpu_check.sh [OUT_DIR]
+#   bash scripts/gpu_check.sh [OUT_DIR]          (bundle: gpu_bundle/ beside scripts/)
+#   bash gpu_bundle/gpu_check.sh [OUT_DIR]       (the copy inside the bundle)
 #
-# Uses the python3 on PATH that has torch (override with TITAN_PYTHON), so no
-# venv or download is needed.
+# Writes two files to OUT_DIR (default $OUT, else /tmp/titan-gpu-check):
+# gpu_check_summary.txt (one line per step and its key numbers) and
+# gpu_check_full.log (each step's command and the tail of its output). Dump
+# folders and whole logs stay in a temporary folder, printed at the end.
+#
+# Environment: TITAN_BUNDLE (the bundle folder), TITAN_PYTHON (a python whose
+# torch is the one to run against; default: the first python3 on PATH that
+# imports torch), TITAN_GPU_BUDGET_S (seconds after which the remaining steps
+# are skipped; default 400).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT="${1:-${OUT:-/tmp/titan-gpu-check}}"
-mkdir -p "$OUT"
-PY="${TITAN_PYTHON:-python3}"
-VENV_DIR="$(mktemp -d)"
-mkdir -p "$VENV_DIR/bin"
-ln -sf "$(command -v "$PY")" "$VENV_DIR/bin/python3"
-export TITAN_VENV="$VENV_DIR"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-"$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))" | tee -a "$OUT/gpu.txt"
-
-BUILD=build-gpu
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTITAN_WITH_CUDA=ON -DTITAN_BUILD_BENCH=OFF \
-  > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
-cmake --build "$BUILD" -j "$(nproc)" > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
-
+START=$SECONDS
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [ -n "${TITAN_BUNDLE:-}" ]; then BUNDLE="$(cd "$TITAN_BUNDLE" && pwd)"
+elif [ -f "$HERE/MANIFEST" ]; then BUNDLE="$HERE"
+else BUNDLE="$(cd "$HERE/.." && pwd)/gpu_bundle"; fi
+OUT_DIR="${1:-${OUT:-/tmp/titan-gpu-check}}"
+mkdir -p "$OUT_DIR"
+OUT_DIR="$(cd "$OUT_DIR" && pwd)"
+SUMMARY="$OUT_DIR/gpu_check_summary.txt"
+FULL="$OUT_DIR/gpu_check_full.log"
+: >"$SUMMARY"
+: >"$FULL"
+WORK="$(mktemp -d /tmp/titan-gpu.XXXXXX)"
+mkdir -p "$WORK/logs"
+BUDGET="${TITAN_GPU_BUDGET_S:-400}"
 status=0
-# The multi-process tests on the GPU: one GPU, so world size 1 over NCCL.
-cd "$BUILD"
-TITAN_TEST_DEVICE=cuda ctest -R "_np1$" --output-on-failure 2>&1 | tee "$OUT/ctest_cuda_np1.log" || status=1
-# Everything else, as on CPU.
-ctest -E "_np[0-9]+$" --output-on-failure 2>&1 | tee "$OUT/ctest_rest.log" || status=1
-# titan's CUDA flash kernel: against SDPA side by side (bf16, causal, the
-# 8B model's head_dim; goal >= 0.6x SDPA fwd+bwd at 4096), with documents,
-# and the debug model trained with it beside SDPA (docs/attention.md). Its
-# accuracy test (test_flash_cuda) ran in the ctest above.
-"$BUILD/bin/bench_attention_cuda" 2>&1 | tee "$OUT/bench_attention_cuda.log" || status=1
-"$BUILD/bin/bench_attention_cuda" --seqs 4096 --heads 32 --kv-heads 8 2>&1 | tee -a "$OUT/bench_attention_cuda.log" || status=1
-"$BUILD/bin/bench_attention_cuda" --seqs 4096 --doc-len 512 2>&1 | tee -a "$OUT/bench_attention_cuda.log" || status=1
+
+say() { echo "$*" | tee -a "$SUMMARY"; }
+log() { echo "$*" >>"$FULL"; }
+# Stops the whole check: the reason on one line in both files and on stdout.
+fail_setup() {
+  say "gpu_check: FAILED at setup: $*"
+  log "gpu_check: FAILED at setup: $*"
+  echo "gpu_check: logs in $WORK"
+  exit 2
+}
+
+say "gpu_check: bundle $BUNDLE, work folder $WORK, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+[ -f "$BUNDLE/MANIFEST" ] && [ -x "$BUNDLE/bin/titan" ] ||
+  fail_setup "no bundle at $BUNDLE (make it on the build machine with scripts/gpu_bundle.sh and carry gpu_bundle/)"
+sed 's/^/  bundle: /' "$BUNDLE/MANIFEST" | tee -a "$SUMMARY"
+
+# ---------------------------------------------------------------- python, torch
+# The python that has torch, used by path: a venv's python reached through a
+# symbolic link loses its venv (sys.prefix becomes the base), so no links.
+PY=""
+for cand in ${TITAN_PYTHON:-} python3 python /opt/torch/.venv/bin/python3; do
+  p="$(command -v "$cand" 2>/dev/null)" || continue
+  if timeout 60 "$p" -c 'import torch' >/dev/null 2>&1; then PY="$p"; break; fi
+done
+[ -n "$PY" ] || fail_setup "no python with torch found (tried TITAN_PYTHON, python3, python); set TITAN_PYTHON"
+read -r TORCH_DIR TORCH_VERSION TORCH_CUDA PY_PREFIX < <(timeout 60 "$PY" -c \
+  'import torch, os, sys; print(os.path.dirname(torch.__file__), torch.__version__, torch.version.cuda, sys.prefix)')
+[ -n "${TORCH_DIR:-}" ] || fail_setup "$PY could not report torch's folder"
+SITE="$(dirname "$TORCH_DIR")"
+# Anything that asks for the venv (TITAN_VENV: CMake's and the tests' python
+# lookup) gets the real prefix of this python.
+export TITAN_VENV="$PY_PREFIX" TITAN_PYTHON="$PY"
+say "python $PY (prefix $PY_PREFIX): torch $TORCH_VERSION, CUDA $TORCH_CUDA"
+if ! grep -q "torch $TORCH_VERSION " "$BUNDLE/MANIFEST"; then
+  say "WARNING: the bundle was built against $(grep -m1 '^torch' "$BUNDLE/MANIFEST"), this machine has torch $TORCH_VERSION: LibTorch's C++ ABI may differ"
+fi
+
+# ---------------------------------------------------------------- libraries
+# The bundle's lib first, then torch's own libraries and the nvidia-* wheels
+# next to it (CUDA runtime, NVRTC, cuBLAS, cuDNN, NCCL...): what torch loads
+# in Python. The binaries' RUNPATH names the build machine's folders, and
+# LD_LIBRARY_PATH is searched before RUNPATH.
+LIBPATH="$BUNDLE/lib:$TORCH_DIR/lib"
+for d in "$SITE"/nvidia/cu13/lib "$SITE"/nvidia/*/lib "$SITE"/nvidia/*/lib64 "$SITE"/cusparselt/lib; do
+  [ -d "$d" ] && case ":$LIBPATH:" in *":$d:"*) ;; *) LIBPATH="$LIBPATH:$d" ;; esac
+done
+export LD_LIBRARY_PATH="$LIBPATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+log "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+
+# Every bundled binary's libraries must resolve: "not found" (a missing
+# library) or "version ... not found" (an older libstdc++) stop here, loudly,
+# instead of as twenty cryptic step failures. The bundle's compat/ (the build
+# machine's libstdc++) is used only if it cures the latter.
+missing_libs() {
+  for f in "$BUNDLE/lib/libtitan.so" "$BUNDLE"/bin/*; do
+    timeout 30 ldd "$f" 2>&1 | grep "not found" | sed "s|^|$(basename "$f"): |"
+  done | sort -u
+}
+missing="$(missing_libs)"
+if [ -n "$missing" ] && [ -d "$BUNDLE/compat" ]; then
+  export LD_LIBRARY_PATH="$BUNDLE/compat:$LD_LIBRARY_PATH"
+  missing="$(missing_libs)"
+  [ -z "$missing" ] && say "ldd: using the bundle's compat/ libstdc++ (this machine's is older)"
+fi
+if [ -n "$missing" ]; then
+  echo "$missing" | head -20 | tee -a "$SUMMARY" >>"$FULL"
+  fail_setup "ldd: libraries not found for the bundle (above); LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+fi
+say "ldd: every library of $(ls "$BUNDLE/bin" | wc -l) programs and libtitan.so resolves"
+
+# ---------------------------------------------------------------- the GPU
+command -v nvidia-smi >/dev/null 2>&1 || fail_setup "nvidia-smi not found: this machine has no NVIDIA driver (is it the GPU machine?)"
+if ! smi="$(timeout 30 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1)"; then
+  fail_setup "nvidia-smi failed: $(echo "$smi" | head -1)"
+fi
+say "gpu: $smi"
+GPUS="$(timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU')"
+cuda_ok="$(timeout 120 "$PY" -c 'import torch; print(torch.cuda.is_available() and torch.cuda.get_device_name(0))' 2>&1 | tail -1)"
+case "$cuda_ok" in False|""|*Error*) fail_setup "torch sees no CUDA device: $cuda_ok" ;; esac
+say "torch.cuda: $cuda_ok"
+
+export TITAN_SOURCE_DIR="$BUNDLE" TITAN_BIN_DIR="$BUNDLE/bin"
+T="$BUNDLE/bin/titan"
+CFG="$BUNDLE/train_configs/debug_model.toml"
+
+# ---------------------------------------------------------------- steps
+# step NAME SECONDS PATTERN CMD...: runs CMD in $WORK under `timeout`, whole
+# output in $WORK/logs/NAME.log; one PASS/FAIL/TIMEOUT line with its time and
+# the output lines matching PATTERN (at most 12) go to the summary, the
+# command and the last 40 lines to the full log. Skipped once the budget is spent.
+step() {
+  local name="$1" secs="$2" pattern="$3"
+  shift 3
+  local elapsed=$((SECONDS - START))
+  if [ "$elapsed" -ge "$BUDGET" ]; then
+    say "SKIP    $name (time budget of ${BUDGET}s spent)"
+    return 0
+  fi
+  # Never past the budget by more than one step's overrun.
+  [ $((BUDGET - elapsed)) -lt "$secs" ] && secs=$((BUDGET - elapsed > 20 ? BUDGET - elapsed : 20))
+  local logf="$WORK/logs/$name.log" t0=$SECONDS rc
+  (cd "$WORK" && timeout -k 10 "$secs" "$@") >"$logf" 2>&1
+  rc=$?
+  local verdict=PASS
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then verdict=TIMEOUT; status=1
+  elif [ "$rc" -ne 0 ]; then verdict="FAIL($rc)"; status=1; fi
+  say "$(printf '%-7s %s (%ds)' "$verdict" "$name" $((SECONDS - t0)))"
+  if [ -n "$pattern" ]; then grep -E -- "$pattern" "$logf" | head -12 | sed 's/^/    /' | tee -a "$SUMMARY"; fi
+  if [ "$verdict" != PASS ]; then grep -E "FAILED|Failure|rror|what\(\)" "$logf" | head -6 | sed 's/^/    ! /' | tee -a "$SUMMARY"; fi
+  { echo "===== $name: $verdict, rc $rc, $((SECONDS - t0)) s: $*"; tail -40 "$logf"; } >>"$FULL"
+}
+TRAIN=("$T" train --job.config_file "$CFG" --training.device cuda)
+LOSS='tokens/s|loss  |error|Error'
+
+# 1. titan's CUDA flash kernel against math attention (accuracy).
+step flash_cuda 90 'PASSED|FAILED|SKIPPED|tests ran' "$BUNDLE/bin/test_flash_cuda"
+# 2. The debug model trained on the GPU with SDPA and with the flash kernel
+#    (fp32 model: the kernel casts to bf16 and back, docs/attention.md).
 for attn in sdpa flash; do
-  "$BUILD/bin/titan" train --job.config_file train_configs/debug_model.toml --training.device cuda \
-    --model.attn_type $attn --training.steps 20 --metrics.log_freq 5 \
-    --job.dump_folder "$OUT/attn_$attn" 2>&1 | tee "$OUT/attn_$attn.log" | grep -E "tokens/s|loss  " || status=1
+  step "train_$attn" 60 "$LOSS" "${TRAIN[@]}" --model.attn_type "$attn" --training.steps 20 --metrics.log_freq 5 \
+    --job.dump_folder "$WORK/attn_$attn"
 done
-# Float8 on the GPU's tensor cores: a few debug-model steps with and
-# without it, tokens/s side by side (docs/float8.md).
-cd ..
-for f8 in false true; do
-  "$BUILD/bin/titan" train --job.config_file train_configs/debug_model.toml --training.device cuda \
-    --float8.enable_float8_linear=$f8 --training.steps 30 --metrics.log_freq 10 \
-    --job.dump_folder "$OUT/float8_$f8" 2>&1 | tee "$OUT/float8_$f8.log" | grep -E "parallel|tokens/s|loss  " || status=1
+# 3. The flash kernel against SDPA, bf16, causal, head_dim 128 (goal >= 0.6x
+#    SDPA fwd+bwd at 4096), with GQA and with documents.
+B="$BUNDLE/bin/bench_attention_cuda"
+step bench_attention 60 'RESULT|speed|seq' "$B" --seqs 1024,4096 --reps 10
+step bench_attention_gqa 45 'RESULT|speed|seq' "$B" --seqs 4096 --heads 32 --kv-heads 8 --reps 10
+step bench_attention_docs 45 'RESULT|speed|seq' "$B" --seqs 4096 --doc-len 512 --reps 10
+# 4. The multi-process tests as one NCCL rank on the GPU (run directly: the
+#    CTest files of the build machine hold its absolute paths).
+for t in test_collectives test_device_mesh test_dtensor test_grad_clip test_tensor_parallel test_data_parallel \
+         test_activation_checkpoint test_parallel_dims test_pipeline; do
+  [ -x "$BUNDLE/bin/$t" ] || { say "SKIP    $t (not in the bundle)"; continue; }
+  step "${t#test_}_np1_cuda" 60 '^\[  (PASSED|FAILED) |tests ran' env TITAN_TEST_DEVICE=cuda "$BUNDLE/bin/$t" --nproc 1
 done
-# The rowwise recipe on the GPU: at::_scaled_mm with per-row scales (fp32
-# output needs sm_90 and cuBLAS >= 12.9; the CPU emulates it), losses next
-# to the tensorwise run above (docs/float8.md).
-"$BUILD/bin/titan" train --job.config_file train_configs/debug_model.toml --training.device cuda \
-  --float8.enable_float8_linear --float8.recipe_name rowwise --training.steps 30 --metrics.log_freq 10 \
-  --job.dump_folder "$OUT/float8_rowwise" 2>&1 | tee "$OUT/float8_rowwise.log" | grep -E "parallel|tokens/s|loss  " || status=1
-# The float8 FSDP all-gather needs one GPU per rank (NCCL): with two or
-# more, two ranks with and without it; the losses must be equal.
-if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+# 5. Float8 on the tensor cores: tokens/s without, tensorwise, rowwise
+#    (at::_scaled_mm with per-row scales needs sm_90 and cuBLAS >= 12.9).
+F8='parallel|float8|tokens/s|loss  |error|Error'
+step float8_off 45 "$F8" "${TRAIN[@]}" --training.steps 30 --metrics.log_freq 10 --job.dump_folder "$WORK/float8_off"
+step float8_tensorwise 45 "$F8" "${TRAIN[@]}" --float8.enable_float8_linear --training.steps 30 --metrics.log_freq 10 \
+  --job.dump_folder "$WORK/float8_tensorwise"
+step float8_rowwise 45 "$F8" "${TRAIN[@]}" --float8.enable_float8_linear --float8.recipe_name rowwise --training.steps 30 \
+  --metrics.log_freq 10 --job.dump_folder "$WORK/float8_rowwise"
+if [ "${GPUS:-1}" -ge 2 ]; then
+  # The float8 FSDP all-gather needs one GPU per rank: losses must be equal.
   for ag in false true; do
-    "$BUILD/bin/titan" train --nproc 2 --job.config_file train_configs/debug_model.toml --training.device cuda \
-      --float8.enable_float8_linear --float8.enable_fsdp_float8_all_gather=$ag \
+    step "float8_allgather_$ag" 60 'parallel|loss  ' "$T" train --nproc 2 --job.config_file "$CFG" \
+      --training.device cuda --float8.enable_float8_linear --float8.enable_fsdp_float8_all_gather=$ag \
       --float8.precompute_float8_dynamic_scale_for_fsdp=$ag --training.steps 10 --metrics.log_freq 5 \
-      --job.dump_folder "$OUT/float8_ag_$ag" 2>&1 | tee "$OUT/float8_ag_$ag.log" | grep -E "parallel|loss  " || status=1
+      --job.dump_folder "$WORK/float8_ag_$ag"
   done
 fi
-# Checkpoints on the GPU: an async_with_pinned_mem save (page-locked host
-# buffers, device-to-host copies) and the resume from it; profiling: a CUDA
-# Kineto trace and the allocator snapshot for memory_viz (docs/checkpoint.md,
-# docs/profiling.md).
-T="$BUILD/bin/titan train --job.config_file train_configs/debug_model.toml --training.device cuda --metrics.log_freq 5"
-$T --training.steps 10 --checkpoint.enable_checkpoint --checkpoint.interval 5 \
+# 6. An async_with_pinned_mem checkpoint and the resume from it; a CUDA
+#    Kineto trace and the allocator's memory snapshot (docs/checkpoint.md,
+#    docs/profiling.md).
+step checkpoint_async_profile 60 'checkpoint|profil|memory|error|Error' "${TRAIN[@]}" --metrics.log_freq 5 \
+  --training.steps 10 --checkpoint.enable_checkpoint --checkpoint.interval 5 \
   --checkpoint.async_mode async_with_pinned_mem --profiling.enable_profiling --profiling.profile_freq 5 \
-  --profiling.enable_memory_snapshot --job.dump_folder "$OUT/ckpt" 2>&1 | tee "$OUT/ckpt.log" | grep -E "checkpoint|profiling|memory" || status=1
-$T --training.steps 12 --checkpoint.enable_checkpoint --checkpoint.interval 5 \
-  --job.dump_folder "$OUT/ckpt" 2>&1 | tee "$OUT/ckpt_resume.log" | grep -E "resumed|training done" || status=1
-ls -la "$OUT/ckpt/profile_trace/iteration_5" "$OUT/ckpt/memory_snapshot/iteration_5" 2>&1 | tee -a "$OUT/ckpt.log"
-# titan estimate against CUDA's allocator (docs/estimate.md): the memory
-# timeline's peak (CUDA "allocated" counters) beside the estimate, for a
-# wider model than the debug one so that activations dominate.
+  --profiling.enable_memory_snapshot --job.dump_folder "$WORK/ckpt"
+step checkpoint_resume 45 'resum|training done|loss  |error|Error' "${TRAIN[@]}" --metrics.log_freq 5 --training.steps 12 \
+  --checkpoint.enable_checkpoint --checkpoint.interval 5 --job.dump_folder "$WORK/ckpt"
+step profile_files 10 'trace|snapshot|timeline' \
+  bash -c "ls -la '$WORK/ckpt/profile_trace/iteration_5' '$WORK/ckpt/memory_snapshot/iteration_5'"
+# 7. titan estimate against CUDA's allocator: the memory timeline's peak
+#    beside the estimate, for batch 8 x 1024 so that activations dominate.
+cat >"$WORK/estimate_vs_cuda.sh" <<EOF_ESTIMATE
+# estimate_vs_cuda.sh AC TIMELINE_JSON TITAN_ARGS...: the estimate's total
+# beside the measured peak of a run's CUDA memory timeline.
+ac="\$1" timeline="\$2"
+shift 2
+est="\$("$T" estimate "\$@" | grep "Total estimated")" || { echo "titan estimate printed no total"; exit 1; }
+"$PY" - "\$timeline" "\$ac" "\$est" <<'EOF_PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+print("estimate vs CUDA, AC", sys.argv[2] + ": measured peak", max(x["peak_in_phase"] for x in m), "bytes;", sys.argv[3])
+EOF_PY
+EOF_ESTIMATE
 for ac in none full; do
-  E="--job.config_file train_configs/debug_model.toml --training.batch_size 8 --training.seq_len 1024 --activation_checkpoint.mode $ac"
-  "$BUILD/bin/titan" train $E --training.device cuda --training.steps 2 --profiling.enable_memory_snapshot \
-    --profiling.profile_freq 2 --job.dump_folder "$OUT/estimate_$ac" > "$OUT/estimate_$ac.log" 2>&1 || status=1
-  est=$("$BUILD/bin/titan" estimate $E | grep "Total estimated")
-  python3 -c "import json,sys; m=json.load(open(sys.argv[1])); print('estimate vs CUDA, AC $ac: measured peak', max(x['peak_in_phase'] for x in m), 'bytes;', sys.argv[2])" \
-    "$OUT/estimate_$ac/memory_snapshot/iteration_2/rank0_memory_timeline.json" "$est" | tee -a "$OUT/estimate.log" || status=1
+  E=(--job.config_file "$CFG" --training.batch_size 8 --training.seq_len 1024 --activation_checkpoint.mode "$ac")
+  step "estimate_run_ac_$ac" 60 'error|Error' "$T" train "${E[@]}" --training.device cuda --training.steps 2 \
+    --profiling.enable_memory_snapshot --profiling.profile_freq 2 --job.dump_folder "$WORK/estimate_$ac"
+  step "estimate_vs_cuda_ac_$ac" 30 'estimate vs CUDA' bash "$WORK/estimate_vs_cuda.sh" "$ac" \
+    "$WORK/estimate_$ac/memory_snapshot/iteration_2/rank0_memory_timeline.json" "${E[@]}"
 done
-echo "gpu_check: status $status"
+
+say "gpu_check: status $status after $((SECONDS - START)) s (whole logs and dumps: $WORK)"
 exit $status

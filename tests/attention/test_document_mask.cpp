@@ -152,3 +152,31 @@ TEST(DocumentMask, ModelEqualsEachDocumentAlone) {
     EXPECT_THROW(packed->forward(tokens), titan::Error) << "block_causal without doc_start must refuse";
   }
 }
+
+// Issue 27: a batch's doc_start is checked (on a GPU: copied to the host)
+// once, not in every layer's forward and backward. The same unchanged
+// tensor hits the cache; an in-place change (its version moves) or another
+// tensor is checked again, and bad bounds still throw every time.
+TEST(DocumentMask, StartsAreCheckedOncePerTensor) {
+  const attn_test::Inputs in = attn_test::make_inputs(1, 2, 2, 8, 16, 3);
+  at::Tensor ok = at::tensor(std::vector<int64_t>{0, 0, 2, 2, 2, 5, 5, 5}, at::kLong).view({1, 8});
+  const int64_t before = row_bound_checks_run();
+  for (int layer = 0; layer < 4; ++layer) flash_attention_forward(in.q, in.k, in.v, true, std::nullopt, {}, ok);
+  EXPECT_EQ(row_bound_checks_run() - before, 1) << "four layers, one check";
+  // Changed in place: checked again, and the bad value is caught.
+  ok[0][4] = 1;
+  EXPECT_THROW(flash_attention_forward(in.q, in.k, in.v, true, std::nullopt, {}, ok), titan::Error);
+  EXPECT_THROW(flash_attention_forward(in.q, in.k, in.v, true, std::nullopt, {}, ok), titan::Error)
+      << "a failed check is not cached";
+  ok[0][4] = 2;
+  flash_attention_forward(in.q, in.k, in.v, true, std::nullopt, {}, ok);
+  const at::Tensor copy = ok.clone();  // equal values, another tensor: checked on its own
+  const int64_t mid = row_bound_checks_run();
+  flash_attention_forward(in.q, in.k, in.v, true, std::nullopt, {}, copy);
+  EXPECT_EQ(row_bound_checks_run() - mid, 1);
+  // The same tensor under another rule (key bounds) is another check.
+  checked_key_begin(ok, /*causal=*/true, 1, 8, 8, "test");
+  EXPECT_EQ(row_bound_checks_run() - mid, 2);
+  checked_key_begin(ok, /*causal=*/true, 1, 8, 8, "test");
+  EXPECT_EQ(row_bound_checks_run() - mid, 2);
+}

@@ -55,6 +55,24 @@ TEST(PeakFlops, Fp32UsesTf32OrCudaCorePeaks) {
             "fp32 (no tensor cores)");
 }
 
+// Issue 27: the trainer looked the peak up for fp32 whatever the run, so a
+// bf16 FSDP run on an H200 was measured against 67 TFLOP/s, not 989.
+TEST(PeakFlops, ComputeDtypeIsTheFsdpParamDtypeElseFp32) {
+  EXPECT_EQ(compute_dtype_for_peak(true, "bfloat16"), at::kBFloat16);
+  EXPECT_EQ(compute_dtype_for_peak(true, "float16"), at::kHalf);
+  EXPECT_EQ(compute_dtype_for_peak(true, "float32"), at::kFloat);
+  // Without FSDP the model trains in fp32 whatever mixed_precision_param says.
+  EXPECT_EQ(compute_dtype_for_peak(false, "bfloat16"), at::kFloat);
+  EXPECT_EQ(compute_dtype_for_peak(false, "float32"), at::kFloat);
+  // The lookup the trainer makes with it: bf16 FSDP gets the tensor-core peak.
+  const PeakFlops bf16 = peak_flops_for_device("NVIDIA H200", compute_dtype_for_peak(true, "bfloat16"));
+  EXPECT_DOUBLE_EQ(bf16.flops, 989e12);
+  EXPECT_EQ(bf16.precision, "bf16 dense tensor core");
+  const PeakFlops fp32 = peak_flops_for_device("NVIDIA H200", compute_dtype_for_peak(false, "bfloat16"));
+  EXPECT_DOUBLE_EQ(fp32.flops, 67e12);
+  EXPECT_NEAR(bf16.flops / fp32.flops, 14.76, 0.01);  // the "~15x" of the issue
+}
+
 TEST(PeakFlops, UnknownDeviceFallsBackToA100WithWarning) {
   PeakFlops p = peak_flops_for_device("NVIDIA GeForce GTX 1080", at::kBFloat16);
   EXPECT_FALSE(p.known);

@@ -144,3 +144,39 @@ TEST(GradClipSharded, WithoutTheGroupEachRankSeesOnlyItsShard) {
   g.all_reduce(partial);
   EXPECT_NEAR(std::sqrt(partial.item<double>()), global, 1e-9 * global);
 }
+
+// Issue 27: the trainer's step clips on the device (total_grad_norm_tensor,
+// scale_grads by a tensor) so that the norm reaches the host only in the
+// step's one copy. Same norm and same clipped gradients, bit for bit, as
+// the host path, sharded or not, below and above the limit, and NaN/inf
+// norms leave the gradients alone.
+TEST(GradClipSharded, DeviceNormAndScalingAreTheHostPathsBitForBit) {
+  const auto& g = *world().group();
+  for (double grad_scale : {3.0, 1e-3}) {  // clipped, and below the limit (coef >= 1)
+    for (double norm_type : {2.0, kInfNorm}) {
+      auto full = make_params(11, grad_scale);
+      auto host = shard(full, g.rank(), g.size());
+      auto dev = clone_with_grads(host);
+      const double want = titan::optim::total_grad_norm(host, norm_type, {&g});
+      const at::Tensor got = titan::optim::total_grad_norm_tensor(dev, norm_type, {&g});
+      ASSERT_EQ(got.dim(), 0);
+      EXPECT_EQ(got.scalar_type(), at::kDouble);
+      EXPECT_EQ(got.item<double>(), want) << "p=" << norm_type << " scale " << grad_scale;
+      titan::optim::scale_grads(host, 1.0, want);
+      titan::optim::scale_grads(dev, 1.0, got);
+      for (size_t i = 0; i < host.size(); ++i)
+        EXPECT_TRUE(torch::equal(dev[i].grad(), host[i].grad())) << i << " scale " << grad_scale;
+    }
+  }
+}
+
+TEST(GradClip, DeviceScalingLeavesGradsAloneForNonFiniteNorms) {
+  for (double bad : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    auto ps = make_params(12, 1.0);
+    auto before = clone_with_grads(ps);
+    titan::optim::scale_grads(ps, 1.0, at::scalar_tensor(bad, at::kDouble));
+    for (size_t i = 0; i < ps.size(); ++i) EXPECT_TRUE(torch::equal(ps[i].grad(), before[i].grad())) << i;
+  }
+  EXPECT_THROW(titan::optim::scale_grads(make_params(12, 1.0), 0.0, at::scalar_tensor(1.0, at::kDouble)),
+               titan::Error);
+}

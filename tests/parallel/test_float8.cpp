@@ -234,3 +234,23 @@ TEST(Float8Rowwise, RecipeNamesAndCombinationsAreChecked) {
 
 }  // namespace rowwise
 }  // namespace
+
+// Issue 27: on CUDA, _scaled_mm needs grad_W's K, the token count, to be a
+// multiple of 16; the float8 Linear says so in one line naming a batch x seq
+// that fits, instead of failing inside cuBLAS in backward. (The check runs on
+// CUDA only; its message is pure arithmetic, tested here.)
+TEST(Float8, TokenCountNotAMultipleOf16IsOneLineNamingAFit) {
+  using titan::float8::float8_token_count_error;
+  EXPECT_EQ(float8_token_count_error({2, 2048, 256}), "");
+  EXPECT_EQ(float8_token_count_error({16, 256}), "");
+  EXPECT_EQ(float8_token_count_error({1, 16, 64}), "");
+  const std::string e = float8_token_count_error({2, 100, 256});
+  EXPECT_NE(e.find("multiple of 16"), std::string::npos) << e;
+  EXPECT_NE(e.find("[2, 100, 256] has 200 tokens"), std::string::npos) << e;
+  // 2 x 104 = 208 = 13 x 16; 4 x 100 = 400 = 25 x 16.
+  EXPECT_NE(e.find("batch x seq that fit: 2 x 104 or 4 x 100"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  const std::string odd = float8_token_count_error({3, 7, 32});  // 3 x 16 = 48; 16 x 7 = 112
+  EXPECT_NE(odd.find("3 x 16 or 16 x 7"), std::string::npos) << odd;
+  EXPECT_NE(float8_token_count_error({7, 32}).find("has 7 tokens"), std::string::npos);
+}

@@ -14,6 +14,7 @@
 #include "../train/train_test_util.hpp"
 #include "support/run_command.hpp"
 #include "titan/data/files.hpp"
+#include "titan/profiling/memory_snapshot.hpp"
 #include "titan/profiling/trace_profiler.hpp"
 #include "titan/profiling/trace_reader.hpp"
 #include "titan/train/trainer.hpp"
@@ -84,6 +85,18 @@ TEST(ProfilingTrainer, TraceHoldsTheStepsRangesNested) {
   EXPECT_GE(mm_in_forward, 2 * 7) << "two blocks of 7 projections";
   std::printf("trace %s: %zu events; step %.0f us, forward %.0f us, %d matmuls in forward\n", path.c_str(),
               events.size(), step->dur, fwd.dur, mm_in_forward);
+}
+
+// Issue 27: CUDA's allocator history records no C++ stacks unless asked
+// (unwinding per allocation and symbolising at the snapshot cost minutes).
+TEST(MemorySnapshot, CudaHistoryStacksAreCheapByDefault) {
+  using titan::profiling::detail::cuda_history_stacks;
+  EXPECT_EQ(cuda_history_stacks(nullptr), "python");
+  EXPECT_EQ(cuda_history_stacks(""), "python");
+  EXPECT_EQ(cuda_history_stacks("0"), "python");
+  EXPECT_EQ(cuda_history_stacks("1"), "all");
+  EXPECT_EQ(cuda_history_stacks("true"), "all");
+  EXPECT_EQ(cuda_history_stacks("yes"), "all");
 }
 
 TEST(MemorySnapshot, TimelineAccountsForTheTrainersTensors) {

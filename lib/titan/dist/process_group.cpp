@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>
 
+#include "titan/dist/work_wait.hpp"
 #include "titan/profiling/range.hpp"
 #include "titan/util/error.hpp"
 
@@ -106,6 +107,11 @@ std::string FailureBoard::describe(const c10::intrusive_ptr<c10d::Store>& store,
 
 // ----------------------------------------------------------------- PendingWork
 
+std::chrono::milliseconds work_wait_timeout(const std::string& backend_name, std::chrono::milliseconds group_timeout) {
+  if (backend_name == "nccl") return ::kNoTimeout;  // Work.hpp declares it at global scope
+  return group_timeout;
+}
+
 PendingWork::PendingWork(const ProcessGroup* group, CommRecord record,
                          c10::intrusive_ptr<c10d::Work> work, std::function<void()> on_done)
     : group_(group), record_(std::move(record)), work_(std::move(work)), on_done_(std::move(on_done)) {}
@@ -113,7 +119,10 @@ PendingWork::PendingWork(const ProcessGroup* group, CommRecord record,
 void PendingWork::wait() {
   if (done_) return;
   try {
-    work_->wait(group_->timeout());
+    // NCCL: the current stream waits, the host does not (work_wait_timeout
+    // says why); the CommRecord's end then marks when the wait was queued,
+    // not when the transfer finished. Gloo: blocks, bounded by the timeout.
+    work_->wait(work_wait_timeout(group_->backend()->getBackendName(), group_->timeout()));
   } catch (const std::exception& e) {
     done_ = true;
     group_->fail(comm_op_name(record_.op), e.what(),

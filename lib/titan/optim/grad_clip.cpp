@@ -2,7 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "titan/dist/process_group.hpp"
 #include "titan/dist/world.hpp"
@@ -59,15 +61,36 @@ at::Tensor grad_norm_partial(const std::vector<at::Tensor>& params, double norm_
   return stacked.pow(norm_type).sum();
 }
 
-double total_grad_norm(const std::vector<at::Tensor>& params, double norm_type,
-                       const std::vector<const dist::ProcessGroup*>& groups) {
+namespace {
+
+// grad_norm_partial all-reduced over `groups`: the whole gradient's partial,
+// still on the device.
+at::Tensor reduced_partial(const std::vector<at::Tensor>& params, double norm_type,
+                           const std::vector<const dist::ProcessGroup*>& groups) {
   at::Tensor partial = grad_norm_partial(params, norm_type);
   const bool inf = norm_type == kInfNorm;
   for (const dist::ProcessGroup* g : groups) {
     if (g == nullptr || g->size() == 1) continue;
     g->all_reduce(partial, inf ? dist::ReduceOp::Max : dist::ReduceOp::Sum);
   }
-  const double v = partial.item<double>();
+  return partial;
+}
+
+}  // namespace
+
+at::Tensor total_grad_norm_tensor(const std::vector<at::Tensor>& params, double norm_type,
+                                  const std::vector<const dist::ProcessGroup*>& groups) {
+  at::Tensor partial = reduced_partial(params, norm_type, groups);
+  if (norm_type == kInfNorm) return partial;
+  // sqrt is correctly rounded on host and device alike, so this is bit for
+  // bit total_grad_norm's std::sqrt; other p go through pow.
+  return norm_type == 2.0 ? partial.sqrt() : partial.pow(1.0 / norm_type);
+}
+
+double total_grad_norm(const std::vector<at::Tensor>& params, double norm_type,
+                       const std::vector<const dist::ProcessGroup*>& groups) {
+  const bool inf = norm_type == kInfNorm;
+  const double v = reduced_partial(params, norm_type, groups).item<double>();
   if (inf) return v;
   return norm_type == 2.0 ? std::sqrt(v) : std::pow(v, 1.0 / norm_type);
 }
@@ -81,6 +104,33 @@ void scale_grads(const std::vector<at::Tensor>& params, double max_norm, double 
   if (coef >= 1.0f) return;  // multiplying by 1 would change nothing
   std::vector<at::Tensor> grads = grads_of(params);
   if (!grads.empty()) at::_foreach_mul_(grads, at::Scalar(static_cast<double>(coef)));
+}
+
+void scale_grads(const std::vector<at::Tensor>& params, double max_norm, const at::Tensor& total_norm) {
+  TITAN_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
+  std::vector<at::Tensor> grads = grads_of(params);
+  if (grads.empty()) return;
+  // The host rule, in the same float32 arithmetic, on the device: coef =
+  // float(max_norm) / (float(norm) + 1e-6f), 1 where it would be >= 1
+  // (multiplying by exactly 1 changes no value, so gradients below the
+  // limit stay bit-identical) or where the norm is NaN/inf (left untouched,
+  // as the double overload does).
+  const at::Tensor norm32 = total_norm.to(at::kFloat);
+  const at::Tensor limit = at::full({}, static_cast<float>(max_norm), norm32.options());
+  at::Tensor coef = (limit / (norm32 + 1e-6f)).clamp_max(1.0f);
+  coef = at::where(at::isfinite(total_norm), coef, at::ones_like(coef));
+  // One _foreach_mul_ per device the gradients are on (CPU offload keeps
+  // them on the host while the norm may be on a GPU).
+  std::vector<std::pair<c10::Device, std::vector<at::Tensor>>> by_device;
+  for (const at::Tensor& g : grads) {
+    auto it = std::find_if(by_device.begin(), by_device.end(), [&](const auto& d) { return d.first == g.device(); });
+    if (it == by_device.end()) by_device.push_back({g.device(), {g}});
+    else it->second.push_back(g);
+  }
+  // As torch's clip_grads_with_norm_: _foreach_mul_ by the 0-dim
+  // coefficient on the gradients' device, so nothing comes to the host.
+  // (fp32 gradients, titan's, get exactly the host rule's product.)
+  for (auto& [device, list] : by_device) at::_foreach_mul_(list, coef.to(device));
 }
 
 double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm, double norm_type,

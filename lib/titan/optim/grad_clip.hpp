@@ -37,6 +37,17 @@ at::Tensor grad_norm_partial(const std::vector<at::Tensor>& params, double norm_
 double total_grad_norm(const std::vector<at::Tensor>& params, double norm_type,
                        const std::vector<const dist::ProcessGroup*>& groups);
 
+/// @brief total_grad_norm as a float64 0-dim tensor left where the
+/// gradients are: no host-device sync (the trainer brings it to the host
+/// together with the loss, in the step's one copy). Same value, bit for bit,
+/// for norm_type 2 and inf.
+at::Tensor total_grad_norm_tensor(const std::vector<at::Tensor>& params, double norm_type,
+                                  const std::vector<const dist::ProcessGroup*>& groups);
+/// @brief scale_grads with the norm as a 0-dim tensor (total_grad_norm_tensor):
+/// the coefficient is computed and applied on the device, in the same
+/// float32 arithmetic, so the gradients come out as the double overload's
+/// (bit for bit for fp32 gradients); NaN/inf norms leave them untouched.
+void scale_grads(const std::vector<at::Tensor>& params, double max_norm, const at::Tensor& total_norm);
 /// @brief Scales every gradient by min(1, max_norm / (total_norm + 1e-6)),
 /// torch.nn.utils.clip_grads_with_norm_'s rule. Does nothing when
 /// total_norm is NaN or inf (the trainer decides whether to skip the step or

@@ -5,6 +5,7 @@
 #include <torch/optim/optimizer.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 
 #include "titan/data/files.hpp"
@@ -49,13 +50,23 @@ void write_text(const std::string& path, const std::string& text) {
 
 }  // namespace
 
+namespace detail {
+
+std::string cuda_history_stacks(const char* cpp_stacks_env) {
+  const std::string v = cpp_stacks_env ? cpp_stacks_env : "";
+  return v == "1" || v == "true" || v == "yes" ? "all" : "python";
+}
+
+}  // namespace detail
+
 MemoryRecorder::MemoryRecorder(int64_t freq, std::string folder, int rank, c10::Device device,
                                std::function<void(const std::string&)> log)
     : freq_(freq), folder_(std::move(folder)), rank_(rank), device_(device), log_(std::move(log)) {
   TITAN_CHECK(freq_ > 0, "[profiling] profile_freq must be > 0");
   if (device_.is_cpu()) metrics::track_cpu_tensor_memory();
 #ifdef TITAN_HAS_CUDA
-  if (device_.is_cuda()) detail::cuda_start_memory_history();
+  if (device_.is_cuda())
+    detail::cuda_start_memory_history(detail::cuda_history_stacks(std::getenv("TITAN_MEMORY_SNAPSHOT_CPP_STACKS")));
 #endif
 }
 

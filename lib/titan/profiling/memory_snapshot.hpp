@@ -95,9 +95,22 @@ std::string render_memory_svg(const std::vector<MemoryMark>& marks, const std::s
 nlohmann::json memory_marks_json(const std::vector<MemoryMark>& marks);
 
 namespace detail {
+/// @brief The `stacks` the CUDA allocator's history records with, from the
+/// value of TITAN_MEMORY_SNAPSHOT_CPP_STACKS (null when unset).
+///
+/// "python" by default: in titan's process there is no Python interpreter,
+/// so that records no frames at all, only each event's action, size,
+/// address, stream and time, which is what the timeline and memory_viz's
+/// allocation view need. "all" (the variable set to 1, true or yes) also
+/// unwinds the C++ stack at every allocation and free; the unwinding slows
+/// every step, and symbolising tens of thousands of stacks when the
+/// snapshot is taken can take minutes, which a short GPU session cannot
+/// spare.
+std::string cuda_history_stacks(const char* cpp_stacks_env);
 #ifdef TITAN_HAS_CUDA
-/// Starts the caching allocator's history (memory_snapshot_cuda.cpp).
-void cuda_start_memory_history();
+/// Starts the caching allocator's history (memory_snapshot_cuda.cpp) with
+/// `stacks` ("python" or "all": cuda_history_stacks).
+void cuda_start_memory_history(const std::string& stacks);
 /// The history as memory_viz's pickle.
 std::string cuda_memory_snapshot_pickle();
 #endif

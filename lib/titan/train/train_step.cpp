@@ -101,11 +101,14 @@ AccumulationResult accumulate_pipeline_gradients(pp::PipelineSchedule& schedule,
   return r;
 }
 
-double clip_gradients(const std::vector<at::Tensor>& params, double max_norm,
-                      const std::vector<const dist::ProcessGroup*>& shard_groups,
-                      const std::vector<at::Tensor>& norm_params) {
+at::Tensor clip_gradients(const std::vector<at::Tensor>& params, double max_norm,
+                          const std::vector<const dist::ProcessGroup*>& shard_groups,
+                          const std::vector<at::Tensor>& norm_params) {
   TITAN_PROFILE_RANGE("titan::clip_grad_norm");
-  const double norm = optim::total_grad_norm(norm_params.empty() ? params : norm_params, 2.0, shard_groups);
+  // On the device throughout: the norm, its all-reduce and the scaling
+  // queue behind backward without the host waiting for them.
+  const at::Tensor norm =
+      optim::total_grad_norm_tensor(norm_params.empty() ? params : norm_params, 2.0, shard_groups);
   // max_norm <= 0: no clipping, but the log still reports the norm.
   if (max_norm > 0) optim::scale_grads(params, max_norm, norm);
   return norm;

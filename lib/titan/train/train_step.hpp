@@ -77,14 +77,16 @@ AccumulationResult accumulate_pipeline_gradients(pp::PipelineSchedule& schedule,
 
 /// @brief Clips the gradients of `params` to global norm `max_norm` (no
 /// clipping when max_norm <= 0; the norm is still computed for the log) and
-/// returns the norm before clipping (NaN/inf as is, gradients untouched).
+/// returns the norm before clipping (NaN/inf as is, gradients untouched) as
+/// a float64 0-dim tensor on the gradients' device: computing and applying
+/// it syncs nothing with the host, which reads it with the step's loss.
 /// With `shard_groups`, each rank holds shards of the gradients over those
 /// groups (FSDP, TP) and the norm is that of the whole gradient; then
 /// `norm_params` (when not empty) are the ones this rank counts in it, so
 /// that a parameter replicated over a group counts once, while all of
 /// `params` are scaled.
-double clip_gradients(const std::vector<at::Tensor>& params, double max_norm,
-                      const std::vector<const dist::ProcessGroup*>& shard_groups = {},
-                      const std::vector<at::Tensor>& norm_params = {});
+at::Tensor clip_gradients(const std::vector<at::Tensor>& params, double max_norm,
+                          const std::vector<const dist::ProcessGroup*>& shard_groups = {},
+                          const std::vector<at::Tensor>& norm_params = {});
 
 }  // namespace titan::train

@@ -225,7 +225,11 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
     peak_flops_ = *options_.peak_flops;
     peak_source_ = "given";
   } else if (device_.is_cuda()) {
-    metrics::PeakFlops p = metrics::peak_flops_for_device(metrics::device_name(device_), at::kFloat,
+    // The peak of the dtype the matmuls run in (bf16 under FSDP's mixed
+    // precision), not always fp32's: that made bf16 MFU ~15x too high.
+    const at::ScalarType compute =
+        metrics::compute_dtype_for_peak(dims_.fsdp_enabled(), cfg_.training.mixed_precision_param);
+    metrics::PeakFlops p = metrics::peak_flops_for_device(metrics::device_name(device_), compute,
                                                           at::globalContext().allowTF32CuBLAS());
     peak_flops_ = p.flops;
     peak_source_ = p.matched + " " + p.precision;
@@ -483,27 +487,36 @@ StepResult Trainer::train_step() {
   // Job-wide numbers: every data-parallel rank saw its own batch, so the
   // loss is their mean and the tokens their sum. All ranks get the same
   // values, so a NaN stops every rank at the same step.
-  at::Tensor loss_and_tokens = at::stack({acc.loss.to(at::kDouble), at::scalar_tensor(static_cast<double>(acc.tokens),
-                                                                                      acc.loss.options().dtype(at::kDouble))});
-  if (loss_group_) loss_group_->all_reduce(loss_and_tokens);
-  const at::Tensor host = loss_and_tokens.cpu();  // the step's one host-device sync
-  const double ranks = loss_group_ ? static_cast<double>(loss_group_->size()) : 1.0;
-  r.loss = host[0].item<double>() / ranks;
-  // torchtitan's global_max_loss: the worst data-parallel rank's loss.
-  r.max_loss = host[0].item<double>();
+  //
+  // One host-device sync per step: the loss's two all-reduces (a SUM of
+  // [loss, tokens] and torchtitan's global_max_loss, a MAX of [loss]: two
+  // reduce ops, so two collectives, which on NCCL do not block the host) and
+  // the clipped gradient norm all stay on the device, and their four values
+  // come to the host in one copy. That copy still comes before the optimizer
+  // step, so a NaN loss or norm stops the run before it reaches the weights
+  // (what was trained, and checkpointed, up to the previous step stays
+  // usable). It was three syncs: the loss, the max loss, the norm.
+  const auto f64 = acc.loss.options().dtype(at::kDouble);
+  at::Tensor loss_and_tokens =
+      at::stack({acc.loss.to(at::kDouble), at::scalar_tensor(static_cast<double>(acc.tokens), f64)});
+  at::Tensor max_loss = acc.loss.to(at::kDouble).reshape({1}).clone();
   if (loss_group_) {
-    at::Tensor max = acc.loss.to(at::kDouble).reshape({1}).clone();
-    loss_group_->all_reduce(max, dist::ReduceOp::Max);
-    r.max_loss = max.cpu().item<double>();
+    loss_group_->all_reduce(loss_and_tokens);
+    loss_group_->all_reduce(max_loss, dist::ReduceOp::Max);
   }
-  r.tokens = static_cast<int64_t>(host[1].item<double>());
+  const at::Tensor norm = clip_gradients(params_, cfg_.training.max_norm, parallelized_.grad_shard_groups,
+                                         parallelized_.grad_norm_params);
+  const at::Tensor host =
+      at::cat({loss_and_tokens, max_loss, norm.to(loss_and_tokens.device(), at::kDouble).reshape({1})}).cpu();
+  const double* h = host.data_ptr<double>();
+  const double ranks = loss_group_ ? static_cast<double>(loss_group_->size()) : 1.0;
+  r.loss = h[0] / ranks;
+  r.max_loss = h[2];  // without a loss group: this rank's loss, h[0]
+  r.tokens = static_cast<int64_t>(h[1]);
   r.data_seconds = acc.data_seconds;
-  // Stop before the optimizer turns the weights into NaN: what was trained
-  // (and, later, checkpointed) up to the previous step stays usable.
   TITAN_CHECK(std::isfinite(r.loss), "step ", r.step, ": loss is ", nonfinite_name(r.loss),
               "; stopping (lower [optimizer] lr or [training] max_norm, or check the data)");
-  r.grad_norm = clip_gradients(params_, cfg_.training.max_norm, parallelized_.grad_shard_groups,
-                               parallelized_.grad_norm_params);
+  r.grad_norm = h[3];
   TITAN_CHECK(std::isfinite(r.grad_norm), "step ", r.step, ": gradient norm is ", nonfinite_name(r.grad_norm),
               " (loss ", r.loss, "); stopping (lower [optimizer] lr or [training] max_norm)");
   if (memory_) memory_->mark(r.step, "clip", params_, optimizer_.get());

@@ -2,7 +2,11 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
+#include <deque>
 #include <limits>
+#include <mutex>
+#include <string>
 
 #include "titan/util/error.hpp"
 
@@ -70,25 +74,79 @@ at::Tensor checked_rows(const at::Tensor& t, const char* name, int64_t batch, in
   return d;
 }
 
+// The row bounds already checked, so that the same tensor is checked (and,
+// on a GPU, copied to the host: a device-to-host sync) once per batch, not
+// in every layer's forward and again in its backward. A hit needs the very
+// tensor (the entry holds a reference, so its TensorImpl and storage cannot
+// be freed and reused by another tensor meanwhile), unchanged since (its
+// version counter) and checked against the same rule and sizes. Backward
+// runs on autograd's threads, hence the mutex.
+struct CheckedEntry {
+  at::Tensor source;   // the tensor that was checked (held)
+  int64_t version = 0;
+  std::string key;     // rule and sizes
+  at::Tensor checked;  // its contiguous CPU copy, what the callers use
+};
+std::mutex& cache_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::deque<CheckedEntry>& cache() {
+  static std::deque<CheckedEntry> entries;
+  return entries;
+}
+std::atomic<int64_t> g_checks_run{0};
+// Enough for a batch's doc_start and a ring plan's per-block key bounds
+// (cp x chunks per rank blocks), which every layer visits in turn: fewer
+// entries than that and the round-robin would evict each before its reuse.
+constexpr size_t kCacheEntries = 64;
+
+template <typename Check>
+at::Tensor checked_once(const at::Tensor& t, const std::string& key, const Check& check) {
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    for (const CheckedEntry& e : cache())
+      if (e.source.unsafeGetTensorImpl() == t.unsafeGetTensorImpl() && e.version == t._version() && e.key == key)
+        return e.checked;
+  }
+  at::Tensor checked = check();  // throws for bad bounds: nothing is cached then
+  g_checks_run.fetch_add(1);
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  cache().push_back({t, t._version(), key, checked});
+  if (cache().size() > kCacheEntries) cache().pop_front();
+  return checked;
+}
+
+std::string cache_key(const char* kind, bool causal, int64_t batch, int64_t rows, int64_t keys) {
+  return std::string(kind) + (causal ? " causal " : " ") + std::to_string(batch) + "x" + std::to_string(rows) +
+         " keys " + std::to_string(keys);
+}
+
 }  // namespace
 
 at::Tensor checked_document_starts(const at::Tensor& doc_start, bool causal, int64_t batch, int64_t seq,
                                    const char* who) {
   if (!doc_start.defined()) return doc_start;
   TITAN_CHECK(causal, who, ": document masking (doc_start) is block-causal; it needs causal = true");
-  return checked_rows(doc_start, "doc_start", batch, seq, at::arange(seq, at::kLong), who,
-                      "0 <= doc_start[i] <= i and never decrease along a sequence (contiguous documents; see "
-                      "ops::document_starts)");
+  return checked_once(doc_start, cache_key("doc_start", causal, batch, seq, seq), [&] {
+    return checked_rows(doc_start, "doc_start", batch, seq, at::arange(seq, at::kLong), who,
+                        "0 <= doc_start[i] <= i and never decrease along a sequence (contiguous documents; see "
+                        "ops::document_starts)");
+  });
 }
 
 at::Tensor checked_key_begin(const at::Tensor& key_begin, bool causal, int64_t batch, int64_t sq, int64_t keys,
                              const char* who) {
   if (!key_begin.defined()) return key_begin;
-  const at::Tensor limit = causal ? at::arange(sq, at::kLong).clamp_max(keys) : at::full({sq}, keys, at::kLong);
-  return checked_rows(key_begin, "key_begin", batch, sq, limit, who,
-                      causal ? "0 <= key_begin[i] <= min(i, keys) and never decrease along a row "
-                               "(see ops::document_key_begin)"
-                             : "0 <= key_begin[i] <= keys and never decrease along a row (see ops::document_key_begin)");
+  return checked_once(key_begin, cache_key("key_begin", causal, batch, sq, keys), [&] {
+    const at::Tensor limit = causal ? at::arange(sq, at::kLong).clamp_max(keys) : at::full({sq}, keys, at::kLong);
+    return checked_rows(
+        key_begin, "key_begin", batch, sq, limit, who,
+        causal ? "0 <= key_begin[i] <= min(i, keys) and never decrease along a row (see ops::document_key_begin)"
+               : "0 <= key_begin[i] <= keys and never decrease along a row (see ops::document_key_begin)");
+  });
 }
+
+int64_t row_bound_checks_run() { return g_checks_run.load(); }
 
 }  // namespace titan::ops

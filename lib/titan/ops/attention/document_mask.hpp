@@ -60,6 +60,11 @@ at::Tensor key_range_mask(const at::Tensor& key_begin, int64_t keys, bool causal
 /// otherwise it needs `causal`, shape [batch, seq], int64 on the CPU (made
 /// contiguous), 0 <= doc_start[i] <= i and never decreasing along a row.
 /// Throws a one-line titan::Error naming `who` otherwise.
+///
+/// Checked once per tensor: the same (unchanged) tensor checked again under
+/// the same rule returns the first check's CPU copy, so a micro-batch's
+/// doc_start costs one device-to-host copy, not one per layer's forward and
+/// backward (row_bound_checks_run counts the real checks).
 at::Tensor checked_document_starts(const at::Tensor& doc_start, bool causal, int64_t batch, int64_t seq,
                                    const char* who);
 
@@ -70,5 +75,9 @@ at::Tensor checked_document_starts(const at::Tensor& doc_start, bool causal, int
 /// Throws a one-line titan::Error naming `who` otherwise.
 at::Tensor checked_key_begin(const at::Tensor& key_begin, bool causal, int64_t batch, int64_t sq, int64_t keys,
                              const char* who);
+
+/// @brief How many row-bound checks (checked_document_starts,
+/// checked_key_begin) actually ran, cache hits not counted: for tests.
+int64_t row_bound_checks_run();
 
 }  // namespace titan::ops

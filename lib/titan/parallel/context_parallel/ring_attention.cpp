@@ -3,8 +3,11 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <deque>
 #include <limits>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "titan/dist/process_group.hpp"
@@ -37,7 +40,7 @@ struct Block {
   int64_t q = 0;
   int64_t kv_begin = 0, kv_count = 1;
   bool causal = false;
-  at::Tensor key_begin;  // [B, c] int64 on the CPU, in the block's key positions
+  at::Tensor key_begin;  // [B, c] int64 in the block's key positions; in a RingPlan, on q's device
 };
 
 // The blocks of this rank's queries against `owner`'s keys (c tokens a
@@ -97,7 +100,7 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 // positions its rows hold: 0 <= doc_start <= position (a start in window
 // coordinates, not the shard's). Undefined passes through. The block plan
 // is made on the host (which blocks to skip is a host decision), so on a
-// GPU this is one small device-to-host copy per call.
+// GPU this is one small device-to-host copy, once per batch (ring_plan).
 at::Tensor host_doc_start(const at::Tensor& doc_start, const RingAttentionOptions& opts, int64_t rank) {
   if (!doc_start.defined()) return doc_start;
   const at::Tensor d = doc_start.to(at::kCPU).contiguous();
@@ -106,6 +109,64 @@ at::Tensor host_doc_start(const at::Tensor& doc_start, const RingAttentionOption
               "ring attention: doc_start must hold window positions with 0 <= doc_start[i] <= i for the positions "
               "this rank holds (the full sequence's document_starts, sharded like the tokens)");
   return d;
+}
+
+// The blocks of every owner for this rank: the ring's plan. Without
+// documents it is host arithmetic, made per call. With them it depends on
+// the batch's doc_start only, yet every layer's forward and backward would
+// copy doc_start to the host (a device-to-host sync on a GPU) and upload
+// each block's key bounds (a blocking host-to-device copy per block): so it
+// is made once per doc_start tensor and kept, key bounds already on the
+// attention's device. A hit needs the very tensor (held by the entry, so it
+// cannot be freed and another take its place), unchanged (its version), and
+// the same rank, layout, chunk length and device. Backward runs on
+// autograd's threads, hence the mutex.
+struct RingPlan {
+  std::vector<std::vector<Block>> by_owner;  // indexed by owner rank
+};
+
+struct PlanEntry {
+  at::Tensor source;
+  int64_t version = 0;
+  std::string key;
+  std::shared_ptr<const RingPlan> plan;
+};
+
+std::shared_ptr<const RingPlan> make_plan(const at::Tensor& doc_start_in, const RingAttentionOptions& opts,
+                                          int64_t rank, int64_t n, int64_t c, const c10::Device& device) {
+  auto plan = std::make_shared<RingPlan>();
+  const at::Tensor doc_start = host_doc_start(doc_start_in, opts, rank);
+  plan->by_owner.resize(static_cast<size_t>(n));
+  for (int64_t owner = 0; owner < n; ++owner) {
+    std::vector<Block> blocks = blocks_for(opts.layout, rank, owner, opts.causal, doc_start, c);
+    for (Block& b : blocks)
+      if (b.key_begin.defined()) b.key_begin = b.key_begin.to(device);
+    plan->by_owner[static_cast<size_t>(owner)] = std::move(blocks);
+  }
+  return plan;
+}
+
+std::shared_ptr<const RingPlan> ring_plan(const at::Tensor& doc_start_in, const RingAttentionOptions& opts,
+                                          int64_t rank, int64_t n, int64_t c, const c10::Device& device) {
+  if (!doc_start_in.defined()) return make_plan(doc_start_in, opts, rank, n, c, device);
+  static std::mutex mu;
+  static std::deque<PlanEntry> entries;
+  constexpr size_t kEntries = 8;  // a micro-batch needs one; pipelines keep a few in flight
+  std::string key = std::to_string(rank) + "/" + std::to_string(n) + " c" + std::to_string(c) +
+                    (opts.causal ? " causal " : " ") + std::to_string(opts.layout.cp) + ":" +
+                    std::to_string(static_cast<int>(opts.layout.balance)) + " " + device.str();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const PlanEntry& e : entries)
+      if (e.source.unsafeGetTensorImpl() == doc_start_in.unsafeGetTensorImpl() &&
+          e.version == doc_start_in._version() && e.key == key)
+        return e.plan;
+  }
+  std::shared_ptr<const RingPlan> plan = make_plan(doc_start_in, opts, rank, n, c, device);  // checks; may throw
+  std::lock_guard<std::mutex> lock(mu);
+  entries.push_back({doc_start_in, doc_start_in._version(), key, plan});
+  if (entries.size() > kEntries) entries.pop_front();
+  return plan;
 }
 
 // The running per-query-chunk result of the forward.
@@ -126,13 +187,13 @@ struct Accumulator {
 };
 
 // Forward blocks of this rank's queries against owner's K/V pieces.
-void forward_blocks(const at::Tensor& q, const at::Tensor& ks, const at::Tensor& vs, int64_t rank, int64_t owner,
-                    const RingAttentionOptions& opts, const at::Tensor& doc_start, Accumulator& acc) {
+void forward_blocks(const at::Tensor& q, const at::Tensor& ks, const at::Tensor& vs, int64_t owner,
+                    const RingAttentionOptions& opts, const RingPlan& plan, Accumulator& acc) {
   // One range per step's blocks: traces (and the overlap test) see the
   // compute that the step's transfer runs under.
   TITAN_PROFILE_RANGE("titan::ring_attention_blocks");
   const int64_t c = q.size(2) / opts.layout.chunks_per_rank();
-  for (const Block& b : blocks_for(opts.layout, rank, owner, opts.causal, doc_start, c)) {
+  for (const Block& b : plan.by_owner[static_cast<size_t>(owner)]) {
     const at::Tensor qb = q.narrow(2, b.q * c, c);
     const at::Tensor kb = ks.narrow(2, b.kv_begin * c, b.kv_count * c);
     const at::Tensor vb = vs.narrow(2, b.kv_begin * c, b.kv_count * c);
@@ -144,13 +205,13 @@ void forward_blocks(const at::Tensor& q, const at::Tensor& ks, const at::Tensor&
 // owner's dk/dv (fp32, like ks) returned.
 std::pair<at::Tensor, at::Tensor> backward_blocks(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& out,
                                                   const at::Tensor& lse, const at::Tensor& ks, const at::Tensor& vs,
-                                                  int64_t rank, int64_t owner, const RingAttentionOptions& opts,
-                                                  const at::Tensor& doc_start, at::Tensor& dq) {
+                                                  int64_t owner, const RingAttentionOptions& opts,
+                                                  const RingPlan& plan, at::Tensor& dq) {
   TITAN_PROFILE_RANGE("titan::ring_attention_blocks");
   const int64_t c = q.size(2) / opts.layout.chunks_per_rank();
   at::Tensor dk = at::zeros(ks.sizes(), ks.options().dtype(at::kFloat));
   at::Tensor dv = at::zeros(vs.sizes(), vs.options().dtype(at::kFloat));
-  for (const Block& b : blocks_for(opts.layout, rank, owner, opts.causal, doc_start, c)) {
+  for (const Block& b : plan.by_owner[static_cast<size_t>(owner)]) {
     auto rows = [&](const at::Tensor& t) { return t.narrow(2, b.q * c, c); };
     auto keys = [&](const at::Tensor& t) { return t.narrow(2, b.kv_begin * c, b.kv_count * c); };
     const ops::FlashGrads g = ops::attention_backward_lse(rows(dout), rows(q), keys(ks), keys(vs), rows(out),
@@ -199,8 +260,9 @@ ops::FlashForward ring_attention_forward(const at::Tensor& q, const at::Tensor& 
   check_inputs(q, k_in, v_in, group, opts, doc_start_in);
   TITAN_PROFILE_RANGE("titan::ring_attention_forward");
   const int n = group.size(), r = group.rank();
-  const at::Tensor doc_start = host_doc_start(doc_start_in, opts, r);
   const at::Tensor k = k_in.contiguous(), v = v_in.contiguous();
+  const std::shared_ptr<const RingPlan> plan =
+      ring_plan(doc_start_in, opts, r, n, q.size(2) / opts.layout.chunks_per_rank(), q.device());
   const int64_t sl = k.size(2);
   Accumulator acc(opts.layout.chunks_per_rank());
   // Both methods visit the owners in the same order (r, r−1, ...) so that
@@ -209,7 +271,7 @@ ops::FlashForward ring_attention_forward(const at::Tensor& q, const at::Tensor& 
     const at::Tensor kg = group.all_gather(k, 2), vg = group.all_gather(v, 2);
     for (int t = 0; t < n; ++t) {
       const int owner = (r - t + n) % n;
-      forward_blocks(q, kg.narrow(2, owner * sl, sl), vg.narrow(2, owner * sl, sl), r, owner, opts, doc_start, acc);
+      forward_blocks(q, kg.narrow(2, owner * sl, sl), vg.narrow(2, owner * sl, sl), owner, opts, *plan, acc);
     }
     return finish(acc, q);
   }
@@ -219,7 +281,7 @@ ops::FlashForward ring_attention_forward(const at::Tensor& q, const at::Tensor& 
     // The next block's transfer goes out before this block is computed.
     std::unique_ptr<RingTransfer> next;
     if (t + 1 < n) next = std::make_unique<RingTransfer>(group, ks, vs, kTagK + t, kTagV + t);
-    forward_blocks(q, ks, vs, r, owner, opts, doc_start, acc);
+    forward_blocks(q, ks, vs, owner, opts, *plan, acc);
     if (next) {
       next->wait();
       ks = next->in_a, vs = next->in_b;
@@ -235,8 +297,9 @@ ops::FlashGrads ring_attention_backward(const at::Tensor& dout, const at::Tensor
   check_inputs(q, k_in, v_in, group, opts, doc_start_in);
   TITAN_PROFILE_RANGE("titan::ring_attention_backward");
   const int n = group.size(), r = group.rank();
-  const at::Tensor doc_start = host_doc_start(doc_start_in, opts, r);
   const at::Tensor k = k_in.contiguous(), v = v_in.contiguous();
+  const std::shared_ptr<const RingPlan> plan =
+      ring_plan(doc_start_in, opts, r, n, q.size(2) / opts.layout.chunks_per_rank(), q.device());
   const int64_t sl = k.size(2);
   at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
   if (opts.rotate == RotateMethod::allgather) {
@@ -246,7 +309,7 @@ ops::FlashGrads ring_attention_backward(const at::Tensor& dout, const at::Tensor
     for (int t = 0; t < n; ++t) {
       const int owner = (r - t + n) % n;
       auto [dk, dv] = backward_blocks(dout, q, out, lse, kg.narrow(2, owner * sl, sl), vg.narrow(2, owner * sl, sl),
-                                      r, owner, opts, doc_start, dq);
+                                      owner, opts, *plan, dq);
       dkg.narrow(2, owner * sl, sl).copy_(dk);
       dvg.narrow(2, owner * sl, sl).copy_(dv);
     }
@@ -260,7 +323,7 @@ ops::FlashGrads ring_attention_backward(const at::Tensor& dout, const at::Tensor
     const int owner = (r - t + n) % n;
     std::unique_ptr<RingTransfer> next;
     if (t + 1 < n) next = std::make_unique<RingTransfer>(group, ks, vs, kTagK + t, kTagV + t);
-    auto [dk, dv] = backward_blocks(dout, q, out, lse, ks, vs, r, owner, opts, doc_start, dq);
+    auto [dk, dv] = backward_blocks(dout, q, out, lse, ks, vs, owner, opts, *plan, dq);
     // The accumulator for `owner` arrives from the left holding the shares
     // of ranks owner .. r−1; add ours and pass it on.
     if (grads) {

@@ -49,8 +49,28 @@ at::Tensor column_major(const at::Tensor& m) { return m.t().contiguous().t(); }
 
 // a·b with the float8 operands' dequantising scales (1/scale) applied by
 // the kernel, in `out` dtype.
-at::Tensor scaled_mm(const Scaled& a, const Scaled& b_colmajor, at::ScalarType out) {
-  return at::_scaled_mm(a.data, b_colmajor.data, a.scale.reciprocal(), b_colmajor.scale.reciprocal(), {}, {}, out);
+//
+// `fast_accum`: torchao's Float8GemmConfig. The forward GEMM (output) uses
+// fast accumulation, the two backward GEMMs (grad_input, grad_weight) do
+// not: on Hopper fast accumulation keeps the tensor cores' partial sums in
+// lower precision, worth ~10-20 % of the GEMM and harmless in forward,
+// while gradients summed over thousands of tokens need the full-precision
+// accumulator. CUDA only: the CPU kernel has one (exact fp32) way, and
+// asking it for the other would change nothing but could be refused.
+at::Tensor scaled_mm(const Scaled& a, const Scaled& b_colmajor, at::ScalarType out, bool fast_accum) {
+  return at::_scaled_mm(a.data, b_colmajor.data, a.scale.reciprocal(), b_colmajor.scale.reciprocal(), {}, {}, out,
+                        fast_accum && a.data.is_cuda());
+}
+
+// cuBLASLt's float8 GEMMs (and so _scaled_mm) need every dimension to be a
+// multiple of 16. The features are (convert_to_float8_training skips other
+// Linears); the token count is the forward's M and grad_W's K, so a batch x
+// seq that is not would fail deep in cuBLAS, in backward. Checked up front
+// on CUDA (the CPU kernel has no such limit, and tests use small shapes).
+void check_tokens_fit(const at::Tensor& x) {
+  if (!x.is_cuda()) return;
+  const std::string problem = float8_token_count_error(x.sizes());
+  TITAN_CHECK(problem.empty(), problem);
 }
 
 // The amax group travels to backward as a number in saved_data (an IValue
@@ -75,7 +95,7 @@ struct Float8Matmul : public torch::autograd::Function<Float8Matmul> {
     ctx->saved_data["out_dtype"] = static_cast<int64_t>(x2d.scalar_type());
     ctx->saved_data["w_dtype"] = static_cast<int64_t>(w.scalar_type());
     // wq.t() of a row-major [out, in] is the column-major [in, out] the kernel wants.
-    return scaled_mm(xq, Scaled{wq.data.t(), wq.scale}, x2d.scalar_type());
+    return scaled_mm(xq, Scaled{wq.data.t(), wq.scale}, x2d.scalar_type(), /*fast_accum=*/true);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -85,19 +105,22 @@ struct Float8Matmul : public torch::autograd::Function<Float8Matmul> {
     const auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt());
     Scaled g = scale_tensorwise(grads[0].contiguous(), at::kFloat8_e5m2, group_of(ctx));
     // grad_x [N, in] = g [N, out] · W [out, in]
-    at::Tensor grad_x = scaled_mm(g, Scaled{column_major(wq.data), wq.scale}, out_dtype);
+    at::Tensor grad_x = scaled_mm(g, Scaled{column_major(wq.data), wq.scale}, out_dtype, /*fast_accum=*/false);
     // grad_W [out, in] = gᵀ [out, N] · x [N, in]
     at::Tensor grad_w =
-        scaled_mm(Scaled{g.data.t().contiguous(), g.scale}, Scaled{column_major(xq.data), xq.scale}, w_dtype);
+        scaled_mm(Scaled{g.data.t().contiguous(), g.scale}, Scaled{column_major(xq.data), xq.scale}, w_dtype,
+                  /*fast_accum=*/false);
     return {grad_x, grad_w, at::Tensor(), at::Tensor()};
   }
 };
 
 // Rowwise-scaled a · b: a [M, K] with scale [M, 1], b [K, N] column-major
 // with scale [1, N] (quantising scales; the kernel wants their inverses).
-at::Tensor rowwise_mm(const Scaled& a, const Scaled& b, at::ScalarType out) {
+// `fast_accum` as for scaled_mm: forward yes, backward no (torchao's
+// defaults for every recipe).
+at::Tensor rowwise_mm(const Scaled& a, const Scaled& b, at::ScalarType out, bool fast_accum) {
   const at::Tensor inv_a = a.scale.reciprocal(), inv_b = b.scale.reciprocal();
-  if (a.data.is_cuda()) return at::_scaled_mm(a.data, b.data, inv_a, inv_b, {}, {}, out);
+  if (a.data.is_cuda()) return at::_scaled_mm(a.data, b.data, inv_a, inv_b, {}, {}, out, fast_accum);
   // ATen 2.11's CPU kernel asserts per-tensor scales: the same arithmetic
   // by hand (fp32 products of the float8 values, then the scales).
   return (at::mm(a.data.to(at::kFloat), b.data.to(at::kFloat)) * inv_a * inv_b).to(out);
@@ -112,7 +135,7 @@ struct Float8RowwiseMatmul : public torch::autograd::Function<Float8RowwiseMatmu
     ctx->save_for_backward({x2d, w});
     const Scaled xq = scale_axiswise(x2d, at::kFloat8_e4m3fn, 1);  // [N, 1]: per token
     const Scaled wq = scale_axiswise(w, at::kFloat8_e4m3fn, 1);    // [out, 1]: per output feature
-    return rowwise_mm(xq, Scaled{wq.data.t(), wq.scale.t()}, x2d.scalar_type());
+    return rowwise_mm(xq, Scaled{wq.data.t(), wq.scale.t()}, x2d.scalar_type(), /*fast_accum=*/true);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -122,12 +145,14 @@ struct Float8RowwiseMatmul : public torch::autograd::Function<Float8RowwiseMatmu
     // grad_x [N, in] = g [N, out] · W [out, in]: g per row, W per column.
     const Scaled g_rows = scale_axiswise(g, at::kFloat8_e4m3fn, 1);
     const Scaled w_cols = scale_axiswise(w, at::kFloat8_e4m3fn, 0);  // [1, in]
-    at::Tensor grad_x = rowwise_mm(g_rows, Scaled{column_major(w_cols.data), w_cols.scale}, x2d.scalar_type());
+    at::Tensor grad_x = rowwise_mm(g_rows, Scaled{column_major(w_cols.data), w_cols.scale}, x2d.scalar_type(),
+                                   /*fast_accum=*/false);
     // grad_W [out, in] = gᵀ [out, N] · x [N, in]: both per column (over tokens).
     const Scaled g_cols = scale_axiswise(g, at::kFloat8_e4m3fn, 0);  // [1, out]
     const Scaled x_cols = scale_axiswise(x2d, at::kFloat8_e4m3fn, 0);  // [1, in]
     at::Tensor grad_w = rowwise_mm(Scaled{g_cols.data.t().contiguous(), g_cols.scale.t()},
-                                   Scaled{column_major(x_cols.data), x_cols.scale}, w.scalar_type());
+                                   Scaled{column_major(x_cols.data), x_cols.scale}, w.scalar_type(),
+                                   /*fast_accum=*/false);
     return {grad_x, grad_w};
   }
 };
@@ -136,6 +161,7 @@ struct Float8RowwiseMatmul : public torch::autograd::Function<Float8RowwiseMatmu
 at::Tensor float8_matmul(const at::Tensor& x, const at::Tensor& w, const dist::ProcessGroup* amax_group,
                          const Scaled* cast_weight) {
   TITAN_CHECK(x.size(-1) == w.size(1), "float8_linear: input has ", x.size(-1), " features, weight expects ", w.size(1));
+  check_tokens_fit(x);
   std::vector<int64_t> out_shape = x.sizes().vec();
   out_shape.back() = w.size(0);
   at::Tensor y = Float8Matmul::apply(x.reshape({-1, x.size(-1)}).contiguous(), w, reinterpret_cast<int64_t>(amax_group),
@@ -196,6 +222,7 @@ class Float8WeightGather : public ops::ForwardHook, public fsdp::AllGatherExtens
 
 at::Tensor rowwise_matmul(const at::Tensor& x, const at::Tensor& w) {
   TITAN_CHECK(x.size(-1) == w.size(1), "float8_linear: input has ", x.size(-1), " features, weight expects ", w.size(1));
+  check_tokens_fit(x);
   std::vector<int64_t> out_shape = x.sizes().vec();
   out_shape.back() = w.size(0);
   return Float8RowwiseMatmul::apply(x.reshape({-1, x.size(-1)}).contiguous(), w).view(out_shape);
@@ -259,6 +286,29 @@ Scaled scale_axiswise(const at::Tensor& x, at::ScalarType dtype, int64_t dim) {
   // then exact, only the cast rounds.
   const at::Tensor scale = at::exp2(at::floor(at::log2(scale_from_amax(amax, dtype))));
   return {cast_scaled(x, scale, dtype), scale};
+}
+
+std::string float8_token_count_error(at::IntArrayRef input_shape) {
+  if (input_shape.size() < 2) return "";
+  int64_t tokens = 1;
+  for (size_t i = 0; i + 1 < input_shape.size(); ++i) tokens *= input_shape[i];
+  if (tokens % 16 == 0) return "";
+  std::string shape = "[";
+  for (size_t i = 0; i < input_shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(input_shape[i]);
+  shape += "]";
+  std::string msg = "float8 linear: at::_scaled_mm needs the token count to be a multiple of 16 (it is grad_W's "
+                    "inner dimension), but this rank's input " + shape + " has " + std::to_string(tokens) + " tokens";
+  if (input_shape.size() == 3) {
+    // The nearest batch x seq that fit, changing one of the two (seq here is
+    // this rank's: the training seq_len / cp, / tp under sequence parallel).
+    const int64_t b = input_shape[0], s = input_shape[1];
+    int64_t s2 = s + 1, b2 = b + 1;
+    while ((b * s2) % 16 != 0) ++s2;
+    while ((b2 * s) % 16 != 0) ++b2;
+    msg += " (batch " + std::to_string(b) + " x seq " + std::to_string(s) + "); batch x seq that fit: " +
+           std::to_string(b) + " x " + std::to_string(s2) + " or " + std::to_string(b2) + " x " + std::to_string(s);
+  }
+  return msg;
 }
 
 at::Tensor float8_linear_rowwise(const at::Tensor& x, const at::Tensor& w) { return rowwise_matmul(x, w); }

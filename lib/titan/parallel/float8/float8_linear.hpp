@@ -90,6 +90,14 @@ Scaled scale_axiswise(const at::Tensor& x, at::ScalarType dtype, int64_t dim);
 /// scales (powers of two: exact), which is the kernel's arithmetic.
 at::Tensor float8_linear_rowwise(const at::Tensor& x, const at::Tensor& w);
 
+/// @brief Empty when a float8 Linear can take an input of `input_shape`
+/// ([..., in]) on CUDA; otherwise the one-line error it raises there.
+/// cuBLASLt's float8 GEMMs need every dimension to be a multiple of 16, and
+/// the token count (the product of the leading dimensions) is the forward's
+/// M and grad_W's K. For [batch, seq, in] the message names the nearest
+/// batch x seq that fit (one of the two changed).
+std::string float8_token_count_error(at::IntArrayRef input_shape);
+
 /// @brief What convert_to_float8_training does (torchtitan's
 /// [quantize.linear.float8] options).
 struct Float8Options {

@@ -40,20 +40,33 @@ int64_t handle_of(const dist::ProcessGroup& g) { return static_cast<int64_t>(rei
 
 // One ring step's transfer: send `cur` right, receive the same shape from
 // the left into a fresh buffer.
+//
+// The send and the receive are posted as one batch (batch_p2p_async, as
+// ring attention does): on NCCL that is one ncclGroupStart/End on the
+// group's one communicator. Posted apart, as a send_async and then a
+// recv_async, ProcessGroupNCCL makes a lazily created 2-rank communicator
+// per peer pair, and creating one blocks until both peers join: at tp >= 3
+// rank r waits in its send to r+1 while r+1 waits in its send to r+2, a
+// cycle around the ring; at tp = 2 an ungrouped send and recv on one stream
+// can hang once a message outgrows NCCL's buffers. Gloo has no coalescing:
+// batch_p2p_async posts the same send then receive there, so CPU runs and
+// their CommLog records are as before.
 struct RingStep {
-  std::shared_ptr<dist::PendingWork> send, recv;
+  std::vector<std::shared_ptr<dist::PendingWork>> works;
   at::Tensor incoming;
   double issued_us = now_us();
   RingStep(const dist::ProcessGroup& g, const at::Tensor& cur, int tag) {
     const int n = g.size(), r = g.rank();
     incoming = at::empty_like(cur, at::MemoryFormat::Contiguous);
-    send = g.send_async(cur, (r + 1) % n, tag);
-    recv = g.recv_async(incoming, (r + n - 1) % n, tag);
+    at::Tensor out = cur.is_contiguous() ? cur : cur.contiguous();
+    works = g.batch_p2p_async({{/*is_send=*/true, out, (r + 1) % n, tag},
+                               {/*is_send=*/false, incoming, (r + n - 1) % n, tag}});
   }
   at::Tensor wait(const std::string& label, int chunk) {
     const double t0 = now_us();
-    recv->wait();
-    send->wait();
+    // Receive first, as before (Gloo gives one work per operation, in the
+    // order posted: [send, recv]; NCCL one work for the batch).
+    for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->wait();
     record(label, "wait", chunk, t0);
     // In flight from issue until the wait returned (an upper bound: the
     // transfer may have finished earlier, which only the wait could tell).
