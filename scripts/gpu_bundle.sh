@@ -78,7 +78,10 @@ is_glibc() {
 for f in "$BUNDLE/lib/libtitan.so" "$BUNDLE/bin/"*; do
   ldd "$f" | awk '/=> \// {print $3}'
 done | sort -u | while read -r dep; do
-  case "$dep" in "$SITE"/*|"$BUILD"/*) continue ;; esac
+  # The CUDA toolkit's own (libnvrtc, libcudart... found here under
+  # /usr/local/cuda) come there from the torch wheel's nvidia/cu13/lib.
+  case "$dep" in "$SITE"/*|"$BUILD"/*|/usr/local/cuda*) continue ;; esac
+  case "$(basename "$dep")" in libcu*|libnv*|libnccl*|libc10*|libtorch*) continue ;; esac
   is_glibc "$dep" && continue
   name="$(basename "$dep")"
   case "$name" in
