@@ -11,7 +11,7 @@ namespace titan::dist {
 /// named `backend_name` ("gloo", "nccl", ...) in a group whose collectives
 /// time out after `group_timeout`.
 ///
-/// - NCCL: ::kNoTimeout (0 ms). ProcessGroupNCCL's WorkNCCL::wait with an
+/// - NCCL: no timeout (c10d kNoTimeout, 0 ms). ProcessGroupNCCL's WorkNCCL::wait with an
 ///   explicit timeout polls on the host until the kernel has finished (torch
 ///   2.11: "it will block the CPU thread until the NCCL work is completed"),
 ///   a host-device sync per TP/SP collective, FSDP unshard and
