@@ -19,7 +19,7 @@
 // row-split.
 //
 // The program, in three steps:
-//   1. the seed's 4096 → 16384 linear cut by columns over the ranks (built
+//   1. an 8B-sized 4096 → 16384 FFN linear cut by columns over the ranks (built
 //      on the meta device: shapes, no memory), then the same cut at a size
 //      that runs here, its output checked against the unsharded linear;
 //   2. the FFN pair with its single all-reduce: output and every gradient
@@ -67,14 +67,14 @@ struct Options {
   int64_t steps = 5;
   std::string dtype = "fp32";
   std::string device = "cpu";
-  // The seed's layer is d_model 4096 → d_ff 16384 (256 MiB in fp32); parts
+  // The 8B-sized layer is d_model 4096 → d_ff 16384 (256 MiB in fp32); parts
   // 1 and 2 run it at 1/8 of each side (1/64 of the bytes), which CPU
   // processes sharing two cores compute in milliseconds. Raise them on GPUs.
   int64_t d_model = 512;
   int64_t d_ff = 2048;
 };
 
-// The seed's picture, always shown at its real size (on the meta device).
+// The 8B-sized picture, always shown at its real size (on the meta device).
 constexpr int64_t kSeedDModel = 4096;
 constexpr int64_t kSeedDFf = 16384;
 // Parts 1 and 2 feed a [2, 64, d_model] activation: 128 tokens.
@@ -156,8 +156,8 @@ int main(int argc, char** argv) {
     parser.add("--steps", &opt.steps, "AdamW steps of the tiny Llama 3 (part 3)");
     parser.add("--dtype", &opt.dtype, "parameter, activation and collective dtype", {"fp32", "bf16"});
     parser.add("--device", &opt.device, "cuda: one GPU per rank, NCCL", {"cpu", "cuda"});
-    parser.add("--d-model", &opt.d_model, "input width of the linear of parts 1 and 2 (the seed's: 4096)");
-    parser.add("--d-ff", &opt.d_ff, "output width of that linear (the seed's: 16384)");
+    parser.add("--d-model", &opt.d_model, "input width of the linear of parts 1 and 2 (at 8B size: 4096)");
+    parser.add("--d-ff", &opt.d_ff, "output width of that linear (at 8B size: 16384)");
     parser.parse(argc, argv);
     TITAN_CHECK(opt.steps >= 1, "--steps must be at least 1, got ", opt.steps);
     TITAN_CHECK(opt.d_model >= 1 && opt.d_ff >= 1, "--d-model and --d-ff must be positive");
@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
                   mesh.describe().c_str(), opt.dtype.c_str(), device.str().c_str());
 
     // ======================================================== 1. column split
-    // 1a. The seed's picture: a d_model 4096 → d_ff 16384 linear over n
+    // 1a. The 8B-sized picture: a d_model 4096 → d_ff 16384 linear over n
     //     ranks. titan's Linear stores W like nn.Linear, as [out, in] =
     //     [16384, 4096], so the columns of y = x·Wᵀ are the *rows* of the
     //     stored weight: ColwiseParallel cuts weight dim 0. Built on the meta
@@ -219,7 +219,7 @@ int main(int argc, char** argv) {
       log.begin_step(kBookkeepingStep);
       auto rows = gather_from_ranks(tp_group, {off, local_rows, seed_linear->weight.numel() * elt}, device);
       if (chatty) {
-        std::printf("1a. the seed's linear, %lld -> %lld, ColwiseParallel over %d rank(s) (meta device: shapes only)\n",
+        std::printf("1a. an 8B-sized linear, %lld -> %lld, ColwiseParallel over %d rank(s) (meta device: shapes only)\n",
                     (long long)kSeedDModel, (long long)kSeedDFf, n);
         std::printf("    full weight [%lld x %lld] = %s (%s)\n", (long long)kSeedDFf, (long long)kSeedDModel,
                     mib(double(kSeedDFf) * kSeedDModel * elt).c_str(), opt.dtype.c_str());
@@ -260,7 +260,7 @@ int main(int argc, char** argv) {
       const bool part_ok = worst <= style_tol && y.size(-1) == len && forward_collectives == 0;
       ok = ok && part_ok;
       if (chatty) {
-        std::printf("1b. the same cut at d_model %lld -> d_ff %lld (the seed's size / %g), y = x W^T for x [%lld, %lld, %lld]\n",
+        std::printf("1b. the same cut at d_model %lld -> d_ff %lld (the 8B size / %g), y = x W^T for x [%lld, %lld, %lld]\n",
                     (long long)opt.d_model, (long long)opt.d_ff, double(kSeedDModel) / double(opt.d_model),
                     (long long)kBatch, (long long)kTokens, (long long)opt.d_model);
         std::printf("    %-6s %-18s %12s %12s\n", "rank", "columns of y", "weight", "collectives");
