@@ -69,7 +69,11 @@ void write_json(const std::string& path, const nlohmann::json& j) { std::ofstrea
 // The 1- and 2-thread entries agree (within the 15 % the cache allows).
 bool conflict_free(const nlohmann::json& j, const std::string& k1, const std::string& k2) {
   const double f1 = j["entries"][k1]["flops"].get<double>(), f2 = j["entries"][k2]["flops"].get<double>();
-  return f2 / 2 <= 1.15 * f1 && f1 <= 1.15 * f2;
+  // The product's one rule (cpu_peak.cpp): the 2-thread entry may not beat
+  // twice the 1-thread figure by more than 15 %. One thread faster than two
+  // is allowed (a fresh 1-thread figure of 220 GFLOP/s next to the made-up
+  // 186 for 2 threads is consistent), so it is not checked here.
+  return f2 / 2 <= 1.15 * f1;
 }
 
 // Processes that keep every core busy until destroyed: another job
