@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "titan/config/config.hpp"
+#include "titan/estimate/fit.hpp"
 #include "titan/estimate/memory_estimate.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/util/error.hpp"
@@ -21,6 +22,14 @@ static int64_t parse_world(const std::string& flag, const std::string& value) {
   if (value.empty() || *end != '\0' || n < 1)
     throw Error("titan estimate: " + flag + " wants a positive number of ranks, got '" + value + "'");
   return n;
+}
+
+static double parse_gib(const std::string& value) {
+  char* end = nullptr;
+  const double g = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || !(g > 0))
+    throw Error("titan estimate: --device_memory_gib wants a positive number of GiB, got '" + value + "'");
+  return g;
 }
 
 static void throw_if_joined(const std::string& a) {
@@ -41,25 +50,30 @@ static int cmd_estimate(int argc, char** argv) {
     config::JobConfig cfg = config::parse_job_config(argc, argv, 2, &own);
     // The ranks: as `titan train --nproc N` would use, or torchrun's WORLD_SIZE.
     int64_t world = 1;
+    double budget_gib = estimate::kDefaultDeviceMemoryGiB;
     if (const char* w = std::getenv("WORLD_SIZE")) world = parse_world("WORLD_SIZE", w);
     for (size_t i = 0; i < own.size(); ++i) {
       const std::string& a = own[i];
       if (a == "--help" || a == "-h") {
         std::printf(
-            "usage: titan estimate [--job.config_file F] [--section.key value ...] [--nproc N]\n"
+            "usage: titan estimate [--job.config_file F] [--section.key value ...] [--nproc N] [--device_memory_gib G]\n"
             "Estimates per-rank memory (parameters, gradients, optimizer state, activations, FSDP's gathered\n"
             "weights, the peak) and FLOPs per step of the job on N ranks (default: WORLD_SIZE or 1), without\n"
-            "running it: the model is built on the meta device, so any flavor (--model.flavor 405B) is free.\n");
+            "running it: the model is built on the meta device, so any flavor (--model.flavor 405B) is free.\n"
+            "Ranks whose peak is over G GiB (default 80, an H100's) are named, with a layout that fits.\n");
         return 0;
       }
       if ((a == "--nproc" || a == "--world_size") && i + 1 < own.size()) {
         world = parse_world(a, own[++i]);
+      } else if (a == "--device_memory_gib" && i + 1 < own.size()) {
+        budget_gib = parse_gib(own[++i]);
       } else {
         throw Error("titan estimate: unexpected argument '" + a + "' (see titan estimate --help)");
       }
     }
     const estimate::JobEstimate e = estimate::estimate_job(cfg, world);
     std::fputs(estimate::format_estimate(e).c_str(), stdout);
+    std::fputs(estimate::format_fit_advice(estimate::fit_advice(cfg, world, e, budget_gib), world).c_str(), stdout);
     return 0;
   });
 }

@@ -46,7 +46,7 @@
 #include "titan/models/llama3/flops.hpp"
 #include "titan/models/llama3/model_args.hpp"
 #include "titan/parallel/activation_checkpoint/checkpoint.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/ops/cross_entropy.hpp"
 #include "titan/util/error.hpp"
 #include "titan/verify/reference_run.hpp"
 
@@ -125,7 +125,7 @@ void run_mode(Model& m, Row& row, const Options& o, bool first_round) {
     metrics::reset_tensor_memory_peak(dev);
     const int64_t start = metrics::tensor_memory(dev).current_bytes;
     const double t0 = now_ms();
-    at::Tensor loss = train::cross_entropy(m.model->forward(mb.inputs), mb.labels);
+    at::Tensor loss = ops::cross_entropy(m.model->forward(mb.inputs), mb.labels);
     const double t1 = now_ms();
     const int64_t held = metrics::tensor_memory(dev).current_bytes - start;
     loss.backward();

@@ -38,7 +38,7 @@
 #include "titan/models/llama3/tp_plan.hpp"
 #include "titan/optim/optimizer.hpp"
 #include "titan/parallel/tensor_parallel/async_tp.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/ops/cross_entropy.hpp"
 
 using namespace titan;
 
@@ -76,7 +76,7 @@ void run_mode(const std::string& mode, const Options& o, const dist::DeviceMesh&
     tp::clear_async_tp_events();
     const double t0 = log.now_us();
     opt->zero_grad();
-    train::cross_entropy(model->forward(t.narrow(1, 0, o.seq)), t.narrow(1, 1, o.seq)).backward();
+    ops::cross_entropy(model->forward(t.narrow(1, 0, o.seq)), t.narrow(1, 1, o.seq)).backward();
     opt->step();
     const double t1 = log.now_us();
     double exposed = tp::async_tp_exposed_us(), bytes = 0;

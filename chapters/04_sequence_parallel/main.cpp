@@ -59,7 +59,7 @@
 #include "titan/models/llama3/tp_plan.hpp"
 #include "titan/ops/forward_hooks.hpp"
 #include "titan/parallel/tensor_parallel/loss_parallel.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/ops/cross_entropy.hpp"
 #include "titan/verify/reference_run.hpp"
 #include "titan/verify/tp_technique.hpp"
 
@@ -172,7 +172,7 @@ RunResult train_variant(const RunSpec& spec, const Variant& v, const dist::Devic
     // With loss parallel the logits are this rank's vocabulary columns
     // [B, S, V/n]; the loss needs their global offset.
     at::Tensor loss = v.lp ? tp::vocab_parallel_cross_entropy(logits, batch.labels, *mesh.group(0), vocab_offset)
-                           : train::cross_entropy(logits, batch.labels);
+                           : ops::cross_entropy(logits, batch.labels);
     r.held_after_forward = metrics::tensor_memory(device).current_bytes - before;
     logits = at::Tensor();  // the graph keeps what backward needs; drop our handle
     loss.backward();

@@ -34,7 +34,7 @@
 // on N emulated ranks and, on the same seed and batches, a single-process
 // reference, and prints per schedule: (1) equivalence — loss, max |grad
 // diff|, max |param diff| after the steps —, (2) the timeline of a
-// measured step as the seed's chart next to the ideal one from
+// measured step as an ASCII chart next to the ideal one from
 // simulate(), with an SVG file each, (3) the bubble measured against the
 // formula and the simulation, (4) the peak activation memory per rank.
 //

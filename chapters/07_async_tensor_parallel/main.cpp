@@ -9,7 +9,7 @@
 //
 //   rank r, all-gather → matmul:   step k: send my chunk right, receive the
 //                                  next from the left; meanwhile multiply the
-//                                  chunk I have (the seed's timeline)
+//                                  chunk I have (the timeline below)
 //   rank r, matmul → reduce-scatter: step k: receive a running sum from the
 //                                  left while computing my partial of it
 //
@@ -45,7 +45,7 @@
 #include "titan/parallel/tensor_parallel/async_tp.hpp"
 #include "titan/parallel/tensor_parallel/parallelize_module.hpp"
 #include "titan/profiling/timeline.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/ops/cross_entropy.hpp"
 #include "titan/util/error.hpp"
 
 using namespace titan;
@@ -126,7 +126,7 @@ Run train_run(const Options& o, const dist::DeviceMesh* mesh, bool async_tp) {
     auto [x, y] = batch(o, step);
     const double t0 = dist::CommLog::instance().now_us();
     opt->zero_grad();
-    at::Tensor loss = train::cross_entropy(model->forward(x), y);
+    at::Tensor loss = ops::cross_entropy(model->forward(x), y);
     loss.backward();
     opt->step();
     const double t1 = dist::CommLog::instance().now_us();

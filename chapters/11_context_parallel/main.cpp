@@ -17,7 +17,7 @@
 // Cutting the sequence into 2·cp chunks and giving rank i chunks i and
 // 2·cp−1−i (head-tail) evens the work out.
 //
-// This program, on the seed's example of 4096 tokens over 4 ranks:
+// This program, on an example of 4096 tokens over 4 ranks:
 //   1. shows which tokens each rank holds under both splits;
 //   2. checks ring attention (both rotate methods, both splits) against
 //      single-process attention, forward and backward, with its
@@ -49,7 +49,7 @@
 #include "titan/ops/attention/flash_function.hpp"
 #include "titan/optim/optimizer.hpp"
 #include "titan/parallel/context_parallel/context.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/ops/cross_entropy.hpp"
 #include "titan/util/error.hpp"
 #include "titan/util/measure.hpp"
 
@@ -301,7 +301,7 @@ TrainRun train_model(const Options& o, std::shared_ptr<const cp::ContextParallel
       y = cp::shard_sequence(y, 1, context->attention.layout, context->rank()).contiguous();
     }
     opt->zero_grad();
-    at::Tensor loss = train::cross_entropy(model->forward(x), y);
+    at::Tensor loss = ops::cross_entropy(model->forward(x), y);
     loss.backward();
     at::Tensor l = loss.detach().reshape({1}).clone();
     if (context) {

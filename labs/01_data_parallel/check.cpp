@@ -17,7 +17,7 @@
 #include "titan/dist/comm_log.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/launch/program.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/ops/cross_entropy.hpp"
 #include "titan/util/error.hpp"
 #include "titan/verify/reference_run.hpp"
 
@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
       const int64_t step = 777;
       log.begin_step(step);
       auto batch = local_micro_batches(spec, 1, w.rank(), w.size());
-      train::cross_entropy(model->forward(batch[0].inputs), batch[0].labels).backward();
+      ops::cross_entropy(model->forward(batch[0].inputs), batch[0].labels).backward();
       double first_start = -1;
       int launched = 0;
       try {

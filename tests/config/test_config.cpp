@@ -116,7 +116,7 @@ TEST(ConfigFiles, Llama3_8bHasTheSeedValues) {
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
   EXPECT_EQ(c.training.batch_size, 8);
   EXPECT_EQ(c.training.seq_len, 2048);
-  EXPECT_EQ(c.lr_scheduler.warmup_steps, 200);  // the seed's [training] warmup_steps
+  EXPECT_EQ(c.lr_scheduler.warmup_steps, 200);  // llama3_8b.toml's [training] warmup_steps
   EXPECT_DOUBLE_EQ(c.training.max_norm, 1.0);
   EXPECT_EQ(c.training.steps, 1000);
   EXPECT_EQ(c.training.data_parallel_replicate_degree, 1);

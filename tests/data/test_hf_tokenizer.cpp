@@ -17,6 +17,7 @@
 
 #include "data_test_util.hpp"
 #include "support/run_command.hpp"
+#include "titan/data/builtin_tokenizer.hpp"
 #include "titan/data/byte_level.hpp"
 #include "titan/data/files.hpp"
 #include "titan/data/hf_tokenizer.hpp"
@@ -391,4 +392,17 @@ TEST(HfTokenizer, ChooseTokenizerPathFollowsTorchtitan) {
   const TokenizerChoice tt = choose_tokenizer_path("", kTorchtitanTestAssets);
   EXPECT_EQ(tt.path, "");
   EXPECT_NE(tt.note.find("using the built-in tokenizer"), std::string::npos) << tt.note;
+
+  // torchtitan's llama3 configs name a file of its repository: absent here,
+  // a debugmodel-sized model (2048 ids) uses the built-in tokenizer, a real
+  // flavor (128256 ids) or an unknown size keeps the path (and load fails).
+  const std::string repo_file = "./torchtitan/datasets/tokenizer/original/tokenizer.model";
+  ASSERT_FALSE(titan::data::files::exists(repo_file));
+  const TokenizerChoice debug = choose_tokenizer_path(repo_file, "", titan::data::kBuiltinVocabSize);
+  EXPECT_EQ(debug.path, "");
+  EXPECT_NE(debug.note.find("using it"), std::string::npos) << debug.note;
+  EXPECT_EQ(choose_tokenizer_path(repo_file, "", 128256).path, repo_file);
+  EXPECT_EQ(choose_tokenizer_path(repo_file, "").path, repo_file);
+  EXPECT_EQ(choose_tokenizer_path("./elsewhere/tokenizer.model", "", titan::data::kBuiltinVocabSize).path,
+            "./elsewhere/tokenizer.model");
 }

@@ -138,7 +138,7 @@ TEST(EstimateCli, Llama405BOnTheMetaDevice) {
 }
 
 // Meta's Llama 3 8B has 8,030,261,248 parameters: an independent check of
-// the meta model's count, and of the seed's estimation.py lines.
+// the meta model's count, and of the estimate's printed lines.
 TEST(EstimateCli, Llama8BCountAndSeedLines) {
   const auto r = run_command(bin_path("titan") + " estimate --job.config_file " +
                              source_path("train_configs/llama3_8b.toml") + " --nproc 8 2>&1");

@@ -8,7 +8,7 @@
 using namespace titan::metrics;
 
 TEST(Mfu, SeedGuideExampleIs19Point9Percent) {
-  // The seed guide's compute_mfu example: 8B params, batch 8 × 2048 tokens,
+  // The course's compute_mfu example: 8B params, batch 8 × 2048 tokens,
   // 0.5 s per step, 8 H100s at 989 TFLOPs. 6·8e9·8·2048 = 7.86432e14 FLOPs
   // per step; / 0.5 s = 1.572864e15 FLOP/s; / (8·989e12 = 7.912e15) = 19.88 %
   // (the guide's printed "45.2 %" does not follow from its own inputs).

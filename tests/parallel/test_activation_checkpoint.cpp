@@ -21,7 +21,7 @@
 #include "titan/models/llama3/tp_plan.hpp"
 #include "titan/parallel/activation_checkpoint/checkpoint.hpp"
 #include "titan/parallel/fsdp/fully_shard.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/ops/cross_entropy.hpp"
 #include "titan/verify/fsdp_technique.hpp"
 #include "titan/verify/tp_technique.hpp"
 
@@ -95,7 +95,7 @@ int64_t activations_after_forward(const verify::RunSpec& spec, const std::functi
   for (int k = 0; k < 2; ++k) {  // the first pass allocates the RoPE table and .grad
     titan::metrics::reset_tensor_memory_peak(dev);
     const int64_t start = titan::metrics::tensor_memory(dev).current_bytes;
-    at::Tensor loss = titan::train::cross_entropy(model->forward(mb.inputs), mb.labels);
+    at::Tensor loss = titan::ops::cross_entropy(model->forward(mb.inputs), mb.labels);
     const int64_t after_forward = titan::metrics::tensor_memory(dev).current_bytes - start;
     loss.backward();
     if (k == 1) return after_forward;

@@ -11,7 +11,7 @@
 #include "support/dist_test.hpp"
 #include "titan/dist/comm_log.hpp"
 #include "titan/parallel/data_parallel.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/ops/cross_entropy.hpp"
 #include "titan/verify/data_parallel_technique.hpp"
 #include "titan/verify/reference_run.hpp"
 
@@ -190,7 +190,7 @@ TEST(DataParallel, FirstBucketAllReduceStartsBeforeBackwardEnds) {
   const int64_t step = 9001;  // a step number no other test uses
   log.begin_step(step);
   auto batch = local_micro_batches(spec, 1, w.rank(), w.size());
-  at::Tensor loss = titan::train::cross_entropy(model->forward(batch[0].inputs), batch[0].labels);
+  at::Tensor loss = titan::ops::cross_entropy(model->forward(batch[0].inputs), batch[0].labels);
   loss.backward();
   const double backward_returned_us = log.now_us();
   model->tok_embeddings->weight.remove_hook(hook);

@@ -32,7 +32,7 @@
 #include "titan/models/llama3/transformer.hpp"
 #include "titan/parallel/fsdp/fsdp_unit.hpp"
 #include "titan/parallel/fsdp/fully_shard.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/ops/cross_entropy.hpp"
 #include "titan/util/error.hpp"
 #include "titan/verify/fsdp_technique.hpp"
 #include "titan/verify/reference_run.hpp"
@@ -291,7 +291,7 @@ TEST(Fsdp, ReshardAfterForwardFreesAndBackwardRegathers) {
   Transformer model = build_model(5);
   shard_model(model, mesh, {});
   auto [tokens, labels] = global_batch(0);
-  at::Tensor loss = titan::train::cross_entropy(model->forward(tokens), labels);
+  at::Tensor loss = titan::ops::cross_entropy(model->forward(tokens), labels);
   // Between forward and backward: blocks freed, root kept (FSDP2's rule).
   for (auto& block : model->blocks()) {
     auto unit = fsdp::unit_of(*block);
@@ -330,7 +330,7 @@ TEST(Fsdp, PeakGatheredWeightsDependOnReshardAfterForward) {
     auto [tokens, labels] = global_batch(0);
     const int64_t before = fsdp::unsharded_bytes_now();
     fsdp::reset_unsharded_peak();
-    titan::train::cross_entropy(model->forward(tokens), labels).backward();
+    titan::ops::cross_entropy(model->forward(tokens), labels).backward();
     const int64_t peak = fsdp::unsharded_bytes_peak() - before;
     if (world().rank() == 0)
       std::printf("  reshard_after_forward %s: peak gathered %lld B = root + %.2f blocks\n", reshard ? "on" : "off",
@@ -349,7 +349,7 @@ TEST(Fsdp, PrefetchedAllGatherOverlapsPreviousUnitsCompute) {
   shard_model(model, mesh, {});
   auto [tokens, labels] = global_batch(0);
   fsdp::clear_fsdp_events();
-  titan::train::cross_entropy(model->forward(tokens), labels).backward();
+  titan::ops::cross_entropy(model->forward(tokens), labels).backward();
   auto events = fsdp::fsdp_events();
   auto find = [&](const std::string& unit, const std::string& what, bool prefetch, int nth = 0) {
     for (const auto& e : events)
@@ -392,7 +392,7 @@ TEST(Fsdp, ReduceScatterOverlapsEarlierUnitsBackward) {
     shard_model(model, mesh, {});
     auto [tokens, labels] = global_batch(0);
     fsdp::clear_fsdp_events();
-    titan::train::cross_entropy(model->forward(tokens), labels).backward();
+    titan::ops::cross_entropy(model->forward(tokens), labels).backward();
     EXPECT_EQ(fsdp::gradient_reductions_in_flight(), 0) << "backward returned with reductions in flight";
     auto events = fsdp::fsdp_events();
     auto find = [&](const std::string& unit, const std::string& what) {
@@ -465,12 +465,12 @@ TEST(Fsdp, ShardGradientsCompleteRightAfterBackward) {
     Transformer model = build_model(11);
     shard_model(model, mesh, c.opts);
     auto [tokens, labels] = global_batch(3);
-    titan::train::cross_entropy(reference->forward(tokens), labels).backward();
+    titan::ops::cross_entropy(reference->forward(tokens), labels).backward();
     at::Tensor my_tokens = local_rows(tokens, world().rank(), world().size());
     at::Tensor my_labels = local_rows(labels, world().rank(), world().size());
     auto ref = reference->named_parameters(true);
     for (int pass = 1; pass <= 2; ++pass) {
-      titan::train::cross_entropy(model->forward(my_tokens), my_labels).backward();
+      titan::ops::cross_entropy(model->forward(my_tokens), my_labels).backward();
       EXPECT_EQ(fsdp::gradient_reductions_in_flight(), 0) << c.what;
       double worst = 0;
       for (auto& [name, dt] : fsdp::sharded_parameters(*model)) {
@@ -502,9 +502,9 @@ TEST(Fsdp, MetaModelShardedThenLoadedMatches) {
   for (const auto& item : reference->named_parameters(true)) state[item.key()] = item.value().detach();
   fsdp::load_full_state_dict(*model, state);
   auto [tokens, labels] = global_batch(0);
-  at::Tensor ref_loss = titan::train::cross_entropy(reference->forward(tokens), labels);
+  at::Tensor ref_loss = titan::ops::cross_entropy(reference->forward(tokens), labels);
   ref_loss.backward();
-  at::Tensor loss = titan::train::cross_entropy(
+  at::Tensor loss = titan::ops::cross_entropy(
       model->forward(local_rows(tokens, world().rank(), world().size())),
       local_rows(labels, world().rank(), world().size()));
   loss.backward();

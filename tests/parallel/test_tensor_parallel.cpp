@@ -39,7 +39,7 @@
 #include "titan/parallel/tensor_parallel/async_tp.hpp"
 #include "titan/parallel/tensor_parallel/loss_parallel.hpp"
 #include "titan/parallel/tensor_parallel/parallelize_module.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/ops/cross_entropy.hpp"
 #include "titan/util/error.hpp"
 
 namespace {
@@ -286,7 +286,7 @@ TEST(LossParallel, EqualsCrossEntropyOnGatheredLogitsInValueAndGradient) {
   at::Tensor logits = (seeded(14, {b, s, vocab}) * 3.0).requires_grad_(true);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(15);
   at::Tensor labels = at::randint(vocab, {b, s}, gen, at::TensorOptions().dtype(at::kLong));
-  at::Tensor ref = titan::train::cross_entropy(logits, labels);
+  at::Tensor ref = titan::ops::cross_entropy(logits, labels);
   ref.backward();
   auto [len, off] = titan::shard_size_and_offset(vocab, n, mesh.coordinate()[0]);
   at::Tensor local = logits.detach().narrow(2, off, len).clone().requires_grad_(true);
@@ -363,11 +363,11 @@ Diffs train_and_compare(bool sp, bool loss_parallel, bool async_tp = false, bool
     auto [x, y] = batch(step);
     opt_ref->zero_grad();
     opt->zero_grad();
-    at::Tensor l_ref = titan::train::cross_entropy(ref->forward(x), y);
+    at::Tensor l_ref = titan::ops::cross_entropy(ref->forward(x), y);
     l_ref.backward();
     at::Tensor logits = model->forward(x);
     at::Tensor l = loss_parallel ? tp::vocab_parallel_cross_entropy(logits, y, *mesh.group(0), off)
-                                 : titan::train::cross_entropy(logits, y);
+                                 : titan::ops::cross_entropy(logits, y);
     l.backward();
     d.loss = std::max(d.loss, std::abs(l.item<double>() - l_ref.item<double>()));
     auto ref_params = ref->named_parameters();
@@ -451,7 +451,7 @@ TEST(LlamaTpPlan, SequenceParallelMovesTheStreamByAllGatherAndReduceScatter) {
     titan::models::llama3::apply_tp(m, mesh, o);
     auto [x, y] = batch(0);
     titan::dist::CommLog::instance().clear();
-    at::Tensor loss = titan::train::cross_entropy(m->forward(x), y);
+    at::Tensor loss = titan::ops::cross_entropy(m->forward(x), y);
     auto fwd = titan::dist::CommLog::instance().records();
     std::map<std::string, int> count;
     for (const auto& r : fwd) count[titan::dist::comm_op_name(r.op)]++;

@@ -14,7 +14,7 @@
 
 #include "titan/data/dataloader.hpp"
 #include "titan/data/tokenizer.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/ops/cross_entropy.hpp"
 #include "titan/train/train_step.hpp"
 #include "titan/train/trainer.hpp"
 #include "titan/util/error.hpp"
@@ -181,7 +181,7 @@ TEST(Trainer, CrossEntropyIsTheMeanOverAllPositions) {
   at::Tensor labels = torch::randint(0, 5, {2, 3});
   at::Tensor lse = logits.logsumexp(-1);
   at::Tensor picked = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1);
-  EXPECT_NEAR(titan::train::cross_entropy(logits, labels).item<double>(), (lse - picked).mean().item<double>(),
+  EXPECT_NEAR(titan::ops::cross_entropy(logits, labels).item<double>(), (lse - picked).mean().item<double>(),
               1e-6);
 }
 

@@ -73,6 +73,26 @@ Run train(JobConfig cfg, int64_t emulate, const titan::models::llama3::ModelArgs
 
 double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
 
+// The equivalence matrix of docs/chapters/12-capstone.md is these tests'
+// own output: with TITAN_MATRIX_FILE set, rank 0 appends one JSON line per
+// comparison (scripts/capstone_matrix.sh runs the tests and writes the
+// table from the lines).
+void record_matrix_row(const std::string& what, int ranks, size_t steps, double loss, double norm, double weight,
+                       double rel_tol, double weight_tol) {
+  const char* path = std::getenv("TITAN_MATRIX_FILE");
+  if (!path || !*path || titan::testing::world().rank() != 0) return;
+  std::FILE* f = std::fopen(path, "a");
+  if (!f) return;
+  std::string name;
+  for (char ch : what) name += ch == '"' ? '\'' : ch;
+  std::fprintf(f,
+               "{\"layout\": \"%s\", \"ranks\": %d, \"steps\": %zu, \"loss_rel\": %.3e, \"grad_norm_rel\": %.3e, "
+               "\"weight_abs\": %.3e, \"rel_bound\": %.1e, \"weight_bound\": %.1e, \"passed\": %s}\n",
+               name.c_str(), ranks, steps, loss, norm, weight, rel_tol, weight_tol,
+               loss < rel_tol && norm < rel_tol && weight < weight_tol ? "true" : "false");
+  std::fclose(f);
+}
+
 // Under TP the tiny model needs heads for 4 ranks: 8 query, 4 kv heads.
 titan::models::llama3::ModelArgs tp_model() {
   auto a = titan::testing::tiny_model();
@@ -131,6 +151,7 @@ void expect_matches_reference(JobConfig cfg, const std::string& what,
               "max |dweight| %.2e (%s)\n",
               what.c_str(), n, ref.losses.size(), ref.losses.front(), ref.losses.back(), worst_loss, worst_norm,
               worst_weight, worst_name.c_str());
+  record_matrix_row(what, n, ref.losses.size(), worst_loss, worst_norm, worst_weight, rel_tol, weight_tol);
   EXPECT_LT(worst_loss, rel_tol) << what;
   EXPECT_LT(worst_norm, rel_tol) << what;
   EXPECT_LT(worst_weight, weight_tol) << what;
@@ -576,6 +597,58 @@ TEST(TrainerPipelineParallel, BlockCausalMatchesReference) {
   } else {
     GTEST_SKIP() << "PP x block_causal runs on 2 (PP 2) or 4 (PP 2 x TP 2) ranks";
   }
+}
+
+// ---------------------------------------------------------------- 4D
+
+// The capstone's layouts: all four dimensions at 2 on 16 emulated ranks —
+// FSDP 2 x CP 2 x TP 2 x PP 2 (torchtitan's mesh order pp, dp_shard, cp,
+// tp; FSDP shards over dp_shard x cp) and HSDP 2x2 x TP 2 x PP 2 — against
+// one process reading the 2 data-parallel ranks' batches, with AC off,
+// full and selective, and with block-causal masking (each micro-batch's cp
+// shard weighed by its own share of the counted targets; the reference
+// accumulates the same micro-batches, as BlockCausalMatchesReference's).
+// Bounds: those of the 3-D layouts these compose (kCpFsdpWeightTol for
+// weights, 1e-6 on losses and norms; measured values are printed and in
+// docs/chapters/12-capstone.md).
+TEST(TrainerFourDimensions, EveryFourDimensionalLayoutMatchesReference) {
+  if (titan::testing::world().size() != 16) GTEST_SKIP() << "the 4-D layouts need 16 ranks";
+  titan::testing::ScratchDir dir("trainer_4d");
+  JobConfig c = base_config(dir);
+  c.training.steps = 4;
+  c.training.batch_size = 2;  // 2 micro-batches of 1
+  c.training.tensor_parallel_degree = 2;
+  c.training.enable_loss_parallel = true;
+  c.experimental.pipeline_parallel_degree = 2;
+  c.experimental.pipeline_parallel_schedule = "1F1B";
+  c.training.context_parallel_degree = 2;
+  c.training.context_parallel_rotate_method = "alltoall";
+  for (const char* ac : {"none", "full"}) {
+    c.activation_checkpoint.mode = ac;
+    expect_matches_reference(c, std::string("FSDP 2 x CP 2 x TP 2 x PP 2 (1F1B, AC ") + ac + ")", pp_model(true),
+                             kCpFsdpWeightTol, true);
+  }
+
+  JobConfig docs = c;
+  docs.training.seq_len = 64;
+  docs.model.attn_mask_type = "block_causal";
+  docs.activation_checkpoint.mode = "selective";
+  docs.activation_checkpoint.selective_ac_option = "op";
+  docs.experimental.pipeline_parallel_schedule = "Interleaved1F1B";
+  const auto as_micro_batches = [&docs](JobConfig& ref) {
+    ref.training.batch_size = docs.experimental.pipeline_parallel_microbatch_size;
+    ref.training.gradient_accumulation_steps = docs.training.batch_size / ref.training.batch_size;
+  };
+  expect_matches_reference(docs, "FSDP 2 x CP 2 x TP 2 x PP 2, block_causal (Interleaved1F1B, AC selective op)",
+                           pp_model(true), kCpFsdpWeightTol, true, as_micro_batches);
+
+  JobConfig hsdp = c;
+  hsdp.training.context_parallel_degree = 1;
+  hsdp.training.data_parallel_replicate_degree = 2;
+  hsdp.training.data_parallel_shard_degree = 2;
+  hsdp.activation_checkpoint.mode = "selective";
+  hsdp.activation_checkpoint.selective_ac_option = "2";
+  expect_matches_reference(hsdp, "HSDP 2x2 x TP 2 x PP 2 (1F1B, AC selective 2)", pp_model(true), kCpFsdpWeightTol);
 }
 
 // ---------------------------------------------------------------- AC

@@ -30,7 +30,7 @@ const std::vector<Alias>& aliases() {
        "torchtitan v0.2; inverted: true means enable_loss_parallel = false"},
       {"experimental", "context_parallel_degree", "training.context_parallel_degree", false, "torchtitan before v0.2"},
       {"training", "local_batch_size", "training.batch_size", false, "torchtitan v0.2"},
-      {"training", "warmup_steps", "lr_scheduler.warmup_steps", false, "the seed's configs (torchtitan before [lr_scheduler])"},
+      {"training", "warmup_steps", "lr_scheduler.warmup_steps", false, "torchtitan's configs before [lr_scheduler] (llama3_8b.toml here)"},
       {"lr_scheduler", "lr_min", "lr_scheduler.min_lr_factor", false, "torchtitan v0.1 (a factor despite the name)"},
       {"checkpoint", "enable", "checkpoint.enable_checkpoint", false, "torchtitan v0.2"},
       {"comm", "train_timeout_seconds", "comm.timeout_seconds", false, "torchtitan"},

@@ -117,7 +117,7 @@ struct TrainingSection {
   bool enable_async_tensor_parallel = false;   ///< overlap TP collectives with compute
 };
 
-/// @brief [experimental]: pipeline parallelism (the seed's section for it).
+/// @brief [experimental]: pipeline parallelism (torchtitan's section for it).
 struct ExperimentalSection {
   int64_t pipeline_parallel_degree = 1;             ///< PP stages
   std::string pipeline_parallel_schedule = "1F1B";  ///< schedule name (case-insensitive)

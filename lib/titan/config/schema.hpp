@@ -44,7 +44,7 @@ struct Field {
 };
 
 /// @brief Another name for an option: a current torchtitan (v0.2) name, an
-/// older one, or the seed's placement of a key that now lives elsewhere.
+/// older one, or an older torchtitan placement of a key that now lives elsewhere.
 struct Alias {
   std::string section;  ///< alias section, e.g. "parallelism"
   std::string key;      ///< alias key, e.g. "tensor_parallel_degree"

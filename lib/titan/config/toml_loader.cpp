@@ -75,8 +75,8 @@ Value convert(const Field& f, const toml::node& v, bool invert, const std::strin
   throw Error(name + ": expected " + type_phrase(f.type) + ", got " + describe(v) + " (" + at + ")");
 }
 
-// An unknown key: prefer the same key in another section (the seed puts
-// some keys where torchtitan does not), else the closest key here.
+// An unknown key: prefer the same key in another section (older torchtitan
+// configs put some keys where torchtitan 0.2 does not), else the closest key here.
 std::string suggest_key(const std::string& section, const std::string& key) {
   for (const std::string& s : section_names())
     if (s != section && resolve(s, key).field) return "[" + s + "] " + key;

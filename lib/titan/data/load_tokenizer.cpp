@@ -53,7 +53,15 @@ std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& path) {
   return TiktokenTokenizer::load(path, kNumSpecialTokens);
 }
 
-TokenizerChoice choose_tokenizer_path(const std::string& tokenizer_path, const std::string& hf_assets_path) {
+TokenizerChoice choose_tokenizer_path(const std::string& tokenizer_path, const std::string& hf_assets_path,
+                                      int64_t model_vocab_size) {
+  // torchtitan's llama3 configs name a tokenizer inside its repository,
+  // fetched there by its download script; a debugmodel-sized run of such a
+  // config (the smoke test of a real config) has no use for it.
+  const bool in_torchtitan_repo = tokenizer_path.rfind("./torchtitan/", 0) == 0;
+  if (in_torchtitan_repo && model_vocab_size == kBuiltinVocabSize && !files::exists(tokenizer_path))
+    return {"", "tokenizer_path = \"" + tokenizer_path + "\" (inside torchtitan's repository) is not here and the model's " +
+                    std::to_string(model_vocab_size) + " ids fit the built-in tokenizer: using it"};
   if (tokenizer_path.empty()) {
     // torchtitan's configs (its debug_model.toml too) name its repository's
     // test tokenizer; outside that repository titan's demo default stands in.

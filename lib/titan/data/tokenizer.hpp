@@ -80,10 +80,17 @@ inline constexpr const char* kTorchtitanTestAssets = "./tests/assets/tokenizer";
 /// over hf_assets_path (torchtitan copies tokenizer_path into
 /// hf_assets_path, with a deprecation warning); else hf_assets_path; else
 /// "" (the built-in tokenizer). The note says which won when both are set.
-/// One exception, so that torchtitan's own configs run here as they did
-/// before hf_assets_path was honoured: its default kTorchtitanTestAssets,
-/// when no such folder exists, means the built-in tokenizer (with a note).
-TokenizerChoice choose_tokenizer_path(const std::string& tokenizer_path, const std::string& hf_assets_path);
+/// Two exceptions, so that torchtitan's own configs run here as written:
+/// - its default kTorchtitanTestAssets, when no such folder exists, means
+///   the built-in tokenizer (with a note);
+/// - a path inside torchtitan's repository (its llama3 configs name
+///   "./torchtitan/datasets/tokenizer/original/tokenizer.model") that is not
+///   here means the built-in tokenizer too, but only for a model sized for
+///   it (`model_vocab_size` == kBuiltinVocabSize, the debugmodel flavor):
+///   a real flavor still needs the real tokenizer, and load_tokenizer says
+///   how to get it. `model_vocab_size` 0 (unknown) never falls back.
+TokenizerChoice choose_tokenizer_path(const std::string& tokenizer_path, const std::string& hf_assets_path,
+                                      int64_t model_vocab_size = 0);
 
 /// @brief The built-in tokenizer: byte-level BPE with 2048 ids (1792 ranks
 /// + Llama 3's 256 special tokens) trained on the built-in fortunes corpus

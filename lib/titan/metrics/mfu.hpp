@@ -25,7 +25,7 @@ double achieved_flops_per_rank(double flops_per_token, double tps_per_rank);
 /// @brief MFU in percent: 100 · flops_per_token · tps / peak (all per rank).
 double mfu_percent(double flops_per_token, double tps_per_rank, double peak_flops_per_rank);
 
-/// @brief MFU in percent from job totals (the seed guide's form):
+/// @brief MFU in percent from job totals (the PaLM paper's definition):
 /// 100 · flops_per_step / step_seconds / (num_devices · peak_per_device).
 double mfu_percent_from_step(double flops_per_step, double step_seconds, int num_devices,
                              double peak_flops_per_device);

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// @brief Step timelines: intervals of compute and communication per row
-/// (a rank, or a rank's compute and comm streams), drawn as the seed's
+/// (a rank, or a rank's compute and comm streams), drawn as
 /// ASCII charts in a terminal and as an SVG file a browser opens.
 
 #include <string>

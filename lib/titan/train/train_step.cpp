@@ -8,7 +8,7 @@
 #include "titan/optim/grad_clip.hpp"
 #include "titan/parallel/pipeline/runtime.hpp"
 #include "titan/profiling/range.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/ops/cross_entropy.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::train {
@@ -47,7 +47,7 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model, cons
     {
       TITAN_PROFILE_RANGE("titan::forward");
       at::Tensor logits = model->forward(inputs, doc_start);
-      loss = loss_fn ? loss_fn(logits, labels) : cross_entropy(logits, labels);
+      loss = loss_fn ? loss_fn(logits, labels) : ops::cross_entropy(logits, labels);
       // A cp shard whose targets are all hidden has a NaN mean and weight
       // 0: it contributes zero (with a graph, so its backward still runs
       // the ring attention's collectives with the other ranks).
@@ -90,6 +90,7 @@ AccumulationResult accumulate_pipeline_gradients(pp::PipelineSchedule& schedule,
       // Every stage needs it (RoPE positions and the mask), so every
       // pipeline rank keeps it; the schedule cuts it with the tokens.
       if (batch.doc_start.defined()) inputs.doc_start = batch.doc_start.to(device, /*non_blocking=*/true);
+      inputs.microbatch_loss_weights = std::move(batch.microbatch_loss_weights);
     }
     r.data_seconds += seconds_since(t0);
     TITAN_PROFILE_RANGE("titan::pipeline_step");

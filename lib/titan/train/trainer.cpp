@@ -32,7 +32,7 @@
 #include "titan/optim/optimizer.hpp"
 #include "titan/parallel/activation_checkpoint/checkpoint.hpp"
 #include "titan/parallel/context_parallel/context.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/ops/cross_entropy.hpp"
 #include "titan/parallel/pipeline/runtime.hpp"
 #include "titan/profiling/memory_snapshot.hpp"
 #include "titan/profiling/range.hpp"
@@ -116,12 +116,6 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // block_causal from the config, or from a flavor that is block-causal by
   // itself (torchtitan's debugmodel_flex_attn, 8B_varlen, ...).
   if (cfg_.model.attn_mask_type == "block_causal") args_.attn_mask_type = "block_causal";
-  // Pipeline stages carry each micro-batch's doc_start and the ring its
-  // shard's, but not both at once: under PP × CP the loss weight of a cp
-  // shard (train::shard_loss_weight) would have to follow the micro-batches.
-  TITAN_CHECK(args_.attn_mask_type != "block_causal" || !(dims_.pp_enabled() && dims_.cp_enabled()),
-              "[model] attn_mask_type = \"block_causal\" does not work with pipeline and context parallelism "
-              "together yet; use one of them, or attn_mask_type = \"causal\"");
   // Said before any model is built: titan's flash kernels exist for the CPU
   // and, in CUDA builds, for CUDA GPUs.
 #ifndef TITAN_HAS_CUDA
@@ -139,7 +133,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
                            args_.n_layers);  // a bad option fails here, before the job starts
 
   const data::TokenizerChoice choice =
-      data::choose_tokenizer_path(cfg_.model.tokenizer_path, cfg_.model.hf_assets_path);
+      data::choose_tokenizer_path(cfg_.model.tokenizer_path, cfg_.model.hf_assets_path, args_.vocab_size);
   tokenizer_ = data::load_tokenizer(choice.path);
   tokenizer_note_ = choice.note;
   data::check_vocab_fits(*tokenizer_, args_.vocab_size);
@@ -473,7 +467,15 @@ StepResult Trainer::train_step() {
       // window positions, which the ring's blocks compare keys with.
       if (b.doc_start.defined())
         b.doc_start = cp::shard_sequence(b.doc_start, 1, layout, context->rank()).contiguous();
-      b.loss_weight = shard_loss_weight(window_labels, b.labels, layout.cp);
+      b.loss_weight = ops::shard_loss_weight(window_labels, b.labels, layout.cp);
+      // Under PP the schedule weighs each micro-batch's mean on its own: the
+      // weight of its rows, cut as pp::split_microbatches cuts them.
+      if (parallelized_.pipeline) {
+        const int64_t m = parallelized_.pipeline->spec().microbatches, rows = b.labels.size(0) / m;
+        for (int64_t i = 0; i < m; ++i)
+          b.microbatch_loss_weights.push_back(ops::shard_loss_weight(
+              window_labels.narrow(0, i * rows, rows), b.labels.narrow(0, i * rows, rows), layout.cp));
+      }
     }
     return b;
   };

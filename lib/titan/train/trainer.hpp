@@ -6,7 +6,7 @@
 ///
 /// The parts stay separate so that parallelism wraps them: the step's
 /// micro-batch loop and clipping live in train_step.hpp, the loss in
-/// loss.hpp, the schedule and optimizer in optim/, the log in metrics/, and
+/// ops/cross_entropy.hpp, the schedule and optimizer in optim/, the log in metrics/, and
 /// what the parallel degrees do to the model in
 /// models/llama3/parallelize.hpp. Under a launcher (WORLD_SIZE > 1) every
 /// rank builds a Trainer; the data-parallel ranks read disjoint shards of the

@@ -11,7 +11,7 @@
 #include <cmath>
 
 #include "titan/dist/comm_log.hpp"
-#include "titan/train/loss.hpp"
+#include "titan/ops/cross_entropy.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::verify {
@@ -133,7 +133,7 @@ Trajectory run_steps(const RunSpec& spec, models::llama3::Transformer& model, to
     const int64_t count = static_cast<int64_t>(micro.size());
     if (technique.forward_backward) loss_sum = technique.forward_backward(micro) * static_cast<double>(count);
     for (int64_t m = 0; m < count && !technique.forward_backward; ++m) {
-      at::Tensor loss = train::cross_entropy(model->forward(micro[m].inputs), micro[m].labels);
+      at::Tensor loss = ops::cross_entropy(model->forward(micro[m].inputs), micro[m].labels);
       // Each micro-batch's loss is a mean over its tokens; dividing by the
       // count makes the accumulated gradient that of the mean over all.
       auto backward = [&] { (loss / static_cast<double>(count)).backward(); };

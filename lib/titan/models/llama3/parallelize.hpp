@@ -43,7 +43,7 @@ struct ParallelizedModel {
   /// under TP a replicated parameter (a norm weight) counts on TP rank 0
   /// only, or the all-reduce over tp would count it tp times. Empty = all.
   std::vector<at::Tensor> grad_norm_params;
-  /// The loss on the model's output; empty = train::cross_entropy. Loss
+  /// The loss on the model's output; empty = ops::cross_entropy. Loss
   /// parallel sets the vocabulary-parallel cross-entropy (the logits are
   /// then this rank's vocabulary slice).
   std::function<at::Tensor(const at::Tensor& logits, const at::Tensor& labels)> loss_fn;

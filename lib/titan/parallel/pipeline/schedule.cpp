@@ -48,7 +48,7 @@ Action F(int s, int i) { return {ActionType::Forward, s, i}; }
 Action B(int s, int i) { return {ActionType::Backward, s, i}; }
 
 // GPipe: every forward, then every backward. The backwards run from the
-// last micro-batch to the first, as the seed draws it: the last stage can
+// last micro-batch to the first, as the GPipe paper draws it: the last stage can
 // start the backward of the micro-batch it has just finished.
 std::vector<RankActions> gpipe(const ScheduleSpec& spec) {
   std::vector<RankActions> out(spec.pp);

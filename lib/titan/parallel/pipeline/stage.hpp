@@ -27,7 +27,7 @@ struct StageOptions {
   /// its input (its doc_start under block-causal attention).
   std::function<at::Tensor(const at::Tensor& input, const BatchInputs& microbatch)> forward;
   /// Last stage: the mean loss of a micro-batch from its logits and labels
-  /// (empty = train::cross_entropy).
+  /// (empty = ops::cross_entropy).
   std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss_fn;
   /// Shape and dtype of one micro-batch's activation entering this stage
   /// (unused on the first stage, whose input is tokens) and leaving it

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// @brief Pipeline steps drawn: the events a PipelineSchedule recorded (or
-/// a simulated run of the same schedule) as the seed's chart — one line
+/// a simulated run of the same schedule) as an ASCII chart — one line
 /// per rank, time left to right, each compute action a bracketed cell
 /// `[F0][F1] ... [B1][B0]` placed at the column of its start, so a bubble
 /// is a run of blanks — and as profiling::TimelineBar rows for the SVG

@@ -31,7 +31,7 @@ namespace titan::tp {
 /// vocabulary slice, starting at global id `vocab_offset`) against
 /// `labels` [...] (global ids; -100 is ignored, as torch's default
 /// ignore_index). Computed in fp32; equal in value and gradient to
-/// train::cross_entropy on the gathered logits. Collective over `tp_group`.
+/// ops::cross_entropy on the gathered logits. Collective over `tp_group`.
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& local_logits, const at::Tensor& labels,
                                         const dist::ProcessGroup& tp_group, int64_t vocab_offset);
 

@@ -1,10 +1,10 @@
-#include "titan/train/loss.hpp"
+#include "titan/ops/cross_entropy.hpp"
 
 #include <ATen/ATen.h>
 
 #include "titan/util/error.hpp"
 
-namespace titan::train {
+namespace titan::ops {
 
 at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& labels) {
   TITAN_CHECK(logits.dim() == 3 && labels.dim() == 2 && logits.size(0) == labels.size(0) &&
@@ -21,4 +21,4 @@ double shard_loss_weight(const at::Tensor& window_labels, const at::Tensor& shar
   return static_cast<double>(shards * shard) / static_cast<double>(window);
 }
 
-}  // namespace titan::train
+}  // namespace titan::ops

@@ -1,10 +1,12 @@
 #pragma once
 /// @file
-/// @brief The training loss: next-token cross-entropy over every position.
+/// @brief The training loss: next-token cross-entropy over every position,
+/// and the weight a context-parallel shard's mean loss gets. An op, so that
+/// the pipeline's last stage (parallel/) and the trainer (train/) share it.
 
 #include <ATen/core/Tensor.h>
 
-namespace titan::train {
+namespace titan::ops {
 
 /// @brief Mean cross-entropy of `logits` [batch, seq, vocab] against
 /// `labels` [batch, seq] (int64), over all batch × seq positions.
@@ -25,4 +27,4 @@ at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& labels);
 /// hidden targets and a plain mean of their means would weigh them wrongly.
 double shard_loss_weight(const at::Tensor& window_labels, const at::Tensor& shard_labels, int64_t shards);
 
-}  // namespace titan::train
+}  // namespace titan::ops

@@ -1,0 +1,108 @@
+// fit.hpp: the ranks over the budget, and the first layout in the search
+// order whose every rank fits.
+#include "titan/estimate/fit.hpp"
+
+#include <algorithm>
+
+#include "titan/metrics/format.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::estimate {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+double peak_gib(const JobEstimate& e) { return static_cast<double>(e.worst().peak) / kGiB; }
+
+// The overrides that turn `cfg` into `c` (only the keys the search moves).
+std::string overrides_between(const config::JobConfig& cfg, const config::JobConfig& c) {
+  std::string s;
+  auto add = [&s](const std::string& key, const std::string& value) {
+    s += (s.empty() ? "" : " ") + std::string("--") + key + " " + value;
+  };
+  if (c.training.tensor_parallel_degree != cfg.training.tensor_parallel_degree)
+    add("training.tensor_parallel_degree", std::to_string(c.training.tensor_parallel_degree));
+  if (c.experimental.pipeline_parallel_degree != cfg.experimental.pipeline_parallel_degree)
+    add("experimental.pipeline_parallel_degree", std::to_string(c.experimental.pipeline_parallel_degree));
+  if (c.training.data_parallel_replicate_degree != cfg.training.data_parallel_replicate_degree)
+    add("training.data_parallel_replicate_degree", std::to_string(c.training.data_parallel_replicate_degree));
+  if (c.training.data_parallel_shard_degree != cfg.training.data_parallel_shard_degree)
+    add("training.data_parallel_shard_degree", std::to_string(c.training.data_parallel_shard_degree));
+  if (c.activation_checkpoint.mode != cfg.activation_checkpoint.mode)
+    add("activation_checkpoint.mode", c.activation_checkpoint.mode);
+  return s;
+}
+
+}  // namespace
+
+FitAdvice fit_advice(const config::JobConfig& cfg, int64_t world_size, const JobEstimate& e, double budget_gib) {
+  TITAN_CHECK(budget_gib > 0, "titan estimate: the device memory budget must be positive, got ", budget_gib, " GiB");
+  FitAdvice a;
+  a.budget_gib = budget_gib;
+  a.worst_peak_gib = peak_gib(e);
+  for (const RankMemory& r : e.ranks)
+    if (static_cast<double>(r.peak) / kGiB > budget_gib) a.over_budget_pp_ranks.push_back(r.pp_rank);
+  if (a.over_budget_pp_ranks.empty()) return a;
+
+  std::vector<std::string> ac_modes{cfg.activation_checkpoint.mode};
+  if (cfg.activation_checkpoint.mode != "full") ac_modes.push_back("full");
+  for (int64_t world = world_size; world <= 64 * world_size; world *= 2) {
+    for (int64_t pp : {1, 2, 4, 8, 16}) {
+      for (int64_t tp : {1, 2, 4, 8}) {
+        for (const std::string& ac : ac_modes) {
+          config::JobConfig c = cfg;
+          c.training.tensor_parallel_degree = tp;
+          c.experimental.pipeline_parallel_degree = pp;
+          c.activation_checkpoint.mode = ac;
+          // FSDP takes the ranks the others leave; replicas stay as written
+          // when they still divide the world, else go.
+          const int64_t others = tp * pp * std::max<int64_t>(cfg.training.context_parallel_degree, 1);
+          if (world % others != 0) continue;
+          if ((world / others) % std::max<int64_t>(cfg.training.data_parallel_replicate_degree, 1) != 0)
+            c.training.data_parallel_replicate_degree = 1;
+          c.training.data_parallel_shard_degree = -1;
+          JobEstimate candidate;
+          try {
+            candidate = estimate_job(c, world);
+          } catch (const Error&) {
+            continue;  // degrees the model or the batch cannot take (heads, layers, micro-batches)
+          }
+          if (peak_gib(candidate) > budget_gib) continue;
+          // The written config already asks for FSDP over the rest: no
+          // override for it then.
+          if (cfg.training.data_parallel_shard_degree == -1) c.training.data_parallel_shard_degree = -1;
+          a.found = true;
+          a.overrides = overrides_between(cfg, c);
+          a.world_size = world;
+          a.peak_gib = peak_gib(candidate);
+          return a;
+        }
+      }
+    }
+  }
+  return a;
+}
+
+std::string format_fit_advice(const FitAdvice& a, int64_t world_size) {
+  std::string s;
+  if (a.over_budget_pp_ranks.empty())
+    return metrics::strprintf("fits       every rank within %.0f GiB (peak %.1f GiB)\n", a.budget_gib,
+                              a.worst_peak_gib);
+  std::string ranks;
+  for (int r : a.over_budget_pp_ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+  s += metrics::strprintf("over       pp rank%s %s over %.0f GiB per rank (peak %.1f GiB) on %lld ranks\n",
+                          a.over_budget_pp_ranks.size() > 1 ? "s" : "", ranks.c_str(), a.budget_gib,
+                          a.worst_peak_gib, static_cast<long long>(world_size));
+  if (!a.found) {
+    s += metrics::strprintf("fit        no layout with TP <= 8 and PP <= 16 fits on up to %lld ranks\n",
+                            static_cast<long long>(64 * world_size));
+    return s;
+  }
+  const std::string world =
+      a.world_size == world_size ? "" : metrics::strprintf("--nproc %lld ", static_cast<long long>(a.world_size));
+  s += metrics::strprintf("fit        %s%s: peak %.1f GiB per rank\n", world.c_str(),
+                          a.overrides.empty() ? "(the layout as written)" : a.overrides.c_str(), a.peak_gib);
+  return s;
+}
+
+}  // namespace titan::estimate
