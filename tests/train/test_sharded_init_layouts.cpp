@@ -2,13 +2,20 @@
 // init-only run), as a user runs it: each layout builds the debug model on
 // the meta device, parallelises it, initialises only its own pieces and
 // writes a sharded step-0 checkpoint. Read back whole, every layout's
-// weights equal the one-process init bit for bit; the init table each run
-// prints shows every rank's tensor peak during init against its share.
+// weights equal the one-process init bit for bit — read by titan, and for
+// 1 rank, FSDP 4, FSDP 2 x TP 2 and PP 2 x FSDP 2 by PyTorch's own
+// torch.distributed.checkpoint (tests/checkpoint/dcp_read.py); the init
+// table each run prints shows every rank's tensor peak during init against
+// its share. Loading a one-process seed checkpoint (whole tensors in one
+// file) on 4 ranks reads only each rank's rows: its load peak is measured
+// the same way.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -16,6 +23,7 @@
 
 #include "support/run_command.hpp"
 #include "titan/checkpoint/dcp.hpp"
+#include "titan/checkpoint/safetensors.hpp"
 #include "train_test_util.hpp"
 
 namespace {
@@ -30,7 +38,18 @@ struct Layout {
   int nproc;
   const char* flags;
   bool ddp = false;  // replicates with DDP, whose gradient buckets are allocated at the start
+  bool read_by_torch_dcp = false;  // also read back by torch.distributed.checkpoint
 };
+
+// torch.distributed.checkpoint reads `checkpoint` (a titan step folder) and
+// compares it bitwise with `expected` (whole tensors); prints what it saw.
+void expect_torch_dcp_reads(const std::string& checkpoint, const std::string& expected, const char* what) {
+  const char* py = std::getenv("TITAN_PYTHON");
+  auto r = run_command(std::string(py && *py ? py : "python3") + " " + source_path("tests/checkpoint/dcp_read.py") +
+                       " " + checkpoint + " " + expected);
+  std::printf("  %-22s torch DCP: %s", what, r.output.c_str());
+  EXPECT_EQ(r.exit_code, 0) << what << ":\n" << r.output;
+}
 
 // Runs one init-only job; returns its step-0 weights and its output.
 std::map<std::string, at::Tensor> init_only(const ScratchDir& dir, const Layout& l, std::string* output) {
@@ -89,6 +108,13 @@ void expect_layouts_equal(const std::vector<Layout>& layouts) {
   const auto reference = init_only(dir, {"one_rank", 1, ""}, &out);
   std::printf("  one_rank                1 rank   the reference (init_weights' values, also bit for bit: test_llama3)\n");
   ASSERT_FALSE(reference.empty());
+  const std::string expected = dir.path() + "/expected.safetensors";
+  const bool any_dcp =
+      std::any_of(layouts.begin(), layouts.end(), [](const Layout& l) { return l.read_by_torch_dcp; });
+  if (any_dcp) {
+    titan::checkpoint::save_safetensors(expected, {reference.begin(), reference.end()});
+    expect_torch_dcp_reads(dir.path() + "/one_rank/checkpoint/step-0", expected, "one_rank");
+  }
   for (const Layout& l : layouts) {
     const auto got = init_only(dir, l, &out);
     ASSERT_EQ(got.size(), reference.size()) << l.name;
@@ -114,26 +140,105 @@ void expect_layouts_equal(const std::vector<Layout>& layouts) {
     }
     std::printf("  %-22s %2d ranks  max |weight diff| vs one rank %.1e  largest peak/model %.4f\n", l.name, l.nproc,
                 worst, peak);
+    if (l.read_by_torch_dcp) expect_torch_dcp_reads(dir.path() + "/" + l.name + "/checkpoint/step-0", expected, l.name);
+  }
+}
+
+// Every rank's load peak (the table's last column, over the model's bytes)
+// and its largest piece, from an init-only run that loaded a checkpoint.
+std::vector<std::pair<double, double>> load_rows(const std::string& output) {
+  std::vector<std::pair<double, double>> rows;
+  const std::regex model_line(R"(the model's parameters are ([\d.]+) (\w+))");
+  const std::regex row(
+      R"(^\s*(\d+)\s+[\d.]+ \w+\s+[\d.]+%\s+([\d.]+) (\w+)\s+[\d.]+ \w+\s+[\d.]+\s+[\d.]+ \w+\s+([\d.]+)\s*$)");
+  std::istringstream in(output);
+  double model = 0;
+  for (std::string line; std::getline(in, line);) {
+    const bool prefixed = line.rfind("[rank", 0) == 0 && line.find("] ") != std::string::npos;
+    const std::string body = prefixed ? line.substr(line.find("] ") + 2) : line;
+    std::smatch m;
+    if (std::regex_search(body, m, model_line)) model = bytes_of(m[1], m[2]);
+    if (model > 0 && std::regex_match(body, m, row)) rows.push_back({std::stod(m[4]), bytes_of(m[2], m[3]) / model});
+  }
+  return rows;
+}
+
+// Resuming reads only what a rank owns: a one-process seed checkpoint
+// holds each tensor whole in one file, and each of 4 ranks loads its rows
+// of it (checkpoint::load_shards reads one contiguous span of rows per
+// piece). Its tensor peak while loading stays within its largest piece —
+// TP's column cut of wo and w2 reads whole rows, at most tp times the
+// piece — where reading whole saved tensors took the largest whole tensor
+// (the embedding: 4 times FSDP 4's piece). The weights then equal the seed.
+TEST(ShardedInitLayouts, FourRanksLoadOnlyTheirRowsOfAOneProcessSeed) {
+  ScratchDir dir("sharded_load");
+  const Layout layouts[] = {{"fsdp4", 4, ""}, {"fsdp2_tp2", 4, "--training.tensor_parallel_degree 2"}};
+  for (const Layout& l : layouts) {
+    std::string out;
+    // The seed: one process, whole tensors (its own dump folder per layout).
+    const std::string folder = dir.path() + "/" + l.name;
+    const Layout seed{l.name, 1, ""};
+    const auto want = init_only(dir, seed, &out);
+    ASSERT_FALSE(want.empty());
+    // The same folder on 4 ranks: step-0 is found and loaded, then saved again sharded.
+    const auto got = init_only(dir, l, &out);
+    ASSERT_EQ(got.size(), want.size());
+    for (const auto& [name, w] : want) EXPECT_TRUE(at::equal(got.at(name), w)) << l.name << ": " << name;
+    EXPECT_NE(out.find("checkpoint: loaded the weights of"), std::string::npos) << out;
+    const auto rows = load_rows(out);
+    ASSERT_EQ(rows.size(), 4u) << l.name << ": no load column in\n" << out;
+    const double tp = l.flags[0] ? 2.0 : 1.0;
+    double worst = 0;
+    for (const auto& [load, piece] : rows) {
+      EXPECT_LE(load, tp * piece + 1e-3) << l.name << ": load peak " << load << " of the model, piece " << piece << "\n"
+                                         << out;
+      worst = std::max(worst, load);
+    }
+    std::printf("  %-22s loads a one-process seed: largest load peak/model %.4f (largest piece/model %.4f)\n", l.name,
+                worst, rows[0].second);
   }
 }
 
 TEST(ShardedInitLayouts, FourRanksEqualOneRankBitwise) {
   expect_layouts_equal({
       {"fsdp2", 2, ""},
-      {"fsdp4", 4, ""},
+      {"fsdp4", 4, "", false, true},
       {"hsdp2x2", 4, "--training.data_parallel_replicate_degree 2 --training.data_parallel_shard_degree 2"},
       {"ddp2", 2, "--training.data_parallel_replicate_degree 2 --training.data_parallel_shard_degree 1", true},
       {"tp2", 2, "--training.tensor_parallel_degree 2 --training.data_parallel_shard_degree 1"},
       {"tp4", 4, "--training.tensor_parallel_degree 4 --training.data_parallel_shard_degree 1"},
-      {"fsdp2_tp2", 4, "--training.tensor_parallel_degree 2"},
+      {"fsdp2_tp2", 4, "--training.tensor_parallel_degree 2", false, true},
       {"cp2", 2, "--parallelism.context_parallel_degree 2 --training.data_parallel_shard_degree 1"},
       {"pp2_1f1b", 2, "--experimental.pipeline_parallel_degree 2 --training.data_parallel_shard_degree 1"},
       {"pp2_interleaved", 2, "--experimental.pipeline_parallel_degree 2 --training.data_parallel_shard_degree 1 "
                              "--experimental.pipeline_parallel_schedule Interleaved1F1B"},
       {"pp2_zbv", 2, "--experimental.pipeline_parallel_degree 2 --training.data_parallel_shard_degree 1 "
                      "--experimental.pipeline_parallel_schedule ZBVZeroBubble"},
-      {"pp2_fsdp2", 4, "--experimental.pipeline_parallel_degree 2"},
+      {"pp2_fsdp2", 4, "--experimental.pipeline_parallel_degree 2", false, true},
   });
+}
+
+// The 1B flavor (1.24 B parameters, 4.94 GB in fp32) on 8 emulated ranks,
+// FSDP 8: initialised sharded, each rank holds and peaks at about 1/8 of it
+// (0.6 GB), so the 8 processes fit this 24 GiB machine — where a whole init
+// on every rank (8 x 4.94 GB) could not. Nothing is saved (no checkpoint).
+TEST(ShardedInitLayouts, EightRanksInitialiseTheOneBFlavorWithinTheirShare) {
+  ScratchDir dir("sharded_init_1b");
+  auto r = run_command(bin_path("titan") + " train --nproc 8 --job.config_file " +
+                       source_path("train_configs/debug_model.toml") + " --job.dump_folder " + dir.path() +
+                       "/out --model.flavor 1B --training.device cpu --training.steps 0 --training.seq_len 64"
+                       " --training.batch_size 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("the model's parameters are 4.6"), std::string::npos) << r.output;  // 4.94 GB = 4.60 GiB
+  const auto rows = init_rows(r.output);
+  ASSERT_EQ(rows.size(), 8u) << r.output;
+  double peak = 0;
+  for (const InitRow& row : rows) {
+    EXPECT_LE(row.share, 1.0 / 8 + 1e-3) << r.output;
+    EXPECT_LE(row.peak, row.share + row.piece + 1e-3) << r.output;
+    peak = std::max(peak, row.peak);
+  }
+  std::printf("  1B on 8 ranks (FSDP 8): largest tensor peak during init %.4f of the model (1/8 = 0.125)\n", peak);
 }
 
 // PP 2 x FSDP 2 x TP 2: 8 processes on 2 cores (labelled slow).

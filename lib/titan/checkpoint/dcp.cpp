@@ -305,11 +305,22 @@ void load_shards(const CheckpointInfo& ckpt, ShardedState& targets, const dist::
       if (h == headers.end()) h = headers.emplace(p.file, read_safetensors_header(path)).first;
       auto e = h->second.entries.find(p.fqn);
       TITAN_CHECK(e != h->second.entries.end(), "checkpoint: ", path, " has no tensor ", p.fqn);
-      // One saved box is read per piece: a target meets few saved boxes,
-      // and reading the whole box keeps the file access sequential.
-      const at::Tensor saved = read_safetensors_tensor(path, e->second);
+      // Only the rows of the saved box this piece needs are read (one
+      // contiguous span): a rank loading its shard of a checkpoint saved by
+      // fewer ranks (a one-process seed: whole tensors) holds its own rows,
+      // not the whole parameter. A cut along another dim (TP's column-wise
+      // split of wo and w2) still reads whole rows of the piece, at most tp
+      // times the piece.
+      std::vector<int64_t> rows_offsets = p.offsets;
+      at::Tensor saved;
+      if (p.box.empty()) {
+        saved = read_safetensors_tensor(path, e->second);
+      } else {
+        saved = read_safetensors_rows(path, e->second, p.box[0].first - p.offsets[0], p.box[0].second);
+        rows_offsets[0] = p.box[0].first;
+      }
       TensorShard& t = targets[p.target];
-      slice_box(t.local, t.offsets, p.box).copy_(slice_box(saved, p.offsets, p.box));
+      slice_box(t.local, t.offsets, p.box).copy_(slice_box(saved, rows_offsets, p.box));
     }
   } catch (const std::exception& e) {
     error = e.what();

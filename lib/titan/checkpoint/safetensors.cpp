@@ -197,6 +197,28 @@ at::Tensor read_safetensors_tensor(const std::string& path, const SafetensorsEnt
   return t;
 }
 
+at::Tensor read_safetensors_rows(const std::string& path, const SafetensorsEntry& entry, int64_t row_begin,
+                                 int64_t rows) {
+  const int64_t total_rows = entry.shape.empty() ? 1 : entry.shape[0];
+  TITAN_CHECK(row_begin >= 0 && rows >= 0 && row_begin + rows <= total_rows, "safetensors: ", path, ": rows [",
+              row_begin, ", ", row_begin + rows, ") of a tensor with ", total_rows);
+  if (entry.shape.empty() || (row_begin == 0 && rows == total_rows)) return read_safetensors_tensor(path, entry);
+  std::vector<int64_t> shape = entry.shape;
+  shape[0] = rows;
+  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(entry.dtype));
+  const uint64_t row_bytes = total_rows == 0 ? 0 : (entry.end - entry.begin) / static_cast<uint64_t>(total_rows);
+  const uint64_t bytes = row_bytes * static_cast<uint64_t>(rows);
+  if (bytes == 0) return t;
+  const uint64_t offset = entry.begin + row_bytes * static_cast<uint64_t>(row_begin);
+  std::ifstream in(path, std::ios::binary);
+  TITAN_CHECK(in.good(), "safetensors: cannot open ", path);
+  in.seekg(static_cast<std::streamoff>(offset));
+  in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(bytes));
+  TITAN_CHECK(in.good(), "safetensors: ", path, ": read of ", bytes, " bytes at offset ", offset,
+              " failed (truncated?)");
+  return t;
+}
+
 SafetensorsFile load_safetensors(const std::string& path) {
   const SafetensorsHeader header = read_safetensors_header(path);
   SafetensorsFile result;

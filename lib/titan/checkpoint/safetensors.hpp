@@ -73,6 +73,14 @@ SafetensorsHeader read_safetensors_header(const std::string& path);
 /// @brief Reads one tensor that `read_safetensors_header(path)` listed.
 at::Tensor read_safetensors_tensor(const std::string& path, const SafetensorsEntry& entry);
 
+/// @brief Reads rows [row_begin, row_begin + rows) along dim 0 of the
+/// tensor `entry` describes (a 0-d tensor has one row): one contiguous
+/// span of the file, so a rank loading its shard of a larger saved box
+/// holds that shard's rows, not the whole box. Throws titan::Error for a
+/// range outside the tensor or a short read.
+at::Tensor read_safetensors_rows(const std::string& path, const SafetensorsEntry& entry, int64_t row_begin,
+                                 int64_t rows);
+
 /// @brief What write_safetensors_durably wrote.
 struct SafetensorsWritten {
   uint64_t bytes = 0;  ///< file size

@@ -3,6 +3,9 @@
 #include "titan/estimate/fit.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <tuple>
+#include <vector>
 
 #include "titan/metrics/format.hpp"
 #include "titan/util/error.hpp"
@@ -14,12 +17,11 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 double peak_gib(const JobEstimate& e) { return static_cast<double>(e.worst().peak) / kGiB; }
 
-// The overrides that turn `cfg` into `c` (only the keys the search moves).
-std::string overrides_between(const config::JobConfig& cfg, const config::JobConfig& c) {
-  std::string s;
-  auto add = [&s](const std::string& key, const std::string& value) {
-    s += (s.empty() ? "" : " ") + std::string("--") + key + " " + value;
-  };
+// The overrides that turn `cfg` into `c` (only the keys the search moves),
+// one "--section.key value" each.
+std::vector<std::string> overrides_between(const config::JobConfig& cfg, const config::JobConfig& c) {
+  std::vector<std::string> s;
+  auto add = [&s](const std::string& key, const std::string& value) { s.push_back("--" + key + " " + value); };
   if (c.training.tensor_parallel_degree != cfg.training.tensor_parallel_degree)
     add("training.tensor_parallel_degree", std::to_string(c.training.tensor_parallel_degree));
   if (c.experimental.pipeline_parallel_degree != cfg.experimental.pipeline_parallel_degree)
@@ -46,7 +48,11 @@ FitAdvice fit_advice(const config::JobConfig& cfg, int64_t world_size, const Job
 
   std::vector<std::string> ac_modes{cfg.activation_checkpoint.mode};
   if (cfg.activation_checkpoint.mode != "full") ac_modes.push_back("full");
+  const int64_t cp = std::max<int64_t>(cfg.training.context_parallel_degree, 1);
   for (int64_t world = world_size; world <= 64 * world_size; world *= 2) {
+    // Of the layouts that fit on this many ranks, the one closest to the
+    // config: the fewest changed keys, then the least PP, then the least TP.
+    std::tuple<size_t, int64_t, int64_t> best_key{SIZE_MAX, 0, 0};
     for (int64_t pp : {1, 2, 4, 8, 16}) {
       for (int64_t tp : {1, 2, 4, 8}) {
         for (const std::string& ac : ac_modes) {
@@ -56,11 +62,15 @@ FitAdvice fit_advice(const config::JobConfig& cfg, int64_t world_size, const Job
           c.activation_checkpoint.mode = ac;
           // FSDP takes the ranks the others leave; replicas stay as written
           // when they still divide the world, else go.
-          const int64_t others = tp * pp * std::max<int64_t>(cfg.training.context_parallel_degree, 1);
-          if (world % others != 0) continue;
-          if ((world / others) % std::max<int64_t>(cfg.training.data_parallel_replicate_degree, 1) != 0)
+          if (world % (tp * pp * cp) != 0) continue;
+          const int64_t rest = world / (tp * pp * cp);
+          if (rest % std::max<int64_t>(cfg.training.data_parallel_replicate_degree, 1) != 0)
             c.training.data_parallel_replicate_degree = 1;
-          c.training.data_parallel_shard_degree = -1;
+          const int64_t shard = rest / std::max<int64_t>(c.training.data_parallel_replicate_degree, 1);
+          // The written value when it still resolves to the same degree (-1,
+          // or the same number); else the degree itself, said explicitly.
+          if (cfg.training.data_parallel_shard_degree != -1 && cfg.training.data_parallel_shard_degree != shard)
+            c.training.data_parallel_shard_degree = shard;
           JobEstimate candidate;
           try {
             candidate = estimate_job(c, world);
@@ -68,17 +78,19 @@ FitAdvice fit_advice(const config::JobConfig& cfg, int64_t world_size, const Job
             continue;  // degrees the model or the batch cannot take (heads, layers, micro-batches)
           }
           if (peak_gib(candidate) > budget_gib) continue;
-          // The written config already asks for FSDP over the rest: no
-          // override for it then.
-          if (cfg.training.data_parallel_shard_degree == -1) c.training.data_parallel_shard_degree = -1;
+          const std::vector<std::string> changes = overrides_between(cfg, c);
+          const std::tuple<size_t, int64_t, int64_t> key{changes.size(), pp, tp};
+          if (key >= best_key) continue;
+          best_key = key;
           a.found = true;
-          a.overrides = overrides_between(cfg, c);
+          a.overrides.clear();
+          for (const std::string& o : changes) a.overrides += (a.overrides.empty() ? "" : " ") + o;
           a.world_size = world;
           a.peak_gib = peak_gib(candidate);
-          return a;
         }
       }
     }
+    if (a.found) return a;
   }
   return a;
 }

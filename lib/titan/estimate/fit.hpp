@@ -8,8 +8,8 @@
 /// sharded over, whatever the mix of FSDP, TP and PP; activations divide by
 /// TP and CP and multiply by the pipeline's micro-batches in flight. So a
 /// config that is over budget is first tried with other degrees on the same
-/// world size (more TP, then PP, then full activation checkpointing), and
-/// only when none fits, on twice, four times, ... the ranks (what the
+/// world size (other TP and PP degrees, full activation checkpointing),
+/// and only when none fits, on twice, four times, ... the ranks (what the
 /// 405B config at 64 ranks needs: 128).
 #include <cstdint>
 #include <string>
@@ -42,8 +42,9 @@ struct FitAdvice {
 /// fit: tensor_parallel_degree in {1, 2, 4, 8} (no more than a node),
 /// pipeline_parallel_degree in {1, 2, 4, 8, 16}, the config's activation
 /// checkpointing and then full, the rest FSDP; on `world_size`, then up to
-/// 64 times as many ranks. The first fit in that order is taken (fewest
-/// ranks, then the least PP, then the least TP).
+/// 64 times as many ranks. Of the layouts that fit on the fewest ranks, the
+/// one closest to the config is taken: the fewest changed keys, then the
+/// least PP, then the least TP.
 FitAdvice fit_advice(const config::JobConfig& cfg, int64_t world_size, const JobEstimate& e, double budget_gib);
 
 /// @brief The advice as lines for `titan estimate` ("fits in 80 GiB per

@@ -298,7 +298,13 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
           if (banner_printed_) print(line);
           else early_lines_.push_back(line);
         });
-    if (!cfg_.checkpoint.create_seed_checkpoint) checkpoint_->load();
+    if (!cfg_.checkpoint.create_seed_checkpoint) {
+      // Loading reads only the rows of this rank's boxes (checkpoint/dcp.hpp):
+      // what it holds beyond the model is measured, as init's is.
+      const int64_t before = metrics::tensor_memory(device_).current_bytes;
+      metrics::reset_tensor_memory_peak(device_);
+      if (checkpoint_->load()) load_peak_bytes_ = metrics::tensor_memory(device_).peak_bytes - before;
+    }
   }
 
   // Traces on torchtitan's schedule; every rank writes its own.
@@ -421,20 +427,29 @@ std::string Trainer::banner() const {
 std::string Trainer::init_memory_table() {
   // [local bytes, init peak, largest piece] of every rank, gathered.
   at::Tensor mine = at::tensor({static_cast<double>(init_report_.local_bytes), static_cast<double>(init_peak_bytes_),
-                                static_cast<double>(init_report_.largest_piece_bytes)},
+                                static_cast<double>(init_report_.largest_piece_bytes),
+                                static_cast<double>(load_peak_bytes_)},
                                at::TensorOptions().dtype(at::kDouble))
-                        .reshape({1, 3});
+                        .reshape({1, 4});
   at::Tensor all = mine;
   if (mesh_) all = dist::world().group()->all_gather(mine.to(device_), 0).cpu();
   const double model = static_cast<double>(init_report_.model_bytes);
+  // A loaded checkpoint (the weights came from it, not from the init):
+  // what its reading held beyond the model, next to the init's.
+  const bool loaded = load_peak_bytes_ >= 0;
   std::string out = strprintf("init-only run (training.steps = 0): the model's parameters are %s\n"
-                              "  rank  parameters held   share   largest piece   tensor peak during init   peak / model\n",
-                              human_bytes(model).c_str());
+                              "  rank  parameters held   share   largest piece   tensor peak during init   peak / model%s\n",
+                              human_bytes(model).c_str(), loaded ? "   tensor peak during load   load / model" : "");
   for (int64_t r = 0; r < all.size(0); ++r) {
     const double held = all[r][0].item<double>(), peak = all[r][1].item<double>(), piece = all[r][2].item<double>();
-    out += strprintf("  %4lld  %15s  %6.2f%%  %14s  %24s  %12.4f\n", static_cast<long long>(r),
+    out += strprintf("  %4lld  %15s  %6.2f%%  %14s  %24s  %12.4f", static_cast<long long>(r),
                      human_bytes(held).c_str(), 100.0 * held / model, human_bytes(piece).c_str(),
                      human_bytes(peak).c_str(), peak / model);
+    if (loaded) {
+      const double load = all[r][3].item<double>();
+      out += strprintf("  %24s  %12.4f", human_bytes(load).c_str(), load / model);
+    }
+    out += "\n";
   }
   return out;
 }

@@ -187,6 +187,9 @@ class Trainer {
   /// The most bytes live tensors held on this rank from the model's
   /// construction to the end of its initialisation (counting allocator).
   int64_t init_peak_bytes_ = 0;
+  /// The most bytes live tensors held on this rank beyond the model while
+  /// a checkpoint was loaded (resume or a seed checkpoint); -1: none loaded.
+  int64_t load_peak_bytes_ = -1;
   std::vector<at::Tensor> params_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRScheduler> scheduler_;
