@@ -31,7 +31,9 @@ constexpr int kShapeTag = 0x7fff0000;
 // there already, as the trainer's are).
 BatchInputs on_device(const BatchInputs& b, c10::Device device) {
   auto to = [&](const at::Tensor& t) { return t.defined() ? t.to(device) : t; };
-  return {to(b.inputs), to(b.labels), to(b.doc_start)};
+  BatchInputs out = b;  // every other field (the micro-batch's loss weight) as it is
+  out.inputs = to(b.inputs), out.labels = to(b.labels), out.doc_start = to(b.doc_start);
+  return out;
 }
 
 }  // namespace
