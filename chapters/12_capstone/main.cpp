@@ -41,7 +41,7 @@
 //
 //   ./build/bin/ch12_capstone --nproc 8
 //   ./build/bin/ch12_capstone --nproc 16 --cp 2
-//   ./build/bin/ch12_capstone --nproc 8 --steps 3 --skip-estimate   # CTest
+//   ./build/bin/ch12_capstone --nproc 8 --steps 3     # CTest
 //
 // Exit status 0 means every measured byte count and collective matched its
 // analytic value and the trained layout matched the reference within the
@@ -549,7 +549,8 @@ std::string find_config(const std::string& given) {
 
 void print_estimate(const std::vector<std::string>& args, int64_t world) {
   std::string line = "build/bin/titan estimate";
-  for (const auto& a : args) line += " " + a;
+  const std::string root = std::string(TITAN_SOURCE_DIR) + "/";
+  for (const auto& a : args) line += " " + (a.rfind(root, 0) == 0 ? a.substr(root.size()) : a);  // as typed from the root
   line += " --nproc " + std::to_string(world);
   std::printf("$ %s\n", line.c_str());
   try {
@@ -615,9 +616,10 @@ int main(int argc, char** argv) {
     int64_t step_no = kStepByStep;
     if (lead)
       std::printf("2. The layout built step by step, in torchtitan's order (every rank applies each step to its model)\n"
-                  "   whole model: %s = embeddings %s + %lld blocks x %s + norm + output %s\n\n",
+                  "   whole model on every rank: %s = embeddings %s + %lld blocks x %s + norm %s + output %s (fp32)\n\n",
                   kib(full_bytes).c_str(), kib(emb_bytes).c_str(), (long long)args.n_layers, kib(blk_bytes).c_str(),
-                  kib(emb_bytes).c_str());
+                  kib(double(args.dim * 4)).c_str(), kib(emb_bytes).c_str());
+    ok = ok && full_bytes == 2 * emb_bytes + double(args.n_layers) * blk_bytes + double(args.dim * 4);
 
     // 2a. PP: cut into stages; this rank keeps its own. 1F1B: one stage per rank.
     const models::llama3::PipelinePlan plan =
@@ -821,9 +823,17 @@ int main(int argc, char** argv) {
                   (long long)opt.steps, d_weight, worst.c_str());
     }
     const auto verdicts = gather_rows(verdict);
-    // Tolerances: see the top of this file's section 3 notes in
-    // docs/chapters/12-capstone.md; measured on 8 and 16 ranks.
-    constexpr double kRelTol = 1e-6, kWeightTol = 2.5e-4;
+    // Tolerances (fp32). The layout adds the same gradients in another
+    // order (TP's partial sums, FSDP's reduce-scatter, the pipeline's
+    // micro-batches), so losses and gradient norms differ by rounding only:
+    // measured up to 9.4e-8 and 9.1e-9 relative (8 ranks, 5 steps; 16
+    // ranks with CP: 6.0e-8 and 8.7e-9). Weights differ more, 1.4e-5 after
+    // 5 steps (1.5e-5 with CP): AdamW divides by sqrt(v), so where a gradient
+    // is near 0 its rounding becomes a visible update (the trainer tests'
+    // note). Bounds 1e-6 and 1e-4 (the PP bound of test_trainer_dp.cpp).
+    // A reference that reads one data-parallel rank's batches instead of
+    // two is off by 4.9e-3 in the first loss and 0.34 in its gradient norm.
+    constexpr double kRelTol = 1e-6, kWeightTol = 1e-4;
     const bool train_ok = verdicts[0][3] == 1.0 && verdicts[0][0] < kRelTol && verdicts[0][1] < kRelTol &&
                           verdicts[0][2] < kWeightTol;
     ok = ok && train_ok;
@@ -933,11 +943,12 @@ int main(int argc, char** argv) {
                                                  "--experimental.pipeline_parallel_degree", "4"};
         std::printf("   The course's example \"DP 2, TP 8, PP 4 on 128 GPUs\": 2 x 8 x 4 = 64, not 128. On 64 ranks:\n\n");
         print_estimate(four_d, 64);
-        std::printf("   On 128 ranks the degrees as written leave half the ranks unplaced; the trainer says so:\n\n");
+        std::printf("   On 128 ranks the degrees as written leave half the ranks without a place; the trainer says so:\n\n");
         print_estimate(four_d, 128);
         std::vector<std::string> doubled = four_d;
-        doubled[3] = "-1";
-        std::printf("   dp_shard -1 takes the ranks left over (128 / (8 x 4) = 4):\n\n");
+        doubled[3] = "4";
+        doubled.insert(doubled.end(), {"--activation_checkpoint.mode", "full"});
+        std::printf("   The layout the 64-rank advice names: DP 4 x TP 8 x PP 4 = 128 with full AC:\n\n");
         print_estimate(doubled, 128);
       }
     }
