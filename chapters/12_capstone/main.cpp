@@ -141,12 +141,6 @@ std::vector<std::vector<double>> gather_rows(const std::vector<double>& mine) {
   return out;
 }
 
-bool all_ranks_ok(bool ok) {
-  for (const auto& row : gather_rows({ok ? 0.0 : 1.0}))
-    if (row[0] != 0.0) return false;
-  return true;
-}
-
 int64_t param_bytes(torch::nn::Module& m) {
   int64_t b = 0;
   for (const auto& p : m.parameters()) b += p.numel() * static_cast<int64_t>(p.element_size());
@@ -157,7 +151,8 @@ std::string kib(double bytes) { return strprintf("%.1f KiB", bytes / 1024.0); }
 
 // ------------------------------------------------------------ the mesh
 
-/// The mesh's dimensions this program reports communication on.
+/// The job's mesh (ParallelDims::build_mesh, as the trainer builds it) and
+/// this rank's place in it.
 struct Layout {
   parallel::ParallelDims dims;
   std::unique_ptr<dist::DeviceMesh> mesh;
@@ -217,7 +212,7 @@ void print_mesh(const Layout& l) {
   std::printf("   tp groups       %s   <- neighbours: one node on GPUs (NVLink)\n", groups_of(3).c_str());
   if (cp) std::printf("   cp groups       %s\n", groups_of(2).c_str());
   std::printf("   dp_shard groups %s\n", groups_of(1).c_str());
-  std::printf("   pp groups       %s   <- the widest stride: across nodes, point-to-point only\n\n",
+  std::printf("   pp groups       %s   <- the widest stride: on a cluster the groups that cross nodes\n\n",
               groups_of(0).c_str());
 }
 
@@ -290,8 +285,7 @@ std::map<std::string, DimComm> comm_of_step(int64_t step) {
   return out;
 }
 
-/// What the layout predicts for one step of this rank's stage, built as the
-/// steps are applied (see expected_comm).
+/// This rank's pipeline stage as the steps transform it.
 struct Stage {
   models::llama3::Transformer part{nullptr};
   int stage = 0, num_stages = 1;
@@ -300,6 +294,7 @@ struct Stage {
   bool last() const { return stage + 1 == num_stages; }
 };
 
+/// Which steps have been applied to the stage so far.
 struct Applied {
   bool tp = false, ac = false, fsdp = false, cp = false;
 };
