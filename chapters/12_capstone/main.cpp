@@ -902,10 +902,12 @@ int main(int argc, char** argv) {
             std::printf("\n");
           }
         }
-        std::printf("   (analytic: TP's all-gathers/reduce-scatters and their bytes, FSDP's reduce-scatters, the pipeline's\n"
-                    "    sends+receives; the all-reduces are the norm weights' gradients over tp, the loss, the gradient\n"
-                    "    norm's partial sums and loss parallel's softmax statistics; FSDP's all-gathers depend on the\n"
-                    "    schedule: a forward while another micro-batch's backward is pending reuses the root's weights)\n");
+        std::printf("   (analytic: the kinds it names, with their bytes: TP's all-gathers and reduce-scatters, FSDP's\n"
+                    "    reduce-scatters, the pipeline's sends+receives. The rest: the all-reduces are the norm weights'\n"
+                    "    gradients over tp, the loss, the gradient norm's partial sums and loss parallel's softmax\n"
+                    "    statistics; pp's +1 is the last stage's broadcast of the loss. FSDP's all-gathers follow the\n"
+                    "    schedule: each block twice per micro-batch (AC), the root once per forward, but on stage 0 1F1B\n"
+                    "    runs both forwards before a backward and the second reuses the root's gathered weights)\n");
         std::printf("   %s\n\n", all_ok ? "OK: the trainer's step carries what the layout predicts"
                                         : "MISMATCH: a trainer step differs from the analytic count");
       }
