@@ -5,14 +5,20 @@
 # reference appends one JSON line (tests/train/test_trainer_dp.cpp) — and
 # writes the table between the page's matrix markers. Nothing in the table
 # is typed by hand. Needs a build (scripts/test.sh makes one); extra
-# arguments go to ctest. TITAN_BUILD_DIR picks the build folder.
+# arguments go to ctest. TITAN_BUILD_DIR picks the build folder;
+# TITAN_MATRIX_ROWS=FILE writes the table from rows a run already recorded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${TITAN_BUILD_DIR:-build}"
 PAGE=docs/chapters/12-capstone.md
-rows="$(mktemp)"
-trap 'rm -f "$rows"' EXIT
-(cd "$BUILD" && TITAN_MATRIX_FILE="$rows" ctest -R '^trainer_dp_np(2|4|8|16)$' --output-on-failure --timeout 900 "$@")
+if [[ -n "${TITAN_MATRIX_ROWS:-}" ]]; then
+  # Rows a test run already wrote (TITAN_MATRIX_FILE=... ctest ...): just the table.
+  rows="$TITAN_MATRIX_ROWS"
+else
+  rows="$(mktemp)"
+  trap 'rm -f "$rows"' EXIT
+  (cd "$BUILD" && TITAN_MATRIX_FILE="$rows" ctest -R '^trainer_dp_np(2|4|8|16)$' --output-on-failure --timeout 900 "$@")
+fi
 python3 - "$rows" "$PAGE" <<'PY'
 import json, platform, subprocess, sys, datetime
 rows_path, page = sys.argv[1], sys.argv[2]

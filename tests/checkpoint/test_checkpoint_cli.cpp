@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "../train/train_test_util.hpp"
+#include "support/metrics_jsonl.hpp"
 #include "support/run_command.hpp"
 #include "titan/checkpoint/dcp.hpp"
 #include "titan/config/load.hpp"
@@ -22,6 +23,7 @@ namespace {
 
 namespace ck = titan::checkpoint;
 using titan::testing::bin_path;
+using titan::testing::jsonl_losses;
 using titan::testing::run_command;
 using titan::testing::ScratchDir;
 using titan::testing::source_path;
@@ -47,14 +49,6 @@ std::string command(const std::vector<std::string>& args, const std::string& ext
   std::string c = bin_path("titan") + " train";
   for (const auto& a : args) c += " '" + a + "'";
   return c + " " + extra;
-}
-
-std::vector<double> jsonl_losses(const std::string& path) {
-  std::vector<double> losses;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
-  return losses;
 }
 
 TEST(CheckpointCli, Fsdp4ResumedAsFsdp2TrainsAsItsReference) {

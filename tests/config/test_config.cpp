@@ -78,7 +78,7 @@ std::string cli_error(std::vector<std::string> args) {
     EXPECT_EQ((msg).find('\n'), std::string::npos) << "message: " << (msg); \
   } while (0)
 
-const char* kSeedConfigs[] = {"llama3_8b.toml",      "llama3_70b.toml",       "llama3_405b.toml",
+const char* kLlamaConfigs[] = {"llama3_8b.toml",      "llama3_70b.toml",       "llama3_405b.toml",
                               "llama3_8b_h100x8.toml", "llama3_70b_32gpu.toml", "llama3_405b_large.toml"};
 
 }  // namespace
@@ -96,10 +96,10 @@ TEST(ConfigFiles, EveryTrainConfigLoadsAndValidates) {
     ++n;
   }
   EXPECT_GE(n, 7);
-  for (const char* name : kSeedConfigs) EXPECT_TRUE(fs::exists(source_path(std::string("train_configs/") + name))) << name;
+  for (const char* name : kLlamaConfigs) EXPECT_TRUE(fs::exists(source_path(std::string("train_configs/") + name))) << name;
 }
 
-TEST(ConfigFiles, Llama3_8bHasTheSeedValues) {
+TEST(ConfigFiles, Llama3_8bHoldsItsValues) {
   JobConfig c = load_job_config(source_path("train_configs/llama3_8b.toml"));
   EXPECT_EQ(c.job.dump_folder, "./outputs");
   EXPECT_EQ(c.job.description, "Llama 3 8B training");
@@ -137,7 +137,7 @@ TEST(ConfigFiles, Llama3_8bHasTheSeedValues) {
   EXPECT_EQ(c.origin.at("training.seq_len"), source_path("train_configs/llama3_8b.toml") + ":26");
 }
 
-TEST(ConfigFiles, SeedParallelLayouts) {
+TEST(ConfigFiles, LargeConfigsHoldTheirLayouts) {
   JobConfig h = load_job_config(source_path("train_configs/llama3_8b_h100x8.toml"));
   EXPECT_EQ(h.training.seq_len, 8192);
   EXPECT_EQ(h.training.data_parallel_shard_degree, 8);
@@ -149,6 +149,7 @@ TEST(ConfigFiles, SeedParallelLayouts) {
   EXPECT_EQ(l.training.data_parallel_shard_degree, 8);
   EXPECT_EQ(l.training.tensor_parallel_degree, 8);
   EXPECT_EQ(l.experimental.pipeline_parallel_degree, 8);
+  EXPECT_EQ(l.training.batch_size, 8);  // PP 8's 1F1B needs 8 micro-batches
 }
 
 TEST(ConfigFiles, ConfigWithoutModelSectionIsCompletedFromDefaults) {

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/metrics_jsonl.hpp"
 #include "support/run_command.hpp"
 #include "titan/checkpoint/file_io.hpp"
 #include "titan/data/base64.hpp"
@@ -21,6 +22,7 @@
 namespace {
 
 using titan::testing::bin_path;
+using titan::testing::jsonl_losses;
 using titan::testing::run_command;
 using titan::testing::ScratchDir;
 using titan::testing::source_path;
@@ -162,15 +164,6 @@ TEST(TrainCli, TwoRanksShardAndBadDegreesFailCleanly) {
 }
 
 }  // namespace
-
-// Each step's loss as metrics.jsonl records it (full precision, rank 0).
-std::vector<double> jsonl_losses(const std::string& path) {
-  std::vector<double> losses;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
-  return losses;
-}
 
 // The capstone's 4-D layout through `titan train --nproc 16`: FSDP 2 x CP 2
 // x TP 2 x PP 2 on the debug model has 2 data-parallel ranks, so it reads

@@ -562,6 +562,17 @@ void expect_several_documents_per_window(const JobConfig& c) {
   EXPECT_GT(packed, windows / 2) << "the test data has too few document boundaries to test the mask";
 }
 
+// The reference of a pipeline run: it accumulates the pipeline's
+// micro-batches (batch_size = their size, gradient_accumulation_steps =
+// their number), whose mean losses a pipeline step averages. `pipeline`
+// is read when the reference is made (it may change between calls).
+std::function<void(JobConfig&)> accumulating_micro_batches_of(const JobConfig& pipeline) {
+  return [&pipeline](JobConfig& ref) {
+    ref.training.batch_size = pipeline.experimental.pipeline_parallel_microbatch_size;
+    ref.training.gradient_accumulation_steps = pipeline.training.batch_size / ref.training.batch_size;
+  };
+}
+
 TEST(TrainerPipelineParallel, BlockCausalMatchesReference) {
   const int n = titan::testing::world().size();
   titan::testing::ScratchDir dir("trainer_pp_documents");
@@ -572,10 +583,7 @@ TEST(TrainerPipelineParallel, BlockCausalMatchesReference) {
   c.model.attn_mask_type = "block_causal";
   c.training.data_parallel_shard_degree = 1;
   expect_several_documents_per_window(c);
-  const auto as_micro_batches = [&c](JobConfig& ref) {
-    ref.training.batch_size = c.experimental.pipeline_parallel_microbatch_size;
-    ref.training.gradient_accumulation_steps = c.training.batch_size / ref.training.batch_size;
-  };
+  const auto as_micro_batches = accumulating_micro_batches_of(c);
   if (n == 2) {
     c.experimental.pipeline_parallel_degree = 2;
     for (const char* s : {"GPipe", "1F1B", "Interleaved1F1B", "ZBVZeroBubble"}) {
@@ -619,10 +627,7 @@ TEST(TrainerPipelineParallel, BlockCausalContextParallelInsideStagesMatchesRefer
   c.experimental.pipeline_parallel_schedule = "1F1B";
   c.training.context_parallel_degree = 2;
   c.training.context_parallel_rotate_method = "alltoall";
-  const auto as_micro_batches = [&c](JobConfig& ref) {
-    ref.training.batch_size = c.experimental.pipeline_parallel_microbatch_size;
-    ref.training.gradient_accumulation_steps = c.training.batch_size / ref.training.batch_size;
-  };
+  const auto as_micro_batches = accumulating_micro_batches_of(c);
   expect_matches_reference(c, "PP 2 x CP 2, block_causal (1F1B, 2 micro-batches)", pp_model(), kCpFsdpWeightTol, true,
                            as_micro_batches);
   c.training.batch_size = 1;
@@ -669,10 +674,7 @@ TEST(TrainerFourDimensions, EveryFourDimensionalLayoutMatchesReference) {
   docs.activation_checkpoint.mode = "selective";
   docs.activation_checkpoint.selective_ac_option = "op";
   docs.experimental.pipeline_parallel_schedule = "Interleaved1F1B";
-  const auto as_micro_batches = [&docs](JobConfig& ref) {
-    ref.training.batch_size = docs.experimental.pipeline_parallel_microbatch_size;
-    ref.training.gradient_accumulation_steps = docs.training.batch_size / ref.training.batch_size;
-  };
+  const auto as_micro_batches = accumulating_micro_batches_of(docs);
   expect_matches_reference(docs, "FSDP 2 x CP 2 x TP 2 x PP 2, block_causal (Interleaved1F1B, AC selective op)",
                            pp_model(true), kFourDWeightTol, true, as_micro_batches);
 
