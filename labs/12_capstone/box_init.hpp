@@ -34,7 +34,7 @@ struct Run {
 std::vector<Run> box_runs(at::IntArrayRef shape, at::IntArrayRef offsets, at::IntArrayRef sizes);
 
 /// @brief The first draw of every parameter of `plan`, in plan order: where
-/// the whole model's initialisation reaches it in the seed's stream (the
+/// the whole model's initialisation reaches it in the random stream of the seed (the
 /// draws of every parameter before it; ops::init_draws says how many a
 /// parameter takes).
 std::vector<uint64_t> first_draws(const std::vector<titan::models::llama3::ParamInit>& plan);

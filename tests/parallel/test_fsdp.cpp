@@ -83,7 +83,7 @@ at::Tensor local_rows(const at::Tensor& t, int64_t dp_rank, int64_t dp) {
 
 void shard_model(Transformer& model, const DeviceMesh& mesh, const fsdp::FullyShardOptions& opts,
                  bool embedding_unit = false) {
-  // The seed's variant: the embedding is a unit of its own without a policy,
+  // A variant: the embedding is a unit of its own without a policy,
   // so it stays fp32 while the blocks compute in bf16.
   if (embedding_unit) fsdp::fully_shard(*model->tok_embeddings, mesh, {});
   for (auto& block : model->blocks()) fsdp::fully_shard(*block, mesh, opts);

@@ -168,7 +168,7 @@ TEST(PipelineSplit, EvenUnevenPerStageAndSplitPoints) {
   EXPECT_NE(error_of([] { split_layers_per_stage(8, 3); }).find("does not divide"), std::string::npos);
   EXPECT_EQ(describe_split(split_layers_at(8, {"layers.3", "5"})), "0-2 | 3-4 | 5-7");
   EXPECT_NE(error_of([] { split_layers_at(8, {"layers.5", "layers.3"}); }).find("strictly increasing"), std::string::npos);
-  // The seed's interleaved picture: 40 layers, 4 ranks x 2 stages of 5;
+  // The classic interleaved picture: 40 layers, 4 ranks x 2 stages of 5;
   // rank 0 holds layers 0-4 and 20-24.
   auto plan = titan::models::llama3::plan_pipeline(40, ScheduleKind::Interleaved1F1B, 4, 8, 5);
   EXPECT_EQ(plan.spec.stages_per_rank, 2);
