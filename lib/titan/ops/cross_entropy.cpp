@@ -13,6 +13,11 @@ at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& labels) {
   return at::cross_entropy_loss(logits.flatten(0, 1).to(at::kFloat), labels.flatten(0, 1));
 }
 
+at::Tensor weigh_shard_loss(const at::Tensor& loss, const at::Tensor& logits, double weight) {
+  if (weight == 0.0) return logits.sum().to(at::kFloat) * 0.0;
+  return weight == 1.0 ? loss : loss * weight;
+}
+
 double shard_loss_weight(const at::Tensor& window_labels, const at::Tensor& shard_labels, int64_t shards) {
   constexpr int64_t kIgnored = -100;  // torch's ignore_index, what cross_entropy skips
   const int64_t window = (window_labels != kIgnored).sum().item<int64_t>();

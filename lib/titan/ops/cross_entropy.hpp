@@ -27,4 +27,10 @@ at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& labels);
 /// hidden targets and a plain mean of their means would weigh them wrongly.
 double shard_loss_weight(const at::Tensor& window_labels, const at::Tensor& shard_labels, int64_t shards);
 
+/// @brief `loss` (the mean loss of `logits`) times `weight`
+/// (shard_loss_weight's). Weight 0 — a shard whose targets are all hidden,
+/// whose mean is NaN — gives a zero that keeps a graph through `logits`, so
+/// its backward still runs the collectives the other ranks wait for.
+at::Tensor weigh_shard_loss(const at::Tensor& loss, const at::Tensor& logits, double weight);
+
 }  // namespace titan::ops

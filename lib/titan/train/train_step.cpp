@@ -48,11 +48,7 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model, cons
       TITAN_PROFILE_RANGE("titan::forward");
       at::Tensor logits = model->forward(inputs, doc_start);
       loss = loss_fn ? loss_fn(logits, labels) : ops::cross_entropy(logits, labels);
-      // A cp shard whose targets are all hidden has a NaN mean and weight
-      // 0: it contributes zero (with a graph, so its backward still runs
-      // the ring attention's collectives with the other ranks).
-      if (loss_weight == 0.0) loss = logits.sum().to(at::kFloat) * 0.0;
-      else if (loss_weight != 1.0) loss = loss * loss_weight;
+      loss = ops::weigh_shard_loss(loss, logits, loss_weight);  // a cp shard's share of the targets
     }
     // Each micro-batch's loss is a mean over its tokens; dividing by the
     // number of micro-batches makes the summed gradients those of the mean

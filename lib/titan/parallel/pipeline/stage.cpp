@@ -34,11 +34,7 @@ at::Tensor PipelineStage::forward(int mb, const at::Tensor& input, const BatchIn
     const at::Tensor& labels = batch.labels;
     TITAN_CHECK(labels.defined(), "pipeline: the last stage needs the labels of micro-batch ", mb);
     at::Tensor loss = o_.loss_fn ? o_.loss_fn(out, labels) : ops::cross_entropy(out, labels);
-    // As in train::accumulate_gradients: a cp shard's weight, and zero (with
-    // a graph, so the ring's backward collectives still run) for a shard
-    // whose targets are all hidden (its mean is NaN).
-    if (batch.loss_weight == 0.0) loss = out.sum().to(at::kFloat) * 0.0;
-    else if (batch.loss_weight != 1.0) loss = loss * batch.loss_weight;
+    loss = ops::weigh_shard_loss(loss, out, batch.loss_weight);  // a cp shard's share of the targets
     h.target = loss * loss_scale;
     at::Tensor d = loss.detach().to(at::kFloat);
     loss_sum_ = loss_sum_.defined() ? loss_sum_ + d : d;
