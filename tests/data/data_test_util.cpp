@@ -9,10 +9,10 @@
 #include "support/run_command.hpp"
 #include "titan/data/byte_tokenizer.hpp"
 #include "titan/data/documents.hpp"
-#include "titan/util/files.hpp"
+#include "titan/data/files.hpp"
 
 namespace titan::testing {
-namespace files = titan::files;
+namespace files = titan::data::files;
 
 TempDir::TempDir() {
   std::string tmpl = files::temp_dir() + "/titan-data-XXXXXX";

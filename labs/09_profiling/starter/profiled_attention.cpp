@@ -6,7 +6,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "titan/util/range.hpp"
+#include "titan/profiling/range.hpp"
 
 namespace lab09 {
 

@@ -11,7 +11,6 @@
 #include "titan/metrics/mfu.hpp"
 #include "titan/metrics/tensorboard.hpp"
 #include "titan/util/error.hpp"
-#include "titan/util/strprintf.hpp"
 
 namespace titan::metrics {
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "titan/util/range.hpp"
+#include "titan/profiling/range.hpp"
 
 namespace titan::profiling {
 

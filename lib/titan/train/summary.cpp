@@ -3,11 +3,10 @@
 #include <limits>
 
 #include "titan/metrics/format.hpp"
-#include "titan/util/strprintf.hpp"
 
 namespace titan::train {
 
-using titan::strprintf;
+using metrics::strprintf;
 
 double TrainSummary::first_loss() const {
   return losses.empty() ? std::numeric_limits<double>::quiet_NaN() : losses.front();
