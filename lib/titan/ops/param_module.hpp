@@ -21,8 +21,8 @@ namespace titan::ops {
 /// (`weight`) and re-read them in rebind_parameters().
 ///
 /// It is a HookableModule, and the leaf modules run their forward through
-/// call_with_hooks(), so that a single leaf can be its own FSDP unit (the
-/// seed's `fully_shard(model.tok_embeddings)` that stays fp32).
+/// call_with_hooks(), so that a single leaf can be its own FSDP unit (e.g.
+/// `fully_shard(model.tok_embeddings)` with its own mixed-precision policy).
 class ParamModule : public HookableModule {
  public:
   /// Replaces this module's own parameter `name` by `value` (keeping its

@@ -31,7 +31,7 @@ std::string cell_label(const Action& a, bool with_stage);
 /// and "comm" for sends and receives (render_svg colours each).
 std::vector<profiling::TimelineBar> timeline_bars(const std::vector<PipelineEvent>& events);
 
-/// @brief The seed's ASCII chart of the compute events of a step, one line
+/// @brief An ASCII chart of the compute events of a step, one line
 /// per rank ("rank 0: [F0][F1]      [B1][B0]"), time 0 .. the step's last
 /// event over `width` characters. Each cell spans the columns of its
 /// interval: "[" label "]" padded with '-' when the label fits, the type
