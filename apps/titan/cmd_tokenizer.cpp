@@ -11,7 +11,7 @@
 #include "commands.hpp"
 #include "titan/data/builtin_tokenizer.hpp"
 #include "titan/data/documents.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/data/tokenizer.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/util/error.hpp"
@@ -96,7 +96,7 @@ int train(const Args& a) {
 // prints the median pass: the number bench/tokenizer compares.
 int encode_file(const Args& a, const data::Tokenizer& tok) {
   TITAN_CHECK(a.rest.empty(), "titan tokenizer encode takes --file or TEXT, not both");
-  const std::string text = data::files::read_file(a.file, "text file");
+  const std::string text = files::read_file(a.file, "text file");
   std::vector<double> secs;
   size_t tokens = 0;
   const auto begin = std::chrono::steady_clock::now();

@@ -25,7 +25,7 @@
 #include "titan/checkpoint/file_io.hpp"
 #include "titan/checkpoint/manager.hpp"
 #include "titan/checkpoint/sharded_state.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/launch/options.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/metrics/format.hpp"
@@ -34,6 +34,7 @@
 #include "titan/optim/lr_schedule.hpp"
 #include "titan/optim/optimizer.hpp"
 #include "titan/util/measure.hpp"
+#include "titan/util/strprintf.hpp"
 
 using namespace titan;
 
@@ -69,7 +70,7 @@ double plain_write_seconds(const std::string& path, uint64_t bytes) {
 
 int main(int argc, char** argv) {
   return run_main(argc, argv, [](int argc, char** argv) {
-    std::string flavors = "debugmodel,1B", dir = data::files::temp_dir() + "/titan_bench_checkpoint";
+    std::string flavors = "debugmodel,1B", dir = files::temp_dir() + "/titan_bench_checkpoint";
     int64_t repeats = 3;
     OptionParser parser("bench_checkpoint", "checkpoint save / load throughput and blocking time per async mode");
     parser.add("--flavors", &flavors, "comma-separated model flavors (debugmodel: with Adam state; others: weights only)");
@@ -78,7 +79,7 @@ int main(int argc, char** argv) {
     parser.parse(argc, argv);
 
     for (const std::string& flavor : split_commas(flavors)) {
-      data::files::remove_all(dir);
+      files::remove_all(dir);
       // The debug model as a trainer holds it (weights + both Adam
       // moments); a large flavor as an export holds it (weights only), in
       // fp32: 1B is about 5 GB, within this machine's memory.
@@ -104,7 +105,7 @@ int main(int argc, char** argv) {
       uint64_t bytes = state_bytes(shards);
       if (with_optimizer) bytes += state_bytes(checkpoint::optimizer_shards(*optimizer, shards));
       std::printf("\n%s: %s%s, %.1f MB per save\n", flavor.c_str(),
-                  metrics::strprintf("%.3g", static_cast<double>(models::llama3::count_parameters(args))).c_str(),
+                  titan::strprintf("%.3g", static_cast<double>(models::llama3::count_parameters(args))).c_str(),
                   with_optimizer ? " parameters + Adam moments" : " parameters (weights only)", bytes / 1e6);
 
       const double plain = [&] {
@@ -149,7 +150,7 @@ int main(int argc, char** argv) {
       }
       std::printf("  %-24s %10s %10.0f ms %10.0f   (from the page cache: the files were just written)\n", "load",
                   "-", 1e3 * median(load), bytes / 1e6 / median(load));
-      data::files::remove_all(dir);
+      files::remove_all(dir);
     }
     return 0;
   });

@@ -28,6 +28,7 @@
 #include "titan/metrics/format.hpp"
 #include "titan/parallel/data_parallel.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/strprintf.hpp"
 #include "titan/verify/data_parallel_technique.hpp"
 #include "titan/verify/reference_run.hpp"
 
@@ -71,7 +72,7 @@ double max_over_ranks(const dist::ProcessGroup& g, double v) {
   return t.cpu().item<double>();
 }
 
-std::string kib(int64_t bytes) { return metrics::strprintf("%.1f KiB", bytes / 1024.0); }
+std::string kib(int64_t bytes) { return titan::strprintf("%.1f KiB", bytes / 1024.0); }
 
 }  // namespace
 

@@ -55,6 +55,7 @@
 #include "titan/models/llama3/tp_plan.hpp"
 #include "titan/ops/linear.hpp"
 #include "titan/parallel/tensor_parallel/parallelize_module.hpp"
+#include "titan/util/strprintf.hpp"
 #include "titan/verify/reference_run.hpp"
 #include "titan/verify/tp_technique.hpp"
 
@@ -126,8 +127,8 @@ std::string failed_checks(const StepDiff& d, bool loss_ok) {
   return s;
 }
 
-std::string mib(double bytes) { return metrics::strprintf("%.3f MiB", bytes / (1 << 20)); }
-std::string kib(double bytes) { return metrics::strprintf("%.1f KiB", bytes / 1024.0); }
+std::string mib(double bytes) { return titan::strprintf("%.3f MiB", bytes / (1 << 20)); }
+std::string kib(double bytes) { return titan::strprintf("%.1f KiB", bytes / 1024.0); }
 
 std::shared_ptr<tp::ParallelStyle> colwise() { return std::make_shared<tp::ColwiseParallel>(); }
 std::shared_ptr<tp::ParallelStyle> rowwise() { return std::make_shared<tp::RowwiseParallel>(); }
@@ -396,12 +397,12 @@ int main(int argc, char** argv) {
         if (name.rfind("layers.", 0) == 0 && name.rfind("layers.0.", 0) != 0) continue;
         auto it = placed.find(name);
         const at::Tensor& p = item.value();
-        std::string global = it == placed.end() ? "" : metrics::strprintf(" of [%lld x %lld]",
+        std::string global = it == placed.end() ? "" : titan::strprintf(" of [%lld x %lld]",
                              (long long)it->second.global_shape[0],
                              (long long)(it->second.global_shape.size() > 1 ? it->second.global_shape[1] : 1));
         std::printf("     %-38s %-11s [%lld%s]%s\n", name.c_str(),
                     it == placed.end() ? "Replicate()" : it->second.placement.str().c_str(), (long long)p.size(0),
-                    p.dim() > 1 ? metrics::strprintf(" x %lld", (long long)p.size(1)).c_str() : "", global.c_str());
+                    p.dim() > 1 ? titan::strprintf(" x %lld", (long long)p.size(1)).c_str() : "", global.c_str());
       }
       std::printf("\n");
     }

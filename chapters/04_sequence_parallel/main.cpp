@@ -60,6 +60,7 @@
 #include "titan/ops/forward_hooks.hpp"
 #include "titan/parallel/tensor_parallel/loss_parallel.hpp"
 #include "titan/ops/cross_entropy.hpp"
+#include "titan/util/strprintf.hpp"
 #include "titan/verify/reference_run.hpp"
 #include "titan/verify/tp_technique.hpp"
 
@@ -256,7 +257,7 @@ double max_over_ranks(const dist::ProcessGroup& g, double v, c10::Device device)
   return t.cpu().item<double>();
 }
 
-std::string kib(double bytes) { return metrics::strprintf("%.1f KiB", bytes / 1024.0); }
+std::string kib(double bytes) { return titan::strprintf("%.1f KiB", bytes / 1024.0); }
 
 }  // namespace
 
@@ -398,7 +399,7 @@ int main(int argc, char** argv) {
         for (auto op : {dist::CommOp::AllReduce, dist::CommOp::AllGather, dist::CommOp::ReduceScatter}) {
           const OpCount oc = c.count(op) ? c.at(op) : OpCount{};
           total += oc.wire;
-          cells += metrics::strprintf(" %4lld x %11.0f", (long long)oc.count, oc.wire);
+          cells += titan::strprintf(" %4lld x %11.0f", (long long)oc.count, oc.wire);
         }
         std::printf("   %-10s %-9s%s %12.0f\n", what == std::string("measured") ? variants[i].name.c_str() : "", what,
                     cells.c_str(), total);
@@ -439,7 +440,7 @@ int main(int argc, char** argv) {
       shape_row("held after forward", [](const RunResult& r) { return kib(double(r.held_after_forward)); });
       const double tp_held = double(runs[0].held_after_forward);
       shape_row("held after forward / TP's", [&](const RunResult& r) {
-        return metrics::strprintf("%.2f", double(r.held_after_forward) / tp_held);
+        return titan::strprintf("%.2f", double(r.held_after_forward) / tp_held);
       });
       // What SP cuts: each RMSNorm saves its input and its normalised
       // output for backward, two [B, S, D] tensors per norm, 2L + 1 norms;

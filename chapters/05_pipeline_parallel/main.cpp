@@ -65,6 +65,7 @@
 #include "titan/parallel/pipeline/schedule.hpp"
 #include "titan/parallel/pipeline/simulate.hpp"
 #include "titan/parallel/pipeline/timeline.hpp"
+#include "titan/util/strprintf.hpp"
 #include "titan/verify/pipeline_technique.hpp"
 #include "titan/util/error.hpp"
 #include "titan/verify/reference_run.hpp"
@@ -150,7 +151,7 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0 : s / static_cast<double>(v.size());
 }
 
-std::string pct(double f) { return f < 0 ? "-" : metrics::strprintf("%.1f%%", 100 * f); }
+std::string pct(double f) { return f < 0 ? "-" : titan::strprintf("%.1f%%", 100 * f); }
 
 }  // namespace
 
@@ -318,7 +319,7 @@ int main(int argc, char** argv) {
                 "sim. measured", "measured", "measured per rank", "step ms");
     for (const Result& r : results) {
       std::string ranks;
-      for (double b : r.bubble) ranks += metrics::strprintf("%s%.0f", ranks.empty() ? "" : " ", 100 * b);
+      for (double b : r.bubble) ranks += titan::strprintf("%s%.0f", ranks.empty() ? "" : " ", 100 * b);
       std::printf("   %-22s %3d %2d %9s %10s %14s %9s %16s %9.1f\n", r.variant.name.c_str(), r.spec.microbatches,
                   r.spec.stages_per_rank, pct(pp::analytic_bubble_fraction(r.spec)).c_str(),
                   pct(r.sim.mean_bubble()).c_str(), pct(r.sim_measured.mean_bubble()).c_str(),
@@ -346,13 +347,13 @@ int main(int argc, char** argv) {
     std::printf("3. peak activation memory per rank in the measured step (KiB above the step's start) and the\n"
                 "   (stage, micro-batch) activations a rank holds at once (simulate; naive: its 1 micro-batch is the whole batch)\n");
     std::printf("   %-22s", "schedule");
-    for (int r = 0; r < n; ++r) std::printf(" %12s", metrics::strprintf("rank %d", r).c_str());
+    for (int r = 0; r < n; ++r) std::printf(" %12s", titan::strprintf("rank %d", r).c_str());
     std::printf("   in flight per rank\n");
     for (const Result& r : results) {
       std::printf("   %-22s", r.variant.name.c_str());
       for (double b : r.peak_bytes) std::printf(" %12.1f", b / 1024.0);
       std::string fl;
-      for (int f : r.sim.peak_in_flight) fl += metrics::strprintf("%s%d", fl.empty() ? "" : " ", f);
+      for (int f : r.sim.peak_in_flight) fl += titan::strprintf("%s%d", fl.empty() ? "" : " ", f);
       std::printf("   %s\n", fl.c_str());
     }
     const Result& gpipe = results[1];

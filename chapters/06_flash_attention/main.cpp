@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "svg_chart.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/launch/options.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/metrics/format.hpp"
@@ -49,9 +49,10 @@
 #include "titan/ops/attention/flash_function.hpp"
 #include "titan/ops/attention/math_attention.hpp"
 #include "titan/util/measure.hpp"
+#include "titan/util/strprintf.hpp"
 
 using namespace titan;
-using metrics::strprintf;
+using titan::strprintf;
 
 namespace {
 
@@ -83,7 +84,7 @@ double rel(const at::Tensor& a, const at::Tensor& ref) {
 int main(int argc, char** argv) {
   return run_main(argc, argv, [](int argc, char** argv) {
     int64_t max_seq = 8192, speed_seq = 2048, heads = 4, reps = 3;
-    std::string svg = data::files::temp_dir() + "/titan_ch06_flash_attention.svg";
+    std::string svg = files::temp_dir() + "/titan_ch06_flash_attention.svg";
     bool quick = false;
     OptionParser parser("ch06_flash_attention", "flash attention vs the S matrix: memory, equality, speed");
     parser.add("--max-seq", &max_seq, "longest sequence of the memory sweep (math attention needs ~2·seq²·4 B)");

@@ -46,7 +46,7 @@
 #include "titan/checkpoint/dcp.hpp"
 #include "titan/checkpoint/file_io.hpp"
 #include "titan/checkpoint/manager.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/launch/options.hpp"
@@ -55,9 +55,10 @@
 #include "titan/train/trainer.hpp"
 #include "titan/util/error.hpp"
 #include "titan/util/measure.hpp"
+#include "titan/util/strprintf.hpp"
 
 using namespace titan;
-using metrics::strprintf;
+using titan::strprintf;
 
 namespace {
 
@@ -152,8 +153,8 @@ int main(int argc, char** argv) {
     const dist::World& world = dist::init_distributed({.device = "cpu"});
     const int rank = world.rank(), n = world.size();
     const dist::ProcessGroup& group = *world.group();
-    const std::string dump = data::files::temp_dir() + "/titan_ch08_np" + std::to_string(n);
-    if (rank == 0) data::files::remove_all(dump);
+    const std::string dump = files::temp_dir() + "/titan_ch08_np" + std::to_string(n);
+    if (rank == 0) files::remove_all(dump);
     group.barrier();
     const std::string folder = dump + "/checkpoint";
     bool ok = true;
@@ -227,7 +228,7 @@ int main(int argc, char** argv) {
     // ------------------------------------------------ (3) resume
     // The job "dies" after the save at `steps`: its last checkpoint goes,
     // and the restarted job resumes from the one before.
-    if (rank == 0) data::files::remove_all(folder + "/" + checkpoint::step_folder_name(2 * opt.steps));
+    if (rank == 0) files::remove_all(folder + "/" + checkpoint::step_folder_name(2 * opt.steps));
     group.barrier();
     const Run resumed = train_run(fsdp, trainer_options(opt));
     double loss_diff = 0;
@@ -274,7 +275,7 @@ int main(int argc, char** argv) {
       std::printf("5. crash safety\n");
       // A save that died: its folder has files but no metadata.json.
       const std::string partial = folder + "/" + checkpoint::step_folder_name(2 * opt.steps + 1) + ".partial";
-      data::files::make_directories(partial);
+      files::make_directories(partial);
       std::ofstream(partial + "/" + checkpoint::rank_file_name(0)) << "half a file";
       const auto steps = checkpoint::list_checkpoints(folder);
       std::printf("   with %s on disk the complete checkpoints are:", partial.c_str());
@@ -283,7 +284,7 @@ int main(int argc, char** argv) {
       ok = ok && !steps.empty() && steps.back() == 2 * opt.steps;
       // One flipped bit in a copy of the checkpoint.
       const std::string copy = dump + "/corrupt/step-1";
-      data::files::make_directories(dump + "/corrupt");
+      files::make_directories(dump + "/corrupt");
       std::system(("cp -r '" + saved_dir + "' '" + copy + "'").c_str());
       const std::string file = copy + "/" + checkpoint::rank_file_name(0);
       std::string bytes = checkpoint::read_text_file(file);
@@ -304,7 +305,7 @@ int main(int argc, char** argv) {
     if (rank == 0)
       std::printf("%s\n", ok ? "OK: every load and the resume were exact" : "FAIL: a load or the resume differed");
     group.barrier();
-    if (rank == 0) data::files::remove_all(dump);
+    if (rank == 0) files::remove_all(dump);
     return ok ? 0 : 1;
   });
 }

@@ -40,7 +40,7 @@
 #include <string>
 #include <vector>
 
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/launch/options.hpp"
@@ -48,9 +48,10 @@
 #include "titan/metrics/format.hpp"
 #include "titan/profiling/trace_reader.hpp"
 #include "titan/train/trainer.hpp"
+#include "titan/util/strprintf.hpp"
 
 using namespace titan;
-using metrics::strprintf;
+using titan::strprintf;
 
 namespace {
 
@@ -80,8 +81,8 @@ int main(int argc, char** argv) {
     const dist::World& world = dist::init_distributed({.device = "cpu"});
     const int rank = world.rank(), n = world.size();
     const dist::ProcessGroup& group = *world.group();
-    const std::string dump = data::files::temp_dir() + "/titan_ch09_np" + std::to_string(n);
-    if (rank == 0) data::files::remove_all(dump);
+    const std::string dump = files::temp_dir() + "/titan_ch09_np" + std::to_string(n);
+    if (rank == 0) files::remove_all(dump);
     group.barrier();
 
     // ------------------------------------------------ the run
@@ -119,7 +120,7 @@ int main(int argc, char** argv) {
       for (int r = 0; r < n; ++r)
         for (const std::string& f : {dump + "/profile_traces" + it + "/rank" + std::to_string(r) + "_trace.json",
                                      dump + "/memory_snapshot" + it + "/rank" + std::to_string(r) + "_memory_timeline.svg"}) {
-          const bool there = data::files::is_regular_file(f);
+          const bool there = files::is_regular_file(f);
           ok = ok && there;
           std::printf("   %s %s\n", there ? "   " : "MISSING", f.c_str());
         }
@@ -183,7 +184,7 @@ int main(int argc, char** argv) {
     ok = flag.item<double>() == 0;
     if (rank == 0) std::printf("%s\n", ok ? "OK: every file and range is there" : "FAIL: a file or range is missing");
     group.barrier();
-    if (rank == 0) data::files::remove_all(dump);
+    if (rank == 0) files::remove_all(dump);
     return ok ? 0 : 1;
   });
 }

@@ -41,7 +41,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/estimate/memory_estimate.hpp"
 #include "titan/launch/options.hpp"
 #include "titan/launch/program.hpp"
@@ -51,9 +51,10 @@
 #include "titan/profiling/trace_flops.hpp"
 #include "titan/profiling/trace_reader.hpp"
 #include "titan/train/trainer.hpp"
+#include "titan/util/strprintf.hpp"
 
 using namespace titan;
-using metrics::strprintf;
+using titan::strprintf;
 
 int main(int argc, char** argv) {
   return run_main(argc, argv, [](int argc, char** argv) {
@@ -71,8 +72,8 @@ int main(int argc, char** argv) {
     models::llama3::ModelArgs a = models::llama3::flavor_args("debugmodel");
     a.dim = dim, a.n_layers = layers;
     a.max_seq_len = seq_len;
-    const std::string dump = data::files::temp_dir() + "/titan_ch10";
-    data::files::remove_all(dump);
+    const std::string dump = files::temp_dir() + "/titan_ch10";
+    files::remove_all(dump);
     config::JobConfig cfg;
     cfg.job.dump_folder = dump;
     cfg.training.device = "cpu";
@@ -165,7 +166,7 @@ int main(int argc, char** argv) {
     std::printf("%s\n", ok ? "OK: the counted matmul FLOPs equal 6 · (N − N_embedding − N_norms) per token, and the "
                              "memory estimate is within 10 % of the measured peak"
                            : "FAIL: the counted matmul FLOPs differ from the formula, or the memory estimate is off");
-    data::files::remove_all(dump);
+    files::remove_all(dump);
     return ok ? 0 : 1;
   });
 }

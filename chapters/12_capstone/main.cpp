@@ -60,7 +60,7 @@
 #include <vector>
 
 #include "titan/config/load.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/dist/comm_log.hpp"
 #include "titan/dist/device_mesh.hpp"
 #include "titan/dist/world.hpp"
@@ -80,9 +80,10 @@
 #include "titan/parallel/tensor_parallel/parallelize_module.hpp"
 #include "titan/train/trainer.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/strprintf.hpp"
 
 using namespace titan;
-using metrics::strprintf;
+using titan::strprintf;
 
 namespace {
 
@@ -523,13 +524,13 @@ double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 
 struct ScratchDir {
   std::string path;
   explicit ScratchDir(const std::string& name) {
-    std::string pattern = data::files::temp_dir() + "/titan_" + name + "_XXXXXX";
+    std::string pattern = files::temp_dir() + "/titan_" + name + "_XXXXXX";
     std::vector<char> buf(pattern.begin(), pattern.end());
     buf.push_back('\0');
     TITAN_CHECK(::mkdtemp(buf.data()) != nullptr, "cannot make a scratch folder ", pattern);
     path = buf.data();
   }
-  ~ScratchDir() { data::files::remove_all(path); }  // POSIX: see data/files.hpp on std::filesystem
+  ~ScratchDir() { files::remove_all(path); }  // POSIX: see data/files.hpp on std::filesystem
 };
 
 // ------------------------------------------------------------ section 4
@@ -538,7 +539,7 @@ std::string find_config(const std::string& given) {
   if (!given.empty()) return given;
   const std::string rel_path = "train_configs/llama3_405b_large.toml";
   for (const std::string& root : {std::string("."), std::string(TITAN_SOURCE_DIR)})
-    if (data::files::exists(root + "/" + rel_path)) return root == "." ? rel_path : root + "/" + rel_path;
+    if (files::exists(root + "/" + rel_path)) return root == "." ? rel_path : root + "/" + rel_path;
   throw Error("cannot find " + rel_path + " (run from the repository root or pass --config)");
 }
 

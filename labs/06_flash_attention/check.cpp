@@ -25,6 +25,7 @@
 #include "titan/dist/world.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/metrics/format.hpp"
+#include "titan/util/strprintf.hpp"
 
 using namespace titan;
 
@@ -76,12 +77,12 @@ int main(int argc, char** argv) {
     {
       const Qkv x = make(60, 64);
       const double e = diff(lab06::merge(partial(x, 0, 32, false), partial(x, 32, 64, false)), partial(x, 0, 64, false));
-      lab::report(e < tol, "halves", metrics::strprintf("two halves of 64 keys, no mask: max difference %.3g", e));
+      lab::report(e < tol, "halves", titan::strprintf("two halves of 64 keys, no mask: max difference %.3g", e));
     }
     {
       const Qkv x = make(61, 80);
       const double e = diff(lab06::merge(partial(x, 0, 16, true), partial(x, 16, 80, true)), partial(x, 0, 80, true));
-      lab::report(e < tol, "uneven", metrics::strprintf("16 + 64 keys, causal: max difference %.3g", e));
+      lab::report(e < tol, "uneven", titan::strprintf("16 + 64 keys, causal: max difference %.3g", e));
     }
     {
       // Keys 40..63 lie after queries 0..39: those rows see none of part b.
@@ -94,7 +95,7 @@ int main(int argc, char** argv) {
                                   partial(x, 40, 64, true));
       const double worst = std::max({e, e_swapped, e_empty});
       lab::report(worst < tol, "masked",
-                  metrics::strprintf("causal, part b empty for 40 of 64 rows (lse = -inf), both orders, and rows "
+                  titan::strprintf("causal, part b empty for 40 of 64 rows (lse = -inf), both orders, and rows "
                                      "empty in both parts: max difference %.3g",
                                      worst));
     }
@@ -103,7 +104,7 @@ int main(int argc, char** argv) {
       lab06::Partial acc = partial(x, 0, 16, true);
       for (int64_t t = 16; t < 128; t += 16) acc = lab06::merge(acc, partial(x, t, t + 16, true));
       const double e = diff(acc, partial(x, 0, 128, true));
-      lab::report(e < tol, "tiles", metrics::strprintf("8 tiles of 16 keys merged in turn, causal: max difference %.3g", e));
+      lab::report(e < tol, "tiles", titan::strprintf("8 tiles of 16 keys merged in turn, causal: max difference %.3g", e));
     }
     return lab::finish();
   });

@@ -20,7 +20,7 @@
 #include "overlap.hpp"
 #include "titan/checkpoint/dcp.hpp"
 #include "titan/checkpoint/safetensors.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/dtensor/placement.hpp"
 #include "titan/launch/program.hpp"
@@ -93,12 +93,12 @@ int main(int argc, char** argv) {
     lab::report(boxes_ok, "overlap", boxes_ok ? "6 box pairs, both orders" : first_bad);
 
     // ---------------------------------------------------------------- 2
-    const std::string dir = data::files::temp_dir() + "/titan_lab08_np" + std::to_string(n);
+    const std::string dir = files::temp_dir() + "/titan_lab08_np" + std::to_string(n);
     const std::map<std::string, at::Tensor> full = {{"w", lab::seeded(1, {10, 12})}, {"norm", lab::seeded(2, {7})}};
     if (rank == 0) {
-      data::files::remove_all(dir);
+      files::remove_all(dir);
       const std::string partial = dir + "/step-1.partial";
-      data::files::make_directories(partial);
+      files::make_directories(partial);
       std::vector<checkpoint::RankFile> files;
       for (int r = 0; r < 4; ++r) {
         checkpoint::ShardedState shards;
@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
                              : lab::fmt("%.0f elements left unfilled on some rank", missing));
     lab::report(worst == 0, "values", lab::fmt("max |loaded - original| %.3g over TP 2, FSDP 3 and one process", worst));
     world.group()->barrier();
-    if (rank == 0) data::files::remove_all(dir);
+    if (rank == 0) files::remove_all(dir);
     return lab::finish();
   });
 }

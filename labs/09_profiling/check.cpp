@@ -23,11 +23,12 @@
 
 #include "lab_check.hpp"
 #include "profiled_attention.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/metrics/format.hpp"
 #include "titan/profiling/trace_profiler.hpp"
+#include "titan/util/strprintf.hpp"
 
 using namespace titan;
 using lab09::TraceEvent;
@@ -53,8 +54,8 @@ int main(int argc, char** argv) {
   return run_main(argc, argv, [](int, char**) {
     const dist::World& world = dist::init_distributed({.device = "cpu"});
     const int rank = world.rank(), n = world.size();
-    const std::string dir = data::files::temp_dir() + "/titan_lab09_np" + std::to_string(n);
-    if (rank == 0) data::files::remove_all(dir);
+    const std::string dir = files::temp_dir() + "/titan_lab09_np" + std::to_string(n);
+    if (rank == 0) files::remove_all(dir);
     world.group()->barrier();
 
     const at::Tensor q = lab::seeded(1, {2, 64, 32}), k = lab::seeded(2, {2, 64, 32}), v = lab::seeded(3, {2, 64, 32});
@@ -79,7 +80,7 @@ int main(int argc, char** argv) {
     const auto scores = named("lab09::scores"), softmax = named("lab09::softmax"), wsum = named("lab09::weighted_sum");
     std::string problem;
     if (scores.size() != 3 || softmax.size() != 3 || wsum.size() != 3) {
-      problem = metrics::strprintf("found %zu scores, %zu softmax and %zu weighted_sum ranges; want 3 of each", scores.size(),
+      problem = titan::strprintf("found %zu scores, %zu softmax and %zu weighted_sum ranges; want 3 of each", scores.size(),
                          softmax.size(), wsum.size());
     } else {
       for (int i = 0; i < 3 && problem.empty(); ++i) {
@@ -110,7 +111,7 @@ int main(int argc, char** argv) {
       for (size_t i = 0; same && i < got.size(); ++i)
         same = got[i].name == want[i].name && got[i].ts == want[i].ts && got[i].dur == want[i].dur;
       if (!same && find_problem.empty())
-        find_problem = metrics::strprintf("%s: find_events returned %zu events, the trace has %zu", name.c_str(), got.size(),
+        find_problem = titan::strprintf("%s: find_events returned %zu events, the trace has %zu", name.c_str(), got.size(),
                                 want.size());
     }
     const double bad_find = lab::global_max(find_problem.empty() ? 0 : 1);
@@ -120,10 +121,10 @@ int main(int argc, char** argv) {
     // values
     const at::Tensor ref = at::matmul(at::softmax(at::matmul(q, k.transpose(-2, -1)) / std::sqrt(32.0), -1), v);
     const double diff = lab::global_max((out - ref).abs().max().item<double>());
-    lab::report(diff == 0, "values", metrics::strprintf("max |out - reference| %.3g", diff));
+    lab::report(diff == 0, "values", titan::strprintf("max |out - reference| %.3g", diff));
 
     world.group()->barrier();
-    if (rank == 0) data::files::remove_all(dir);
+    if (rank == 0) files::remove_all(dir);
     return lab::finish();
   });
 }

@@ -13,7 +13,7 @@ namespace lab09 {
 /// @brief softmax(q kᵀ / sqrt(d)) v for q, k, v [batch, seq, d], with the
 /// score computation marked as the range "lab09::scores", the softmax as
 /// "lab09::softmax" and the product with v as "lab09::weighted_sum"
-/// (TITAN_PROFILE_RANGE, lib/titan/profiling/range.hpp).
+/// (TITAN_PROFILE_RANGE, lib/titan/util/range.hpp).
 at::Tensor profiled_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
 /// @brief One complete event of a Chrome trace: name, start and duration (µs).

@@ -18,7 +18,7 @@
 
 #include "block_flops.hpp"
 #include "lab_check.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/metrics/format.hpp"
@@ -26,6 +26,7 @@
 #include "titan/ops/rope.hpp"
 #include "titan/profiling/trace_flops.hpp"
 #include "titan/profiling/trace_profiler.hpp"
+#include "titan/util/strprintf.hpp"
 
 using namespace titan;
 
@@ -43,7 +44,7 @@ int main(int argc, char** argv) {
     const int64_t batch = 2, seq = 48;
     double worst_mm = 0, worst_att = 0;
     std::string mm_detail, att_detail;
-    const std::string dir = data::files::temp_dir() + "/titan_lab10";
+    const std::string dir = files::temp_dir() + "/titan_lab10";
     for (size_t k = 0; k < shapes.size(); ++k) {
       const Shape& s = shapes[k];
       models::llama3::ModelArgs a = models::llama3::flavor_args("debugmodel");
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
       block->init_weights();
       const ops::RopeTable rope = ops::make_rope_table(s.dim / s.heads, seq, a.rope_theta, a.rope_scaling, at::kCPU);
       at::Tensor x = lab::seeded(10 + k, {batch, seq, s.dim}).requires_grad_(true);
-      data::files::remove_all(dir);
+      files::remove_all(dir);
       {
         profiling::TraceProfiler profiler({1, 0, 1}, dir, 0, /*cuda=*/false);
         profiler.step_begin(1);
@@ -66,17 +67,17 @@ int main(int argc, char** argv) {
       const double e_mm = std::abs(mm - counted.matmul) / counted.matmul;
       const double e_att = std::abs(att - counted.attention) / counted.attention;
       if (e_mm > worst_mm || mm_detail.empty())
-        mm_detail = metrics::strprintf("%s: yours %.6g, the trace's %d matmuls %.6g", s.name, mm, counted.matmul_ops,
+        mm_detail = titan::strprintf("%s: yours %.6g, the trace's %d matmuls %.6g", s.name, mm, counted.matmul_ops,
                                        counted.matmul);
       if (e_att > worst_att || att_detail.empty())
-        att_detail = metrics::strprintf("%s: yours %.6g, the kernels' %.6g", s.name, att, counted.attention);
+        att_detail = titan::strprintf("%s: yours %.6g, the kernels' %.6g", s.name, att, counted.attention);
       worst_mm = std::max(worst_mm, e_mm);
       worst_att = std::max(worst_att, e_att);
     }
-    data::files::remove_all(dir);
-    lab::report(worst_mm < 1e-9, "matmul", metrics::strprintf("worst relative error %.3g; %s", worst_mm, mm_detail.c_str()));
+    files::remove_all(dir);
+    lab::report(worst_mm < 1e-9, "matmul", titan::strprintf("worst relative error %.3g; %s", worst_mm, mm_detail.c_str()));
     lab::report(worst_att < 1e-9, "attention",
-                metrics::strprintf("worst relative error %.3g; %s", worst_att, att_detail.c_str()));
+                titan::strprintf("worst relative error %.3g; %s", worst_att, att_detail.c_str()));
     return lab::finish();
   });
 }

@@ -16,7 +16,7 @@
 #include "support/run_command.hpp"
 #include "titan/checkpoint/dcp.hpp"
 #include "titan/config/load.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/train/trainer.hpp"
 
 namespace {
@@ -56,7 +56,7 @@ TEST(CheckpointCli, Fsdp4ResumedAsFsdp2TrainsAsItsReference) {
   const std::string dump = dir.path() + "/job";
   auto four = run_command(command(job_args(dump), "--nproc 4 --training.batch_size 2"));
   ASSERT_EQ(four.exit_code, 0) << four.output;
-  titan::data::files::remove_all(dump + "/checkpoint/step-6");
+  titan::files::remove_all(dump + "/checkpoint/step-6");
   // The same global batch on 2 ranks: 4 sequences each instead of 2.
   auto two = run_command(command(job_args(dump), "--nproc 2 --training.batch_size 4"));
   ASSERT_EQ(two.exit_code, 0) << two.output;
@@ -68,7 +68,7 @@ TEST(CheckpointCli, Fsdp4ResumedAsFsdp2TrainsAsItsReference) {
   // The single-process reference of 2 data-parallel ranks resumed from the
   // same (FSDP 4) checkpoint.
   const std::string ref_dump = dir.path() + "/ref";
-  ASSERT_TRUE(titan::data::files::make_directories(ref_dump + "/checkpoint"));
+  ASSERT_TRUE(titan::files::make_directories(ref_dump + "/checkpoint"));
   ASSERT_EQ(std::system(("cp -r '" + dump + "/checkpoint/step-3' '" + ref_dump + "/checkpoint/'").c_str()), 0);
   std::vector<std::string> args = job_args(ref_dump);
   args.insert(args.end(), {"--training.batch_size", "4", "--checkpoint.load_step", "3"});
@@ -104,14 +104,14 @@ TEST(CheckpointCli, RankKilledDuringAsyncSaveLeavesThePreviousCheckpoint) {
   EXPECT_HAS(killed.output, "rank 1 killed during the save of step 4");
   const std::string folder = dump + "/checkpoint";
   EXPECT_EQ(ck::list_checkpoints(folder), (std::vector<int64_t>{2}));
-  EXPECT_TRUE(titan::data::files::is_directory(folder + "/step-4.partial"));
+  EXPECT_TRUE(titan::files::is_directory(folder + "/step-4.partial"));
 
   auto again = run_command(command(args, "--nproc 2"));
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_HAS(again.output, "checkpoint: resumed from " + folder + "/step-2 (step 2)");
   EXPECT_HAS(again.output, "training done: 6/6 steps");
   EXPECT_EQ(ck::list_checkpoints(folder), (std::vector<int64_t>{2, 4, 6}));
-  EXPECT_FALSE(titan::data::files::exists(folder + "/step-4.partial"));
+  EXPECT_FALSE(titan::files::exists(folder + "/step-4.partial"));
 }
 
 }  // namespace

@@ -14,7 +14,7 @@
 #include "titan/checkpoint/dcp.hpp"
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/checkpoint/sharded_state.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/optim/adam_state.hpp"
 #include "titan/train/trainer.hpp"
@@ -34,10 +34,10 @@ class SharedDir {
  public:
   explicit SharedDir(const std::string& name) {
     const char* port = std::getenv("MASTER_PORT");
-    path_ = titan::data::files::temp_dir() + "/titan_" + name + "_" + (port ? port : "0");
+    path_ = titan::files::temp_dir() + "/titan_" + name + "_" + (port ? port : "0");
     if (titan::testing::world().rank() == 0) {
-      titan::data::files::remove_all(path_);
-      titan::data::files::make_directories(path_);
+      titan::files::remove_all(path_);
+      titan::files::make_directories(path_);
     }
     world_group().barrier();
   }
@@ -49,7 +49,7 @@ class SharedDir {
     } catch (const std::exception& e) {
       std::fprintf(stderr, "SharedDir: %s\n", e.what());
     }
-    if (titan::testing::world().rank() == 0) titan::data::files::remove_all(path_);
+    if (titan::testing::world().rank() == 0) titan::files::remove_all(path_);
   }
   const std::string& path() const { return path_; }
 
@@ -111,7 +111,7 @@ TrainRun expect_resume_is_bitwise(const JobConfig& cfg, const std::string& what,
   SCOPED_TRACE(what);
   const TrainRun whole = train(cfg, quiet(cfg, tied));
   const std::string folder = cfg.job.dump_folder + "/checkpoint";
-  if (titan::testing::world().rank() == 0) titan::data::files::remove_all(folder + "/step-6");
+  if (titan::testing::world().rank() == 0) titan::files::remove_all(folder + "/step-6");
   world_group().barrier();
   const TrainRun resumed = train(cfg, quiet(cfg, tied));
   EXPECT_EQ(resumed.start_step, 3);

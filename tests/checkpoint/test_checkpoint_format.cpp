@@ -12,7 +12,7 @@
 #include "../train/train_test_util.hpp"
 #include "titan/checkpoint/dcp.hpp"
 #include "titan/checkpoint/file_io.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/dtensor/placement.hpp"
 #include "titan/util/error.hpp"
 
@@ -54,7 +54,7 @@ ck::TensorShard box_of(const std::string& fqn, const at::Tensor& full, int64_t d
 // Writes a checkpoint as `n` ranks splitting every tensor along `dim`.
 void save_split(const std::string& dir, const std::map<std::string, at::Tensor>& full, int64_t dim, int64_t n) {
   const std::string partial = dir + ".partial";
-  ASSERT_TRUE(titan::data::files::make_directories(partial));
+  ASSERT_TRUE(titan::files::make_directories(partial));
   std::vector<ck::RankFile> files;
   for (int64_t r = 0; r < n; ++r) {
     ck::ShardedState shards;
@@ -172,7 +172,7 @@ TEST(CheckpointFormat, ReplicasSaveOnceAndOverlapsAreRefused) {
   ScratchDir dir("ckpt_overlap");
   const at::Tensor w = draw({4, 2}, 5);
   const std::string partial = dir.path() + "/step-1.partial";
-  ASSERT_TRUE(titan::data::files::make_directories(partial));
+  ASSERT_TRUE(titan::files::make_directories(partial));
   // Two ranks claiming the same rows (replicas both marked primary).
   ck::ShardedState a = {{"w", w, {4, 2}, {0, 0}, true}};
   auto f0 = ck::write_rank_file(partial, 0, a);
@@ -187,13 +187,13 @@ TEST(CheckpointFormat, ReplicasSaveOnceAndOverlapsAreRefused) {
 TEST(CheckpointFormat, ListsCompleteCheckpointsAndPrunes) {
   ScratchDir dir("ckpt_list");
   for (int step : {2, 4, 6, 8}) ck::write_model_checkpoint(dir.path() + "/step-" + std::to_string(step), {{"w", at::ones({2})}}, step);
-  ASSERT_TRUE(titan::data::files::make_directories(dir.path() + "/step-10.partial"));  // in progress / died
-  ASSERT_TRUE(titan::data::files::make_directories(dir.path() + "/step-3.partial"));   // died long ago
+  ASSERT_TRUE(titan::files::make_directories(dir.path() + "/step-10.partial"));  // in progress / died
+  ASSERT_TRUE(titan::files::make_directories(dir.path() + "/step-3.partial"));   // died long ago
   EXPECT_EQ(ck::list_checkpoints(dir.path()), (std::vector<int64_t>{2, 4, 6, 8}));
   ck::prune_checkpoints(dir.path(), 2, 8);
   EXPECT_EQ(ck::list_checkpoints(dir.path()), (std::vector<int64_t>{6, 8}));
-  EXPECT_FALSE(titan::data::files::exists(dir.path() + "/step-3.partial"));
-  EXPECT_TRUE(titan::data::files::exists(dir.path() + "/step-10.partial"));
+  EXPECT_FALSE(titan::files::exists(dir.path() + "/step-3.partial"));
+  EXPECT_TRUE(titan::files::exists(dir.path() + "/step-10.partial"));
   // Re-saving a step replaces it whole.
   ck::write_model_checkpoint(dir.path() + "/step-8", {{"v", at::zeros({3})}}, 8);
   const auto t = ck::read_model_tensors(dir.path() + "/step-8");
@@ -202,7 +202,7 @@ TEST(CheckpointFormat, ListsCompleteCheckpointsAndPrunes) {
 }
 
 TEST(CheckpointFormat, DurableFileReportsAFullDisk) {
-  if (!titan::data::files::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this system";
+  if (!titan::files::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this system";
   ck::DurableFile f("/dev/full");
   const std::vector<char> bytes(1 << 16, 'x');
   const std::string e = error_of([&] { f.write(bytes.data(), bytes.size()); });

@@ -13,7 +13,7 @@
 #include "titan/checkpoint/dcp.hpp"
 #include "titan/checkpoint/file_io.hpp"
 #include "titan/checkpoint/manager.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/optim/adam_state.hpp"
 #include "titan/train/trainer.hpp"
 
@@ -106,7 +106,7 @@ TEST_P(ResumeTest, ResumedRunEqualsTheUninterruptedOneBitwise) {
   EXPECT_EQ(ck::list_checkpoints(folder), (std::vector<int64_t>{3, 6}));
 
   // As if the job died after step 3's save: the restarted job resumes there.
-  titan::data::files::remove_all(folder + "/step-6");
+  titan::files::remove_all(folder + "/step-6");
   const TrainRun resumed = train(cfg);
   EXPECT_EQ(resumed.start_step, 3);
   expect_bitwise_equal(resumed, whole, 3);

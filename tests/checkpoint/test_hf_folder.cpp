@@ -13,11 +13,11 @@
 #include "titan/checkpoint/hf_config.hpp"
 #include "titan/checkpoint/hf_folder.hpp"
 #include "titan/checkpoint/safetensors.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/util/error.hpp"
 
 using namespace titan::checkpoint;
-namespace files = titan::data::files;
+namespace files = titan::files;
 
 namespace {
 

@@ -9,10 +9,10 @@
 #include "support/run_command.hpp"
 #include "titan/data/byte_tokenizer.hpp"
 #include "titan/data/documents.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 
 namespace titan::testing {
-namespace files = titan::data::files;
+namespace files = titan::files;
 
 TempDir::TempDir() {
   std::string tmpl = files::temp_dir() + "/titan-data-XXXXXX";

@@ -15,7 +15,7 @@
 #include "titan/data/bpe_trainer.hpp"
 #include "titan/data/builtin_tokenizer.hpp"
 #include "titan/data/documents.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/data/tiktoken_tokenizer.hpp"
 #include "titan/util/error.hpp"
 
@@ -104,7 +104,7 @@ TEST(BuiltinTokenizer, TrainsFastCachesAndRoundTrips) {
   std::printf("built-in tokenizer: trained in %.2f s -> %s\n", secs, path.c_str());
   EXPECT_LT(secs, 30.0);
   EXPECT_EQ(tok->vocab_size(), kBuiltinVocabSize);
-  EXPECT_TRUE(titan::data::files::is_regular_file(path));
+  EXPECT_TRUE(titan::files::is_regular_file(path));
   EXPECT_EQ(make_default_tokenizer(), tok);  // one per process
 
   // The cached file holds the same tokenizer a fresh training makes.

@@ -13,7 +13,7 @@
 #include "titan/data/byte_tokenizer.hpp"
 #include "titan/data/dataloader.hpp"
 #include "titan/data/documents.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/util/error.hpp"
 
 using namespace titan;
@@ -171,7 +171,7 @@ TEST(DataLoader, RestoreChecksRankSeqLenAndDataset) {
 
 TEST(DataLoader, BadDatasetsAndOptionsGiveOneLineErrors) {
   TempDir dir;
-  titan::data::files::make_directories(dir / "empty");
+  titan::files::make_directories(dir / "empty");
   std::string m = error_of([&] { DataLoader(bytes(), {dir / "empty", 1, 8}); });
   EXPECT_NE(m.find("holds no dataset files"), std::string::npos) << m;
 

@@ -19,7 +19,7 @@
 #include "support/run_command.hpp"
 #include "titan/data/builtin_tokenizer.hpp"
 #include "titan/data/byte_level.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/data/hf_tokenizer.hpp"
 #include "titan/data/pretokenize.hpp"
 #include "titan/data/tiktoken_tokenizer.hpp"
@@ -388,7 +388,7 @@ TEST(HfTokenizer, ChooseTokenizerPathFollowsTorchtitan) {
   EXPECT_NE(both.note.find("tokenizer_path wins over hf_assets_path"), std::string::npos) << both.note;
   EXPECT_TRUE(choose_tokenizer_path("", "./assets/hf").note.empty());
   // torchtitan's default folder, absent here: the built-in tokenizer, said so.
-  ASSERT_FALSE(titan::data::files::exists(kTorchtitanTestAssets));
+  ASSERT_FALSE(titan::files::exists(kTorchtitanTestAssets));
   const TokenizerChoice tt = choose_tokenizer_path("", kTorchtitanTestAssets);
   EXPECT_EQ(tt.path, "");
   EXPECT_NE(tt.note.find("using the built-in tokenizer"), std::string::npos) << tt.note;
@@ -397,7 +397,7 @@ TEST(HfTokenizer, ChooseTokenizerPathFollowsTorchtitan) {
   // a debugmodel-sized model (2048 ids) uses the built-in tokenizer, a real
   // flavor (128256 ids) or an unknown size keeps the path (and load fails).
   const std::string repo_file = "./torchtitan/datasets/tokenizer/original/tokenizer.model";
-  ASSERT_FALSE(titan::data::files::exists(repo_file));
+  ASSERT_FALSE(titan::files::exists(repo_file));
   const TokenizerChoice debug = choose_tokenizer_path(repo_file, "", titan::data::kBuiltinVocabSize);
   EXPECT_EQ(debug.path, "");
   EXPECT_NE(debug.note.find("using it"), std::string::npos) << debug.note;

@@ -13,7 +13,7 @@
 
 #include "../train/train_test_util.hpp"
 #include "support/run_command.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/profiling/memory_snapshot.hpp"
 #include "titan/profiling/trace_profiler.hpp"
 #include "titan/profiling/trace_reader.hpp"
@@ -139,7 +139,7 @@ TEST(MemorySnapshot, TimelineAccountsForTheTrainersTensors) {
                   static_cast<long long>(by["forward + backward"].at("peak_in_phase").get<int64_t>()),
                   static_cast<long long>(by["optimizer"].at("total").get<int64_t>()));
   }
-  EXPECT_FALSE(titan::data::files::exists(dir.path() + "/memory_snapshot/iteration_1"));
+  EXPECT_FALSE(titan::files::exists(dir.path() + "/memory_snapshot/iteration_1"));
 }
 
 TEST(ProfilingCli, EveryRankWritesItsTraceWithCollectives) {

@@ -16,7 +16,7 @@
 #include "support/run_command.hpp"
 #include "titan/checkpoint/file_io.hpp"
 #include "titan/data/base64.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "train_test_util.hpp"
 
 namespace {
@@ -86,7 +86,7 @@ TEST(TrainCli, TorchtitanDatasetNameWithDatasetPathTrains) {
     lines += "{\"text\": \"Document " + std::to_string(i) +
              " of a small c4-style test set, one JSON object per line.\", \"timestamp\": \"2019-04-25T12:57:54Z\", "
              "\"url\": \"https://example.com/" + std::to_string(i) + "\"}\n";
-  titan::data::files::make_directories(dir.path() + "/c4_test");
+  titan::files::make_directories(dir.path() + "/c4_test");
   dir.write("c4_test/data.json", lines);
   // The debug model's config, its dataset line naming c4_test instead.
   std::string config = titan::checkpoint::read_text_file(source_path("train_configs/debug_model.toml"));
@@ -310,7 +310,7 @@ TEST(TrainCli, TorchtitanLayoutTrainsOnAnHfAssetsFolder) {
     }
     if (!paragraph.empty()) records += nlohmann::json{{"text", paragraph}}.dump() + "\n";
   }
-  titan::data::files::make_directories(dir.path() + "/c4_test");
+  titan::files::make_directories(dir.path() + "/c4_test");
   dir.write("c4_test/c4_sample.jsonl", records);
   const std::string toml = dir.write("torchtitan_debug.toml",
                                      "[job]\ndump_folder = \"" + dir.path() + "/out\"\n"

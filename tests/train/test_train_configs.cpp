@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "support/run_command.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "train_test_util.hpp"
 
 namespace {

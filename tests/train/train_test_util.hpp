@@ -16,7 +16,7 @@
 namespace titan::testing {
 
 /// A folder under $TMPDIR (or /tmp), removed with everything in it at scope
-/// exit. (rm -rf, not std::filesystem: see lib/titan/data/files.hpp.)
+/// exit. (rm -rf, not std::filesystem: see lib/titan/util/files.hpp.)
 class ScratchDir {
  public:
   explicit ScratchDir(const std::string& name) {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "titan/profiling/range.hpp"
+#include "titan/util/range.hpp"
 
 namespace lab09 {
 

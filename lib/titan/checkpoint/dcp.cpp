@@ -11,7 +11,7 @@
 
 #include "titan/checkpoint/file_io.hpp"
 #include "titan/checkpoint/safetensors.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/util/error.hpp"
@@ -20,7 +20,7 @@ namespace titan::checkpoint {
 
 namespace {
 
-namespace files = data::files;
+namespace files = titan::files;
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";

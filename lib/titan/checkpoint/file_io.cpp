@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::checkpoint {
@@ -89,7 +89,7 @@ void fsync_directory(const std::string& dir) {
 void rename_durably(const std::string& from, const std::string& to) {
   TITAN_CHECK(::rename(from.c_str(), to.c_str()) == 0, "checkpoint: cannot rename ", from, " to ", to, ": ",
               errno_text());
-  fsync_directory(data::files::dir_name(to));
+  fsync_directory(files::dir_name(to));
 }
 
 int64_t file_size(const std::string& path) {

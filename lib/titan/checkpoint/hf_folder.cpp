@@ -9,14 +9,14 @@
 
 #include "titan/checkpoint/hf_config.hpp"
 #include "titan/checkpoint/safetensors.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::checkpoint {
 
 namespace {
 
-namespace files = titan::data::files;
+namespace files = titan::files;
 using Tensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 constexpr const char* kSingleFile = "model.safetensors";

@@ -16,20 +16,21 @@
 #include "titan/checkpoint/dcp.hpp"
 #include "titan/data/base64.hpp"
 #include "titan/data/dataloader.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/metrics/format.hpp"
 #include "titan/optim/adam_state.hpp"
 #include "titan/optim/lr_schedule.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/strprintf.hpp"
 
 namespace titan::checkpoint {
 
 namespace {
 
-namespace files = data::files;
-using metrics::strprintf;
+namespace files = titan::files;
+using titan::strprintf;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -9,7 +9,7 @@
 
 #include "titan/data/bpe_trainer.hpp"
 #include "titan/data/documents.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::data {

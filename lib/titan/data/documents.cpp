@@ -5,7 +5,7 @@
 #include <cctype>
 #include <cstdlib>
 
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::data {

@@ -4,7 +4,7 @@
 
 #include "titan/data/bpe_merge.hpp"
 #include "titan/data/byte_level.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/data/pretokenize.hpp"
 #include "titan/util/error.hpp"
 

@@ -5,7 +5,7 @@
 
 #include "titan/data/builtin_tokenizer.hpp"
 #include "titan/data/byte_tokenizer.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/data/hf_tokenizer.hpp"
 #include "titan/data/tokenizer.hpp"
 #include "titan/util/error.hpp"

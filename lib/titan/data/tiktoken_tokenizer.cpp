@@ -10,7 +10,7 @@
 
 #include "titan/data/base64.hpp"
 #include "titan/data/bpe_merge.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/data/pretokenize.hpp"
 #include "titan/util/error.hpp"
 

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "titan/dist/work_wait.hpp"
-#include "titan/profiling/range.hpp"
+#include "titan/util/range.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::dist {

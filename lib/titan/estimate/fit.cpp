@@ -9,6 +9,7 @@
 
 #include "titan/metrics/format.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/strprintf.hpp"
 
 namespace titan::estimate {
 namespace {
@@ -98,21 +99,21 @@ FitAdvice fit_advice(const config::JobConfig& cfg, int64_t world_size, const Job
 std::string format_fit_advice(const FitAdvice& a, int64_t world_size) {
   std::string s;
   if (a.over_budget_pp_ranks.empty())
-    return metrics::strprintf("fits       every rank within %.0f GiB (peak %.1f GiB)\n", a.budget_gib,
+    return titan::strprintf("fits       every rank within %.0f GiB (peak %.1f GiB)\n", a.budget_gib,
                               a.worst_peak_gib);
   std::string ranks;
   for (int r : a.over_budget_pp_ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-  s += metrics::strprintf("over       pp rank%s %s over %.0f GiB per rank (peak %.1f GiB) on %lld ranks\n",
+  s += titan::strprintf("over       pp rank%s %s over %.0f GiB per rank (peak %.1f GiB) on %lld ranks\n",
                           a.over_budget_pp_ranks.size() > 1 ? "s" : "", ranks.c_str(), a.budget_gib,
                           a.worst_peak_gib, static_cast<long long>(world_size));
   if (!a.found) {
-    s += metrics::strprintf("fit        no layout with TP <= 8 and PP <= 16 fits on up to %lld ranks\n",
+    s += titan::strprintf("fit        no layout with TP <= 8 and PP <= 16 fits on up to %lld ranks\n",
                             static_cast<long long>(64 * world_size));
     return s;
   }
   const std::string world =
-      a.world_size == world_size ? "" : metrics::strprintf("--nproc %lld ", static_cast<long long>(a.world_size));
-  s += metrics::strprintf("fit        %s%s: peak %.1f GiB per rank\n", world.c_str(),
+      a.world_size == world_size ? "" : titan::strprintf("--nproc %lld ", static_cast<long long>(a.world_size));
+  s += titan::strprintf("fit        %s%s: peak %.1f GiB per rank\n", world.c_str(),
                           a.overrides.empty() ? "(the layout as written)" : a.overrides.c_str(), a.peak_gib);
   return s;
 }

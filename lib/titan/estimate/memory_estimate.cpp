@@ -16,6 +16,7 @@
 #include "titan/models/llama3/transformer.hpp"
 #include "titan/parallel/pipeline/schedule.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/strprintf.hpp"
 
 namespace titan::estimate {
 namespace {
@@ -107,7 +108,7 @@ std::map<int, int64_t> microbatches_in_flight(const pp::ScheduleSpec& spec, int 
 // GiB for real flavors, MiB for the small ones a laptop trains.
 std::string gib(double bytes) {
   const double mib = bytes / (1024.0 * 1024.0);
-  return mib < 1024.0 ? metrics::strprintf("%.1f MiB", mib) : metrics::strprintf("%.2f GiB", mib / 1024.0);
+  return mib < 1024.0 ? titan::strprintf("%.1f MiB", mib) : titan::strprintf("%.2f GiB", mib / 1024.0);
 }
 
 }  // namespace
@@ -334,7 +335,7 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
   l += ", AC " + cfg.activation_checkpoint.mode;
   if (cfg.activation_checkpoint.mode == "selective") l += " (" + cfg.activation_checkpoint.selective_ac_option + ")";
   l += ", attention " + cfg.model.attn_type;
-  l += metrics::strprintf(", %lld x %lld tokens per micro-batch", static_cast<long long>(pipelined ? cfg.experimental.pipeline_parallel_microbatch_size : batches.local_batch),
+  l += titan::strprintf(", %lld x %lld tokens per micro-batch", static_cast<long long>(pipelined ? cfg.experimental.pipeline_parallel_microbatch_size : batches.local_batch),
                           static_cast<long long>(cfg.training.seq_len));
   e.layout = l;
   if (offload) e.notes.push_back("CPU offload: shards, gradients and optimizer state are in host memory, not counted");
@@ -348,18 +349,18 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
 
 std::string format_estimate(const JobEstimate& e) {
   std::string s;
-  s += metrics::strprintf("model      llama3 %s: %s parameters, %lld layers, dim %lld, vocab %lld\n",
+  s += titan::strprintf("model      llama3 %s: %s parameters, %lld layers, dim %lld, vocab %lld\n",
                           e.flavor.c_str(), metrics::with_thousands(static_cast<double>(e.parameters)).c_str(),
                           static_cast<long long>(e.args.n_layers), static_cast<long long>(e.args.dim),
                           static_cast<long long>(e.args.vocab_size));
   s += "layout     " + e.layout + "\n";
-  s += metrics::strprintf("%-9s %-10s %12s %12s %12s %12s %12s %12s %12s %12s  %s\n", "pp rank", "stages", "params",
+  s += titan::strprintf("%-9s %-10s %12s %12s %12s %12s %12s %12s %12s %12s  %s\n", "pp rank", "stages", "params",
                           "grads", "optimizer", "ddp buckets", "activations", "fsdp gather", "grads@peak",
                           "transient", "peak (phase)");
   for (const RankMemory& r : e.ranks) {
     std::string stages;
     for (int st : r.stages) stages += (stages.empty() ? "" : ",") + std::to_string(st);
-    s += metrics::strprintf("%-9d %-10s %12s %12s %12s %12s %12s %12s %12s %12s  %s (%s)\n", r.pp_rank, stages.c_str(),
+    s += titan::strprintf("%-9d %-10s %12s %12s %12s %12s %12s %12s %12s %12s  %s (%s)\n", r.pp_rank, stages.c_str(),
                             gib(static_cast<double>(r.parameters)).c_str(), gib(static_cast<double>(r.gradients)).c_str(),
                             gib(static_cast<double>(r.optimizer_state)).c_str(),
                             gib(static_cast<double>(r.ddp_buckets)).c_str(),
@@ -376,7 +377,7 @@ std::string format_estimate(const JobEstimate& e) {
   s += "Estimated optimizer state size: " + gib(static_cast<double>(w.optimizer_state)) + " per rank\n";
   s += "Total estimated GPU memory: " + gib(static_cast<double>(w.peak)) + " per rank (peak, pp rank " +
        std::to_string(w.pp_rank) + ")\n";
-  s += metrics::strprintf("Estimated FLOP per step: %.3g (model FLOPs, whole job; %.3g per rank; AC recompute adds %.3g)\n",
+  s += titan::strprintf("Estimated FLOP per step: %.3g (model FLOPs, whole job; %.3g per rank; AC recompute adds %.3g)\n",
                           e.flops_per_step, e.flops_per_step / static_cast<double>(e.dims.world_size),
                           e.recompute_flops_per_step);
   return s;

@@ -1,28 +1,11 @@
 #include "titan/metrics/format.hpp"
 
+#include "titan/util/strprintf.hpp"
+
 #include <cmath>
-#include <cstdarg>
-#include <cstdio>
 #include <vector>
 
 namespace titan::metrics {
-
-std::string strprintf(const char* fmt, ...) {
-  va_list args;
-  va_start(args, fmt);
-  va_list copy;
-  va_copy(copy, args);
-  const int n = std::vsnprintf(nullptr, 0, fmt, copy);
-  va_end(copy);
-  std::string out;
-  if (n > 0) {
-    std::vector<char> buf(static_cast<size_t>(n) + 1);
-    std::vsnprintf(buf.data(), buf.size(), fmt, args);
-    out.assign(buf.data(), static_cast<size_t>(n));
-  }
-  va_end(args);
-  return out;
-}
 
 std::string with_thousands(double value) {
   if (!std::isfinite(value)) return strprintf("%f", value);

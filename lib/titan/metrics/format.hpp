@@ -17,7 +17,4 @@ std::string gib(int64_t bytes);
 /// Seconds → "1:02:03" (h:mm:ss), "2:03" (m:ss) or "5s"; "?" for < 0 / NaN.
 std::string duration(double seconds);
 
-/// printf-style formatting into a std::string.
-std::string strprintf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-
 }  // namespace titan::metrics

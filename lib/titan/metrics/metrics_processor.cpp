@@ -11,6 +11,7 @@
 #include "titan/metrics/mfu.hpp"
 #include "titan/metrics/tensorboard.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/strprintf.hpp"
 
 namespace titan::metrics {
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <ctime>
 
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::metrics {
@@ -155,7 +155,7 @@ std::string tensorboard_run_dir(const std::string& dump_folder, const std::strin
   ::localtime_r(&now, &local);
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M", &local);  // torchtitan's datetime format
-  const std::string base = data::files::join(dump_folder, save_tb_folder);
+  const std::string base = files::join(dump_folder, save_tb_folder);
   return base + "/" + stamp;
 }
 

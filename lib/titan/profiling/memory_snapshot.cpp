@@ -8,11 +8,12 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/metrics/format.hpp"
 #include "titan/metrics/tensor_memory.hpp"
-#include "titan/parallel/fsdp/fully_shard.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/byte_gauge.hpp"
+#include "titan/util/strprintf.hpp"
 
 namespace titan::profiling {
 
@@ -37,8 +38,8 @@ int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer) {
 // "12.3 MiB" below a GiB, "1.23 GiB" above: the debug model's steps are MiB.
 std::string human(int64_t bytes) {
   const double b = static_cast<double>(bytes);
-  return b < 1024.0 * 1024 * 1024 ? metrics::strprintf("%.1f MiB", b / (1024.0 * 1024))
-                                  : metrics::strprintf("%.2f GiB", b / (1024.0 * 1024 * 1024));
+  return b < 1024.0 * 1024 * 1024 ? titan::strprintf("%.1f MiB", b / (1024.0 * 1024))
+                                  : titan::strprintf("%.2f GiB", b / (1024.0 * 1024 * 1024));
 }
 
 void write_text(const std::string& path, const std::string& text) {
@@ -89,7 +90,7 @@ void MemoryRecorder::mark(int64_t step, const std::string& phase, const std::vec
     m.gradients += bytes_of(p.grad());
   }
   if (optimizer) m.optimizer_state = optimizer_state_bytes(*optimizer);
-  m.fsdp_gathered = fsdp::unsharded_bytes_now();
+  m.fsdp_gathered = byte_gauge(kFsdpUnshardedGauge).now();  // published by FSDP
   const metrics::TensorMemory tm = metrics::tensor_memory(device_);
   m.total = tm.current_bytes;
   m.peak = std::max(tm.peak_bytes, tm.current_bytes);
@@ -111,9 +112,9 @@ void MemoryRecorder::on_failure(int64_t step) {
 
 void MemoryRecorder::write(int64_t step, const std::string& dir_name) {
   const std::string dir = folder_ + "/" + dir_name;
-  TITAN_CHECK(data::files::make_directories(dir), "memory snapshot: cannot create ", dir);
+  TITAN_CHECK(files::make_directories(dir), "memory snapshot: cannot create ", dir);
   const std::string base = dir + "/rank" + std::to_string(rank_);
-  const std::string title = metrics::strprintf("rank %d, step %lld, %s: tensor memory at the step's boundaries", rank_,
+  const std::string title = titan::strprintf("rank %d, step %lld, %s: tensor memory at the step's boundaries", rank_,
                                                static_cast<long long>(step), device_.str().c_str());
   write_text(base + "_memory_timeline.json", memory_marks_json(marks_).dump(1));
   write_text(base + "_memory_timeline.svg", render_memory_svg(marks_, title));
@@ -125,7 +126,7 @@ void MemoryRecorder::write(int64_t step, const std::string& dir_name) {
     files_.push_back(base + "_memory_snapshot.pickle");
   }
 #endif
-  if (log_) log_(metrics::strprintf("memory snapshot: step %lld written to %s_memory_timeline.{json,svg}",
+  if (log_) log_(titan::strprintf("memory snapshot: step %lld written to %s_memory_timeline.{json,svg}",
                                     static_cast<long long>(step), base.c_str()));
 }
 
@@ -158,11 +159,11 @@ std::string render_memory_svg(const std::vector<MemoryMark>& marks, const std::s
                         {"optimizer state", "#59a14f"},
                         {"FSDP gathered", "#b07aa1"},
                         {"other (activations, temporaries)", "#bab0ac"}};
-  std::string s = metrics::strprintf(
+  std::string s = titan::strprintf(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
       "font-size=\"11\">\n<text x=\"10\" y=\"20\" font-size=\"13\">%s</text>\n",
       width, top + height + 50, title.c_str());
-  s += metrics::strprintf("<text x=\"10\" y=\"%d\">%s</text>\n", top + 10, human(top_bytes).c_str());
+  s += titan::strprintf("<text x=\"10\" y=\"%d\">%s</text>\n", top + 10, human(top_bytes).c_str());
   for (size_t i = 0; i < marks.size(); ++i) {
     const MemoryMark& m = marks[i];
     const int x = left + static_cast<int>(i) * (bar_w + gap);
@@ -171,26 +172,26 @@ std::string render_memory_svg(const std::vector<MemoryMark>& marks, const std::s
     double below = 0;
     for (size_t k = 0; k < 5; ++k) {
       const double y0 = y_of(below), y1 = y_of(below + static_cast<double>(values[k]));
-      s += metrics::strprintf("<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"%s\"><title>%s: %lld "
+      s += titan::strprintf("<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"%s\"><title>%s: %lld "
                               "bytes</title></rect>\n",
                               x, y1, bar_w, y0 - y1, parts[k].colour, parts[k].name,
                               static_cast<long long>(values[k]));
       below += static_cast<double>(values[k]);
     }
     const double yp = y_of(static_cast<double>(m.peak));
-    s += metrics::strprintf("<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e15759\" stroke-width=\"2\">"
+    s += titan::strprintf("<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e15759\" stroke-width=\"2\">"
                             "<title>peak in the phase: %lld bytes</title></line>\n",
                             x - 5, x + bar_w + 5, yp, yp, static_cast<long long>(m.peak));
-    s += metrics::strprintf("<text x=\"%d\" y=\"%d\">%s</text>\n<text x=\"%d\" y=\"%d\">%s</text>\n", x,
+    s += titan::strprintf("<text x=\"%d\" y=\"%d\">%s</text>\n<text x=\"%d\" y=\"%d\">%s</text>\n", x,
                             top + height + 15, m.phase.c_str(), x, top + height + 30, human(m.total).c_str());
   }
   const int lx = left + static_cast<int>(marks.size()) * (bar_w + gap);
   for (size_t k = 0; k < 5; ++k)
-    s += metrics::strprintf("<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"%d\" "
+    s += titan::strprintf("<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"%d\" "
                             "y=\"%d\">%s</text>\n",
                             lx, top + 20 * static_cast<int>(k), parts[k].colour, lx + 14,
                             top + 9 + 20 * static_cast<int>(k), parts[k].name);
-  s += metrics::strprintf("<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"#e15759\" stroke-width=\"2\"/><text "
+  s += titan::strprintf("<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"#e15759\" stroke-width=\"2\"/><text "
                           "x=\"%d\" y=\"%d\">peak inside the phase</text>\n</svg>\n",
                           lx, lx + 10, top + 105, top + 105, lx + 14, top + 109);
   return s;

@@ -7,9 +7,10 @@
 #include <cstdio>
 #include <set>
 
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/metrics/format.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/strprintf.hpp"
 
 namespace titan::profiling {
 
@@ -94,11 +95,11 @@ void TraceProfiler::step_end(int64_t step) {
   std::unique_ptr<kineto::ProfilerResult> result = kineto::disableProfiler();
   recording_ = false;
   const std::string dir = folder_ + "/iteration_" + std::to_string(step);
-  TITAN_CHECK(data::files::make_directories(dir), "profiling: cannot create ", dir);
+  TITAN_CHECK(files::make_directories(dir), "profiling: cannot create ", dir);
   const std::string path = dir + "/rank" + std::to_string(rank_) + "_trace.json";
   result->save(path);
   traces_.push_back(path);
-  if (log_) log_(metrics::strprintf("profiling: trace of step %lld written to %s", static_cast<long long>(step),
+  if (log_) log_(titan::strprintf("profiling: trace of step %lld written to %s", static_cast<long long>(step),
                                     path.c_str()));
 }
 

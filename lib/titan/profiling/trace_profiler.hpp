@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "titan/profiling/range.hpp"
+#include "titan/util/range.hpp"
 
 namespace titan::profiling {
 

@@ -3,10 +3,11 @@
 #include <limits>
 
 #include "titan/metrics/format.hpp"
+#include "titan/util/strprintf.hpp"
 
 namespace titan::train {
 
-using metrics::strprintf;
+using titan::strprintf;
 
 double TrainSummary::first_loss() const {
   return losses.empty() ? std::numeric_limits<double>::quiet_NaN() : losses.front();

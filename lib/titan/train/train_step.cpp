@@ -7,7 +7,7 @@
 
 #include "titan/optim/grad_clip.hpp"
 #include "titan/parallel/pipeline/runtime.hpp"
-#include "titan/profiling/range.hpp"
+#include "titan/util/range.hpp"
 #include "titan/ops/cross_entropy.hpp"
 #include "titan/util/error.hpp"
 

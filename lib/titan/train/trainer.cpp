@@ -14,7 +14,7 @@
 
 #include "titan/checkpoint/manager.hpp"
 #include "titan/config/supported.hpp"
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 #include "titan/dist/device_mesh.hpp"
 #include "titan/dist/launch_env.hpp"
 #include "titan/dist/process_group.hpp"
@@ -35,17 +35,18 @@
 #include "titan/ops/cross_entropy.hpp"
 #include "titan/parallel/pipeline/runtime.hpp"
 #include "titan/profiling/memory_snapshot.hpp"
-#include "titan/profiling/range.hpp"
+#include "titan/util/range.hpp"
 #include "titan/profiling/trace_profiler.hpp"
 #include "titan/train/determinism.hpp"
 #include "titan/train/device.hpp"
 #include "titan/train/stop_signal.hpp"
 #include "titan/train/train_step.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/strprintf.hpp"
 
 namespace titan::train {
 
-using metrics::strprintf;
+using titan::strprintf;
 
 namespace {
 
@@ -183,7 +184,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // gradients and optimizer state are all seen.
   if (cfg_.profiling.enable_memory_snapshot)
     memory_ = std::make_unique<profiling::MemoryRecorder>(
-        cfg_.profiling.profile_freq, data::files::join(cfg_.job.dump_folder, cfg_.profiling.save_memory_snapshot_folder), rank_,
+        cfg_.profiling.profile_freq, files::join(cfg_.job.dump_folder, cfg_.profiling.save_memory_snapshot_folder), rank_,
         device_, [this](const std::string& line) { print(line); });
   set_determinism(cfg_.training.seed, cfg_.training.deterministic, device_);
   // The model is built on the meta device (shapes, no memory) and every
@@ -246,7 +247,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   }
 
   // Outputs go under [job] dump_folder; a new run starts a new metrics file.
-  TITAN_CHECK(data::files::make_directories(cfg_.job.dump_folder), "cannot create [job] dump_folder '",
+  TITAN_CHECK(files::make_directories(cfg_.job.dump_folder), "cannot create [job] dump_folder '",
               cfg_.job.dump_folder, "'");
   jsonl_path_ = cfg_.job.dump_folder + "/metrics.jsonl";
   if (rank_ == 0) ::unlink(jsonl_path_.c_str());
@@ -293,7 +294,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
                    {"cp", dims_.cp}, {"tp", dims_.tp}, {"pp", dims_.pp}};
     st.config_toml = cfg_.to_toml();
     checkpoint_ = std::make_unique<checkpoint::CheckpointManager>(
-        cfg_.checkpoint, data::files::join(cfg_.job.dump_folder, cfg_.checkpoint.folder), std::move(st),
+        cfg_.checkpoint, files::join(cfg_.job.dump_folder, cfg_.checkpoint.folder), std::move(st),
         [this](const std::string& line) {
           if (banner_printed_) print(line);
           else early_lines_.push_back(line);
@@ -312,7 +313,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
     profiling::ProfileSchedule ps{cfg_.profiling.profile_freq, cfg_.profiling.profiler_warmup,
                                   cfg_.profiling.profiler_active};
     profiler_ = std::make_unique<profiling::TraceProfiler>(
-        ps, data::files::join(cfg_.job.dump_folder, cfg_.profiling.save_traces_folder), rank_, device_.is_cuda(),
+        ps, files::join(cfg_.job.dump_folder, cfg_.profiling.save_traces_folder), rank_, device_.is_cuda(),
         [this](const std::string& line) { print(line); });
   }
 }

@@ -13,7 +13,7 @@
 #include "titan/dist/process_group.hpp"
 #include "titan/ops/attention/document_mask.hpp"
 #include "titan/ops/attention/lse_attention.hpp"
-#include "titan/profiling/range.hpp"
+#include "titan/util/range.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::cp {

@@ -13,7 +13,8 @@
 #include <mutex>
 
 #include "titan/dist/comm_log.hpp"
-#include "titan/profiling/range.hpp"
+#include "titan/util/byte_gauge.hpp"
+#include "titan/util/range.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::fsdp {
@@ -31,23 +32,21 @@ std::vector<FsdpEvent>& events() {
 double now_us() { return dist::CommLog::instance().now_us(); }
 
 // Bytes of full parameters alive on this rank (all units), and the peak:
-// what reshard_after_forward saves shows up here.
-std::atomic<int64_t> g_unsharded_now{0};
-std::atomic<int64_t> g_unsharded_peak{0};
-
-void count_alloc(int64_t bytes) {
-  const int64_t now = g_unsharded_now += bytes;
-  int64_t peak = g_unsharded_peak.load();
-  while (now > peak && !g_unsharded_peak.compare_exchange_weak(peak, now)) {
-  }
+// what reshard_after_forward saves shows up here. Published as a gauge so
+// that profiling's memory snapshot can read it without including FSDP.
+ByteGauge& unsharded_gauge() {
+  static ByteGauge& g = byte_gauge(kFsdpUnshardedGauge);
+  return g;
 }
+
+void count_alloc(int64_t bytes) { unsharded_gauge().add(bytes); }
 
 // Memory of a full parameter whose data the autograd graph still needs
 // later: drop the bytes, keep the StorageImpl (and so every tensor that
 // aliases it).
 void free_storage(const at::Tensor& t) {
   c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
-  g_unsharded_now -= static_cast<int64_t>(s->nbytes());
+  unsharded_gauge().add(-static_cast<int64_t>(s->nbytes()));
   s->set_nbytes(0);
   s->set_data_ptr_noswap(s->allocator()->allocate(0));
 }
@@ -80,9 +79,9 @@ void clear_fsdp_events() {
   events().clear();
 }
 
-int64_t unsharded_bytes_now() { return g_unsharded_now.load(); }
-int64_t unsharded_bytes_peak() { return g_unsharded_peak.load(); }
-void reset_unsharded_peak() { g_unsharded_peak = g_unsharded_now.load(); }
+int64_t unsharded_bytes_now() { return unsharded_gauge().now(); }
+int64_t unsharded_bytes_peak() { return unsharded_gauge().peak(); }
+void reset_unsharded_peak() { unsharded_gauge().reset_peak(); }
 
 FsdpUnit::FsdpUnit(std::string name, std::vector<FsdpParam> params, const dist::DeviceMesh& mesh,
                    const FullyShardOptions& options, at::Device compute_device)

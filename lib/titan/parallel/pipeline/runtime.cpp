@@ -10,7 +10,7 @@
 #include "titan/dist/process_group.hpp"
 #include "titan/metrics/tensor_memory.hpp"
 #include "titan/parallel/pipeline/simulate.hpp"
-#include "titan/profiling/range.hpp"
+#include "titan/util/range.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::pp {

@@ -1,4 +1,4 @@
-#include "titan/data/files.hpp"
+#include "titan/util/files.hpp"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -14,7 +14,7 @@
 
 #include "titan/util/error.hpp"
 
-namespace titan::data::files {
+namespace titan::files {
 
 bool exists(const std::string& path) {
   struct stat st;
@@ -122,4 +122,4 @@ std::string join(const std::string& base, const std::string& path) {
   return base.back() == '/' ? base + path : base + "/" + path;
 }
 
-}  // namespace titan::data::files
+}  // namespace titan::files

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace titan::data::files {
+namespace titan::files {
 
 /// @brief True when `path` names anything (following symlinks).
 bool exists(const std::string& path);
@@ -41,4 +41,4 @@ void remove_all(const std::string& path);
 /// @brief $TMPDIR, else /tmp.
 std::string temp_dir();
 
-}  // namespace titan::data::files
+}  // namespace titan::files
