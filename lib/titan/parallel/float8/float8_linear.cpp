@@ -57,9 +57,20 @@ at::Tensor column_major(const at::Tensor& m) { return m.t().contiguous().t(); }
 // while gradients summed over thousands of tokens need the full-precision
 // accumulator. CUDA only: the CPU kernel has one (exact fp32) way, and
 // asking it for the other would change nothing but could be refused.
+//
+// On the CPU the product is computed here, as ATen's own emulation
+// (`_scaled_mm_out_cpu_emulated`) computes it: both operands upcast to fp32
+// and multiplied by their dequantising scale, one fp32 matmul, the cast.
+// ATen 2.11 takes that path only on CPUs without AMX-INT8; on those with it
+// (Sapphire Rapids and later Xeons) it calls oneDNN's float8 matmul, which
+// has no native kernel there. CI on such a machine most likely met that
+// path: the float8 configs of train_configs/ took 209 s (llama3_405b) and
+// over 600 s (llama3_8b_h100x8) where they take 9-11 s on a CPU without
+// AMX. Computing it here gives every CPU the same speed and the same bits.
 at::Tensor scaled_mm(const Scaled& a, const Scaled& b_colmajor, at::ScalarType out, bool fast_accum) {
-  return at::_scaled_mm(a.data, b_colmajor.data, a.scale.reciprocal(), b_colmajor.scale.reciprocal(), {}, {}, out,
-                        fast_accum && a.data.is_cuda());
+  const at::Tensor inv_a = a.scale.reciprocal(), inv_b = b_colmajor.scale.reciprocal();
+  if (a.data.is_cuda()) return at::_scaled_mm(a.data, b_colmajor.data, inv_a, inv_b, {}, {}, out, fast_accum);
+  return at::matmul(a.data.to(at::kFloat) * inv_a, b_colmajor.data.to(at::kFloat) * inv_b).to(out);
 }
 
 // cuBLASLt's float8 GEMMs (and so _scaled_mm) need every dimension to be a

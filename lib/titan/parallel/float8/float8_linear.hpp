@@ -12,9 +12,12 @@
 /// float8.
 ///
 /// at::_scaled_mm runs on Hopper's float8 tensor cores on CUDA; on the CPU
-/// ATen 2.11 has an emulated kernel (`_scaled_mm_out_cpu_emulated`: it
-/// upcasts the float8 operands and multiplies in fp32), so CPU runs see
-/// exactly float8's rounding of the operands but not its speed.
+/// titan computes what ATen 2.11's emulated kernel computes
+/// (`_scaled_mm_out_cpu_emulated`: the float8 operands upcast and
+/// multiplied in fp32) on every CPU, also where ATen would call oneDNN's
+/// float8 matmul instead (CPUs with AMX-INT8), so CPU runs see exactly
+/// float8's rounding of the operands, the same bits on any CPU, but not its
+/// speed.
 ///
 /// Also here: torchao's rowwise recipe (Recipe::Rowwise) and its FSDP
 /// float8 all-gather (Float8Options::fsdp_float8_all_gather and
