@@ -70,7 +70,7 @@ at::Tensor column_major(const at::Tensor& m) { return m.t().contiguous().t(); }
 at::Tensor scaled_mm(const Scaled& a, const Scaled& b_colmajor, at::ScalarType out, bool fast_accum) {
   const at::Tensor inv_a = a.scale.reciprocal(), inv_b = b_colmajor.scale.reciprocal();
   if (a.data.is_cuda()) return at::_scaled_mm(a.data, b_colmajor.data, inv_a, inv_b, {}, {}, out, fast_accum);
-  return at::matmul(a.data.to(at::kFloat) * inv_a, b_colmajor.data.to(at::kFloat) * inv_b).to(out);
+  return at::matmul(a.data.to(at::kFloat) * inv_a, b_colmajor.data.contiguous().to(at::kFloat) * inv_b).to(out);
 }
 
 // cuBLASLt's float8 GEMMs (and so _scaled_mm) need every dimension to be a
