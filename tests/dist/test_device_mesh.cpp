@@ -2,8 +2,13 @@
 // right ranks, checked against the row-major layout computed by hand.
 #include <ATen/ATen.h>
 
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
 #include "support/dist_test.hpp"
 #include "titan/dist/device_mesh.hpp"
+#include "titan/dist/world.hpp"
 #include "titan/util/error.hpp"
 
 using titan::dist::DeviceMesh;
@@ -91,3 +96,20 @@ TEST(DeviceMesh, BadShapesAndNamesAreClearErrors) {
 }
 
 }  // namespace
+
+// A group whose connect failed on one member (Gloo's one-sided "Connection
+// closed by peer", injected here with TITAN_FAULT_GLOO_CONNECT on the last
+// group rank while the others connected) is connected again by every member
+// together: the group then reduces over the right ranks.
+TEST(DeviceMesh, AGroupWhoseConnectFailedOnOneRankIsConnectedAgainByAll) {
+  const int n = world().size();
+  if (n == 1) GTEST_SKIP() << "needs a peer";
+  ::setenv("TITAN_FAULT_GLOO_CONNECT", ("retried:" + std::to_string(n - 1)).c_str(), 1);
+  std::vector<int> all;
+  for (int r = 0; r < n; ++r) all.push_back(r);
+  std::shared_ptr<titan::dist::ProcessGroup> g;
+  EXPECT_NO_THROW(g = world().new_group("retried", all));
+  ::unsetenv("TITAN_FAULT_GLOO_CONNECT");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(sum_of_ranks(*g), n * (n - 1) / 2.0);
+}
