@@ -12,6 +12,7 @@
 #include "checkpoint/hf_test_util.hpp"
 #include "titan/checkpoint/hf_config.hpp"
 #include "titan/checkpoint/hf_folder.hpp"
+#include "titan/checkpoint/hf_sharded_load.hpp"
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/util/files.hpp"
 #include "titan/util/error.hpp"
@@ -207,4 +208,62 @@ TEST(HfFolder, ErrorsNameTheMissingPiece) {
   std::ofstream(bad + "/config.json") << config.dump();
   m = error_of(bad);
   EXPECT_NE(m.find(bad + "/config.json: key 'mlp_bias'"), std::string::npos) << m;
+}
+
+// load_hf_shards (a job's initial load from an HF folder): every box of
+// every tensor, cut at rows that straddle heads (3 uneven row cuts) and, for
+// matrices, into two column halves as TP's column-wise split does, holds
+// exactly the titan tensor's box: the q/k rows come back from HF's
+// rotate-half order whatever head a cut falls in. From a sharded folder
+// (several files), and from a bf16 one into fp32 boxes (the cast values).
+TEST(HfFolder, ShardedLoadFillsAnyBoxInTitansLayout) {
+  Fixture f;
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const std::string out = f.dir + "/hf_" + std::string(c10::toString(dtype));
+    write_hf_folder(out, f.state, f.args, dtype, /*max_shard_bytes=*/20'000);
+    ShardedState targets;
+    for (const auto& [name, t] : f.state) {
+      const int64_t rows = t.size(0);
+      const std::vector<int64_t> cuts = {0, rows / 3 + 1, (2 * rows) / 3 + 1, rows};
+      for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+        const int64_t r0 = cuts[k], n = cuts[k + 1] - cuts[k];
+        if (t.dim() == 1) {
+          targets.push_back({name, at::zeros({n}), t.sizes().vec(), {r0}});
+          continue;
+        }
+        const int64_t half = t.size(1) / 2;
+        for (const int64_t c0 : {int64_t{0}, half})
+          targets.push_back({name, at::zeros({n, c0 == 0 ? half : t.size(1) - half}), t.sizes().vec(), {r0, c0}});
+      }
+    }
+    load_hf_shards(out, targets, f.args);
+    for (const TensorShard& s : targets) {
+      at::Tensor want = f.state.at(s.fqn).to(dtype).to(at::kFloat).narrow(0, s.offsets[0], s.local.size(0));
+      if (s.local.dim() == 2) want = want.narrow(1, s.offsets[1], s.local.size(1));
+      EXPECT_TRUE(s.local.equal(want)) << c10::toString(dtype) << " " << s.fqn << " rows from " << s.offsets[0];
+    }
+  }
+  // A head count that keeps every shape (the permutation would be silently
+  // wrong) and a tensor missing from the folder are one-line errors.
+  titan::models::llama3::ModelArgs other = f.args;
+  other.n_heads = 2;
+  other.n_kv_heads = 1;
+  ShardedState one = {{"layers.0.attention.wq.weight", at::zeros(f.state.at("layers.0.attention.wq.weight").sizes()),
+                       f.state.at("layers.0.attention.wq.weight").sizes().vec(), {0, 0}}};
+  const std::string out = f.dir + "/hf_Float";
+  try {
+    load_hf_shards(out, one, other);
+    ADD_FAILURE() << "a head count that differs from config.json's loaded";
+  } catch (const titan::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has 4 query and 2 key/value heads, the model 2 and 1"), std::string::npos)
+        << e.what();
+  }
+  one[0].fqn = "layers.9.attention.wq.weight";
+  try {
+    load_hf_shards(out, one, f.args);
+    ADD_FAILURE() << "a tensor the folder lacks loaded";
+  } catch (const titan::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has no tensor model.layers.9.self_attn.q_proj.weight"), std::string::npos)
+        << e.what();
+  }
 }

@@ -338,7 +338,7 @@ TEST(TorchtitanConfig, TurningOnAFeatureTitanLacksIsOneLineNamingTheKey) {
   EXPECT_NE(e.find("[compile] enable = true"), std::string::npos) << e;
   EXPECT_EQ(e.find('\n'), std::string::npos) << e;
   for (const char* text : {"[fault_tolerance]\nenable = true\n", "[metrics]\nenable_wandb = true\n",
-                           "[validation]\nenable = true\n", "[quantize.linear.float8]\nemulate = true\n",
+                           "[checkpoint]\ninitial_load_in_hf_quantized = true\n", "[quantize.linear.float8]\nemulate = true\n",
                            "[parallelism]\nexpert_parallel_degree = 2\n", "[checkpoint]\nexclude_from_loading = [\"optimizer\"]\n",
                            "[job]\ncustom_config_module = \"my_project.config\"\n", "[model]\nconverters = [\"mx\"]\n"}) {
     const std::string m = error_of([&] { check_supported(load_text(text)); });

@@ -42,7 +42,11 @@ def main():
     if acc.file_version != 2.0:
         fail("file_version %r, want 2.0 (brain.Event:2)" % acc.file_version)
 
-    records = [json.loads(line) for line in open(os.path.join(dump, "metrics.jsonl"))]
+    lines = [json.loads(line) for line in open(os.path.join(dump, "metrics.jsonl"))]
+    # Validation records ([validation]) carry validation_loss and no loss;
+    # TensorBoard has them as validation/loss at their steps.
+    records = [r for r in lines if "loss" in r]
+    validation = {r["step"]: r["validation_loss"] for r in lines if "validation_loss" in r}
     by_step = {r["step"]: r for r in records}
     if [r["step"] for r in records] != list(range(1, steps + 1)):
         fail("metrics.jsonl steps %s, want 1..%d once each" % ([r["step"] for r in records], steps))
@@ -88,6 +92,18 @@ def main():
 
     want_tags = sorted(set(t for e in expected.values() for t in e))
     got_tags = sorted(acc.Tags()["scalars"])
+    if validation:
+        if "validation/loss" not in got_tags:
+            fail("metrics.jsonl has validation records but TensorBoard no validation/loss tag")
+        points = acc.Scalars("validation/loss")
+        if [p.step for p in points] != sorted(validation):
+            fail("validation/loss at steps %s, want %s" % ([p.step for p in points], sorted(validation)))
+        for p in points:
+            if p.value != float(np.float32(validation[p.step])):
+                fail("validation/loss step %d: tensorboard %.9g, jsonl %.9g" % (p.step, p.value, validation[p.step]))
+        print("  %-30s steps %-14s last %-12.6g equal to metrics.jsonl" % (
+            "validation/loss", ",".join(map(str, sorted(validation))), points[-1].value))
+        got_tags.remove("validation/loss")
     if got_tags != want_tags:
         fail("tags %s, want %s" % (got_tags, want_tags))
 

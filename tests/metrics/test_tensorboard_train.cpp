@@ -63,4 +63,26 @@ TEST(TensorboardTrain, TwoRanksOnlyRankZeroWrites) {
   EXPECT_HAS(c.output, "OK: ");
 }
 
+// [validation] on 2 ranks: the console's "validate step:" lines, one JSONL
+// record per validation (steps 1, 2 and 4 with freq 2) and the same values
+// as TensorBoard's validation/loss.
+TEST(TensorboardTrain, ValidationIsLoggedEverywhere) {
+  ScratchDir dir("tb_validation");
+  const std::string dump = dir.path() + "/out";
+  auto r = run_command(train(dump, " --nproc 2 --validation.enable --validation.dataset \"\" --validation.freq 2"
+                                   " --validation.steps 2 --validation.local_batch_size 2 --validation.seq_len 16"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line : {"validate step:  1  loss:", "validate step:  2  loss:", "validate step:  4  loss:"})
+    EXPECT_HAS(r.output, line);
+  EXPECT_EQ(r.output.find("validate step:  5"), std::string::npos) << r.output;
+  EXPECT_HAS(r.output, "batches: 2");
+  EXPECT_HAS(r.output, "validate  after step 1 and every 2: 2 batch(es) of 2 x 16 tokens per data-parallel rank");
+  EXPECT_HAS(r.output, "val loss ");
+  auto c = run_command(roundtrip(dump));
+  std::cout << c.output;
+  EXPECT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_HAS(c.output, "validation/loss");
+  EXPECT_HAS(c.output, "OK: ");
+}
+
 }  // namespace

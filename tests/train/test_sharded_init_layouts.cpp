@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -197,6 +199,99 @@ TEST(ShardedInitLayouts, FourRanksLoadOnlyTheirRowsOfAOneProcessSeed) {
     std::printf("  %-22s loads a one-process seed: largest load peak/model %.4f (largest piece/model %.4f)\n", l.name,
                 worst, rows[0].second);
   }
+}
+
+// Starting from another job's weights ([checkpoint] initial_load_path, as
+// torchtitan names it) reads only each rank's rows too: a Hugging Face
+// folder (initial_load_in_hf; the one-process init exported by `titan
+// convert`, the layout transformers loads: test_hf_transformers) and a
+// one-process checkpoint folder, each loaded on FSDP 4 and FSDP 2 x TP 2.
+// The step-0 each run then saves equals the one-process init bit for bit,
+// and every rank's load peak stays within what it holds (tp times its
+// largest piece, as above: q/k rows are read for whole heads, which the
+// debug model's boxes align with).
+TEST(ShardedInitLayouts, FourRanksStartFromAHuggingFaceFolderOrAnotherJobsCheckpoint) {
+  ScratchDir dir("initial_load");
+  std::string out;
+  const auto want = init_only(dir, {"seed", 1, ""}, &out);
+  ASSERT_FALSE(want.empty());
+  const std::string hf = dir.path() + "/hf";
+  auto c = run_command(bin_path("titan") + " convert --checkpoint_path " + dir.path() +
+                       "/seed/checkpoint/step-0 --output_path " + hf + " --model_flavor debugmodel");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+
+  struct Source {
+    const char* name;
+    std::string flags;
+    const char* log;
+  };
+  const Source sources[] = {
+      {"hf", "--checkpoint.initial_load_path " + hf + " --checkpoint.initial_load_in_hf",
+       "loaded the weights of the Hugging Face folder"},
+      {"dcp", "--checkpoint.initial_load_path " + dir.path() + "/seed/checkpoint", "(initial_load_path) (weights only)"},
+  };
+  const Layout layouts[] = {{"fsdp4", 4, ""}, {"fsdp2_tp2", 4, "--training.tensor_parallel_degree 2"}};
+  for (const Source& src : sources) {
+    for (const Layout& l : layouts) {
+      const std::string name = std::string(l.name) + "_from_" + src.name;
+      const std::string flags = std::string(l.flags) + " " + src.flags;
+      const auto got = init_only(dir, {name.c_str(), l.nproc, flags.c_str()}, &out);
+      ASSERT_EQ(got.size(), want.size()) << name << "\n" << out;
+      double worst = 0;
+      for (const auto& [t, w] : want) {
+        worst = std::max(worst, (got.at(t) - w).abs().max().item<double>());
+        EXPECT_TRUE(at::equal(got.at(t), w)) << name << ": " << t << " differs";
+      }
+      EXPECT_NE(out.find(src.log), std::string::npos) << name << "\n" << out;
+      const auto rows = load_rows(out);
+      ASSERT_EQ(rows.size(), 4u) << name << ": no load column in\n" << out;
+      const double tp = l.flags[0] ? 2.0 : 1.0;
+      double peak = 0;
+      for (const auto& [load, piece] : rows) {
+        EXPECT_LE(load, tp * piece + 1e-3) << name << ": load peak " << load << ", piece " << piece << "\n" << out;
+        peak = std::max(peak, load);
+      }
+      std::printf("  %-22s max |weight diff| vs the one-process init %.1e, largest load peak/model %.4f "
+                  "(largest piece/model %.4f)\n",
+                  name.c_str(), worst, peak, rows[0].second);
+    }
+  }
+
+  // Bad input: one line, non-zero exit, every rank stops.
+  const std::string base = bin_path("titan") + " train --nproc 2 --job.config_file " +
+                           source_path("train_configs/debug_model.toml") +
+                           " --training.device cpu --training.steps 0 --training.seq_len 64 --training.batch_size 2"
+                           " --checkpoint.enable_checkpoint --job.dump_folder " + dir.path() + "/bad";
+  auto missing = run_command(base + " --checkpoint.initial_load_path " + dir.path() + "/nowhere");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.output.find("initial_load_path = '" + dir.path() + "/nowhere' does not exist"), std::string::npos)
+      << missing.output;
+  auto hf_as_dcp = run_command(base + " --checkpoint.initial_load_path " + hf);
+  EXPECT_NE(hf_as_dcp.exit_code, 0);
+  EXPECT_NE(hf_as_dcp.output.find("a Hugging Face folder needs initial_load_in_hf = true"), std::string::npos)
+      << hf_as_dcp.output;
+  // The same tensors under another head count (8 heads of 32 instead of
+  // 16 of 16): every shape agrees, only the q/k permutation would be wrong,
+  // so the load must refuse it.
+  const std::string other = dir.path() + "/hf_8_heads";
+  ASSERT_EQ(run_command("cp -r " + hf + " " + other).exit_code, 0);
+  std::string config;
+  {
+    std::ifstream in(other + "/config.json");
+    config.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"\"num_attention_heads\": 16", "\"num_attention_heads\": 8"},
+                                  {"\"num_key_value_heads\": 16", "\"num_key_value_heads\": 8"},
+                                  {"\"head_dim\": 16", "\"head_dim\": 32"}}) {
+    const size_t at = config.find(from);
+    ASSERT_NE(at, std::string::npos) << from << " not in\n" << config;
+    config.replace(at, from.size(), to);
+  }
+  std::ofstream(other + "/config.json") << config;
+  auto heads = run_command(base + " --checkpoint.initial_load_path " + other + " --checkpoint.initial_load_in_hf");
+  EXPECT_NE(heads.exit_code, 0);
+  EXPECT_NE(heads.output.find("has 8 query and 8 key/value heads, the model 16 and 16"), std::string::npos)
+      << heads.output;
 }
 
 TEST(ShardedInitLayouts, FourRanksEqualOneRankBitwise) {

@@ -102,42 +102,51 @@ void write_hf_folder(const std::string& folder, const StateDict& titan_state,
   write_text(folder + "/config.json", config);
 }
 
-HfCheckpoint read_hf_folder(const std::string& folder) {
+HfLlamaConfig read_hf_folder_config(const std::string& folder) {
   TITAN_CHECK(files::is_directory(folder), "hf: ", folder, " is not a folder");
   const std::string config_path = folder + "/config.json";
   TITAN_CHECK(files::is_regular_file(config_path), "hf: ", folder, " has no config.json");
-  HfLlamaConfig config = parse_hf_config(read_text(config_path), config_path);
+  return parse_hf_config(read_text(config_path), config_path);
+}
 
-  StateDict hf;
+std::map<std::string, std::string> hf_weight_files(const std::string& folder) {
+  std::map<std::string, std::string> out;
   const std::string index_path = folder + "/" + kIndexFile, single_path = folder + "/" + kSingleFile;
-  if (files::is_regular_file(index_path)) {
-    nlohmann::json index;
-    try {
-      index = nlohmann::json::parse(read_text(index_path));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error("hf: " + index_path + ": not valid JSON (" + e.what() + ")");
-    }
-    TITAN_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
-                "hf: ", index_path, ": no \"weight_map\" object");
-    // Each shard once, however many tensors it holds.
-    std::map<std::string, std::vector<std::string>> by_file;
-    for (const auto& [name, file] : index["weight_map"].items()) {
-      TITAN_CHECK(file.is_string(), "hf: ", index_path, ": weight_map entry '", name, "' is not a file name");
-      by_file[file.get<std::string>()].push_back(name);
-    }
-    for (const auto& [file, names] : by_file) {
-      const std::string path = folder + "/" + file;
-      TITAN_CHECK(files::is_regular_file(path), "hf: shard ", path, " (listed in ", kIndexFile, ") is missing");
-      SafetensorsFile f = load_safetensors(path);
-      for (const auto& name : names) {
-        TITAN_CHECK(f.contains(name), "hf: tensor '", name, "' is listed in ", kIndexFile, " but not in ", path);
-        hf[name] = f.at(name);
-      }
-    }
-  } else {
+  if (!files::is_regular_file(index_path)) {
     TITAN_CHECK(files::is_regular_file(single_path), "hf: ", folder, " has neither ", kSingleFile, " nor ",
                 kIndexFile);
-    for (auto& [name, t] : load_safetensors(single_path).tensors) hf[name] = t;
+    for (const auto& [name, entry] : read_safetensors_header(single_path).entries) out[name] = single_path;
+    return out;
+  }
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(read_text(index_path));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("hf: " + index_path + ": not valid JSON (" + e.what() + ")");
+  }
+  TITAN_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(), "hf: ",
+              index_path, ": no \"weight_map\" object");
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    TITAN_CHECK(file.is_string(), "hf: ", index_path, ": weight_map entry '", name, "' is not a file name");
+    const std::string path = folder + "/" + file.get<std::string>();
+    TITAN_CHECK(files::is_regular_file(path), "hf: shard ", path, " (listed in ", kIndexFile, ") is missing");
+    out[name] = path;
+  }
+  return out;
+}
+
+HfCheckpoint read_hf_folder(const std::string& folder) {
+  HfLlamaConfig config = read_hf_folder_config(folder);
+  // Each file once, however many tensors it holds.
+  std::map<std::string, std::vector<std::string>> by_file;
+  for (const auto& [name, path] : hf_weight_files(folder)) by_file[path].push_back(name);
+  StateDict hf;
+  for (const auto& [path, names] : by_file) {
+    SafetensorsFile f = load_safetensors(path);
+    for (const auto& name : names) {
+      TITAN_CHECK(f.contains(name), "hf: tensor '", name, "' is listed in ", kIndexFile, " but not in ", path);
+      hf[name] = f.at(name);
+    }
   }
 
   HfCheckpoint out;

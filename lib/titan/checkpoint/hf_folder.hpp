@@ -8,8 +8,10 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 
+#include "titan/checkpoint/hf_config.hpp"
 #include "titan/checkpoint/hf_llama.hpp"
 #include "titan/models/llama3/model_args.hpp"
 
@@ -46,6 +48,16 @@ struct HfCheckpoint {
 /// unexpected tensor or a config titan cannot represent is a one-line
 /// titan::Error naming it.
 HfCheckpoint read_hf_folder(const std::string& folder);
+
+/// @brief config.json of the HF folder `folder`, parsed (parse_hf_config);
+/// a missing folder or file is a one-line titan::Error naming it.
+HfLlamaConfig read_hf_folder_config(const std::string& folder);
+
+/// @brief Which file of the HF folder `folder` holds each tensor (HF name →
+/// path): model.safetensors.index.json's weight_map, or else every tensor of
+/// model.safetensors (its header only is read). A folder with neither, a bad
+/// index or a listed shard that is missing is a one-line titan::Error.
+std::map<std::string, std::string> hf_weight_files(const std::string& folder);
 
 /// @brief True when `folder` has a config.json (how `titan convert` tells an
 /// HF folder from a titan checkpoint).

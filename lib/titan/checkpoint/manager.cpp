@@ -14,6 +14,7 @@
 #include <mutex>
 
 #include "titan/checkpoint/dcp.hpp"
+#include "titan/checkpoint/hf_sharded_load.hpp"
 #include "titan/data/base64.hpp"
 #include "titan/data/dataloader.hpp"
 #include "titan/util/files.hpp"
@@ -23,6 +24,7 @@
 #include "titan/optim/adam_state.hpp"
 #include "titan/optim/lr_schedule.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/internal_assert.hpp"
 #include "titan/util/strprintf.hpp"
 
 namespace titan::checkpoint {
@@ -342,28 +344,67 @@ std::optional<int64_t> CheckpointManager::load() {
     error = e.what();
   }
   agree_on_errors(group, error, "checkpoint load");
-  if (!ckpt) return std::nullopt;
+  // The job's own checkpoints come first: a job that started from another
+  // one and saved since resumes from its own (torchtitan's rule).
+  if (!ckpt) return cfg_.initial_load_path.empty() ? std::nullopt : load_initial();
+  const bool full = ckpt->metadata.at("state").value("content", "") == "full";
+  return restore(*ckpt, !full, ckpt->dir);
+}
 
-  const nlohmann::json& st = ckpt->metadata.at("state");
-  const bool full = st.value("content", "") == "full";
+std::optional<int64_t> CheckpointManager::load_initial() {
+  const std::string& path = cfg_.initial_load_path;
+  ShardedState targets = model_shards(state_.model_parts, state_.mesh);
+  if (cfg_.initial_load_in_hf) {
+    TITAN_INTERNAL_ASSERT(state_.model_args, "an initial load from a Hugging Face folder needs the model args");
+    load_hf_shards(path, targets, *state_.model_args, state_.group);
+    print(strprintf("checkpoint: loaded the weights of the Hugging Face folder %s (initial_load_path): training "
+                    "starts at step 1",
+                    path.c_str()));
+    return 0;
+  }
+  // A step folder, or a checkpoint folder whose latest complete step is meant.
+  std::optional<CheckpointInfo> ckpt;
+  std::string error;
+  try {
+    if (files::is_regular_file(files::join(path, kMetadataFile))) {
+      ckpt = open_checkpoint(path);
+    } else {
+      TITAN_CHECK(files::is_directory(path), "[checkpoint] initial_load_path = '", path, "' does not exist");
+      const std::vector<int64_t> steps = list_checkpoints(path);
+      TITAN_CHECK(!steps.empty(), "[checkpoint] initial_load_path = '", path,
+                  "' is neither a complete checkpoint (it has no ", kMetadataFile,
+                  ") nor a folder of them; a Hugging Face folder needs initial_load_in_hf = true");
+      ckpt = open_checkpoint(files::join(path, step_folder_name(steps.back())));
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_on_errors(state_.group, error, "initial load");
+  const bool full = ckpt->metadata.at("state").value("content", "") == "full";
+  const int64_t step = restore(*ckpt, cfg_.initial_load_model_only || !full, ckpt->dir + " (initial_load_path)");
+  return cfg_.initial_load_model_only ? 0 : step;
+}
+
+int64_t CheckpointManager::restore(const CheckpointInfo& ckpt, bool weights_only, const std::string& what) {
+  const dist::ProcessGroup* group = state_.group;
   ShardedState targets = model_shards(state_.model_parts, state_.mesh);
   const size_t n_model = targets.size();
-  if (full) {
+  if (!weights_only) {
     ShardedState moments = optimizer_shards(*state_.optimizer, targets);
     targets.insert(targets.end(), moments.begin(), moments.end());
   }
-  load_shards(*ckpt, targets, group);
-  if (!full) {
-    print(strprintf("checkpoint: loaded the weights of %s (weights only): training starts at step 1",
-                    ckpt->dir.c_str()));
-    return ckpt->step;
+  load_shards(ckpt, targets, group);
+  if (weights_only) {
+    print(strprintf("checkpoint: loaded the weights of %s (weights only): training starts at step 1", what.c_str()));
+    return ckpt.step;
   }
 
-  std::string note;
+  const nlohmann::json& st = ckpt.metadata.at("state");
+  std::string note, error;
   try {
     const nlohmann::json& steps = st.at("optimizer").at("steps");
     for (size_t i = 0; i < n_model; ++i) {
-      TITAN_CHECK(steps.contains(targets[i].fqn), "checkpoint ", ckpt->dir, " has no optimizer step for ",
+      TITAN_CHECK(steps.contains(targets[i].fqn), "checkpoint ", ckpt.dir, " has no optimizer step for ",
                   targets[i].fqn);
       optim::set_adam_step(*state_.optimizer, targets[i].local, steps.at(targets[i].fqn).get<int64_t>());
     }
@@ -375,7 +416,7 @@ std::optional<int64_t> CheckpointManager::load() {
     const nlohmann::json& ranks = st.at("dataloader").at("ranks");
     if (saved_dp == state_.dp_world) {
       for (auto& [dp, loader] : state_.loaders) {
-        TITAN_CHECK(ranks.contains(std::to_string(dp)), "checkpoint ", ckpt->dir,
+        TITAN_CHECK(ranks.contains(std::to_string(dp)), "checkpoint ", ckpt.dir,
                     " has no data position for data-parallel rank ", dp);
         loader->load_state_dict(ranks.at(std::to_string(dp)));
       }
@@ -387,14 +428,14 @@ std::optional<int64_t> CheckpointManager::load() {
     if (rng.contains(std::to_string(rank_)) && rng.size() == static_cast<size_t>(world_))
       restore_rng(rng.at(std::to_string(rank_)), state_.device);
   } catch (const nlohmann::json::exception& e) {
-    error = "checkpoint " + ckpt->dir + ": " + kMetadataFile + " lacks part of the training state (" + e.what() + ")";
+    error = "checkpoint " + ckpt.dir + ": " + kMetadataFile + " lacks part of the training state (" + e.what() + ")";
   } catch (const std::exception& e) {
     error = e.what();
   }
   agree_on_errors(group, error, "checkpoint load");
-  print(strprintf("checkpoint: resumed from %s (step %lld)%s", ckpt->dir.c_str(),
-                  static_cast<long long>(*state_.step), note.c_str()));
-  return ckpt->step;
+  print(strprintf("checkpoint: resumed from %s (step %lld)%s", what.c_str(), static_cast<long long>(*state_.step),
+                  note.c_str()));
+  return ckpt.step;
 }
 
 }  // namespace titan::checkpoint

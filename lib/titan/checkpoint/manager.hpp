@@ -53,8 +53,13 @@ class ProcessGroup;
 namespace titan::optim {
 class LRScheduler;
 }
+namespace titan::models::llama3 {
+struct ModelArgs;
+}
 
 namespace titan::checkpoint {
+
+struct CheckpointInfo;
 
 /// @brief Where the training state lives (pointers into the trainer; all
 /// must outlive the manager).
@@ -72,6 +77,9 @@ struct TrainingState {
   std::vector<std::pair<int64_t, data::DataLoader*>> loaders;
   int64_t dp_world = 1;   ///< data-parallel ranks of the job (the loaders' dp_world)
   int64_t* step = nullptr;  ///< steps completed
+  /// The model's args: a Hugging Face initial load checks its head counts
+  /// (the q/k permutation depends on them). Needed only with initial_load_in_hf.
+  const models::llama3::ModelArgs* model_args = nullptr;
   nlohmann::json parallel;  ///< the degrees, for the record and for messages
   std::string config_toml;  ///< the effective config, for the record
 };
@@ -105,9 +113,15 @@ class CheckpointManager {
   /// @brief Resumes: loads [checkpoint] load_step, or else the latest
   /// complete full checkpoint in folder() (weights-only ones are skipped,
   /// except a step-0 seed), into the training state, resharding to the
-  /// current layout. Returns the step loaded, or nullopt when there is
-  /// none (a fresh start). Collective. A missing load_step, a bad or
-  /// mismatching checkpoint is a titan::Error on every rank.
+  /// current layout. When folder() has none, starts from
+  /// [checkpoint] initial_load_path if set: a checkpoint step folder (or a
+  /// folder of them: the latest), its weights alone unless
+  /// initial_load_model_only is false; or with initial_load_in_hf a
+  /// Hugging Face folder (load_hf_shards). Every load reads only the rows
+  /// this rank holds. Returns the step loaded (0 for an initial load of
+  /// weights), or nullopt when nothing was loaded (a fresh start).
+  /// Collective. A missing load_step, a bad or mismatching checkpoint is a
+  /// titan::Error on every rank.
   std::optional<int64_t> load();
 
   /// @brief Called after each step: saves when `step` is a multiple of
@@ -128,6 +142,8 @@ class CheckpointManager {
 
  private:
   struct Job;
+  std::optional<int64_t> load_initial();
+  int64_t restore(const CheckpointInfo& ckpt, bool weights_only, const std::string& what);
   std::string wait_for_background();
   void run_job(Job& job);
   void print(const std::string& line) const;

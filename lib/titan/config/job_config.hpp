@@ -141,6 +141,13 @@ struct CheckpointSection {
   int64_t keep_latest_k = 10;           ///< checkpoints kept (0 = all)
   int64_t load_step = -1;               ///< step to resume from; -1 = latest
   bool create_seed_checkpoint = false;  ///< save step-0 weights (one process) and stop
+  /// A checkpoint to start from when the job's own folder has none to resume
+  /// (torchtitan's initial_load_path): a DCP step folder, or with
+  /// initial_load_in_hf a Hugging Face folder. Each rank reads only the rows
+  /// it holds. "" = initialise.
+  std::string initial_load_path;
+  bool initial_load_model_only = true;  ///< load weights only (not optimizer, step, data)
+  bool initial_load_in_hf = false;      ///< initial_load_path is a Hugging Face safetensors folder
 };
 
 /// @brief [activation_checkpoint]: recompute activations in backward.
@@ -167,6 +174,19 @@ struct Float8Section {
   std::string recipe_name = "tensorwise";
 };
 
+/// @brief [validation]: the loss on a held-out split every `freq` steps,
+/// computed without touching the optimizer or the training data's position
+/// (torchtitan's [validation]).
+struct ValidationSection {
+  bool enable = false;                    ///< run validation
+  std::string dataset = "c4_validation";  ///< as [training] dataset ("" = the built-in corpus)
+  std::string dataset_path;               ///< as [training] dataset_path
+  int64_t local_batch_size = 8;           ///< sequences per rank and batch
+  int64_t seq_len = 2048;                 ///< tokens per sequence
+  int64_t freq = 10;                      ///< validate after every freq-th step
+  int64_t steps = -1;                     ///< batches per validation; -1 = one pass over the split
+};
+
 /// @brief [comm]: collective timeouts.
 struct CommSection {
   int64_t init_timeout_seconds = 300;  ///< rendezvous and first collective
@@ -189,6 +209,7 @@ struct JobConfig {
   CheckpointSection checkpoint;
   ActivationCheckpointSection activation_checkpoint;
   Float8Section float8;
+  ValidationSection validation;
   CommSection comm;
 
   /// Where each option that is not a default came from, keyed "section.key"

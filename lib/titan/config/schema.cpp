@@ -140,6 +140,13 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(checkpoint, load_step, "step to resume from; -1 = the latest"),
       TITAN_FIELD(checkpoint, create_seed_checkpoint,
                   "on one process: save the initial weights as step-0 and stop (the seed larger jobs start from)"),
+      TITAN_FIELD(checkpoint, initial_load_path,
+                  "a checkpoint to start from when the folder has none to resume: a step-N folder, or a Hugging "
+                  "Face folder with initial_load_in_hf; each rank reads only its rows (\"\" = initialise)"),
+      TITAN_FIELD(checkpoint, initial_load_model_only,
+                  "from initial_load_path, load the weights only (training starts at step 1)"),
+      TITAN_FIELD(checkpoint, initial_load_in_hf,
+                  "initial_load_path is a Hugging Face LlamaForCausalLM folder (config.json + safetensors)"),
 
       TITAN_FIELD(activation_checkpoint, mode, "recompute activations in backward", "none", "selective", "full",
                   "memory_budget"),
@@ -159,6 +166,14 @@ std::vector<Field> make_fields() {
                   "float8 scaling: one scale per tensor, or per row along each GEMM's inner dimension (torchao's "
                   "recipes)",
                   "tensorwise", "rowwise"),
+
+      TITAN_FIELD(validation, enable, "after step 1 and every freq steps, the loss on a held-out split"),
+      TITAN_FIELD(validation, dataset, "as [training] dataset: a file, folder or name (c4_validation, ...)"),
+      TITAN_FIELD(validation, dataset_path, "as [training] dataset_path"),
+      TITAN_FIELD(validation, local_batch_size, "sequences per rank and validation batch (> 0)"),
+      TITAN_FIELD(validation, seq_len, "tokens per validation sequence (> 0, <= [training] seq_len)"),
+      TITAN_FIELD(validation, freq, "validate after step 1 and every freq steps (> 0)"),
+      TITAN_FIELD(validation, steps, "batches per validation (> 0), or -1: one pass over the split"),
 
       TITAN_FIELD(comm, init_timeout_seconds, "timeout of rendezvous and the first collective (> 0)"),
       TITAN_FIELD(comm, timeout_seconds, "timeout of every later collective (> 0)"),

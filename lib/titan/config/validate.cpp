@@ -101,9 +101,26 @@ void validate(const JobConfig& cfg) {
   require(cfg, "checkpoint.interval", cfg.checkpoint.interval > 0, "> 0");
   require(cfg, "checkpoint.keep_latest_k", cfg.checkpoint.keep_latest_k >= 0, ">= 0");
   require(cfg, "checkpoint.load_step", cfg.checkpoint.load_step >= -1, ">= 0, or -1 (the latest)");
+  // torchtitan loads an initial checkpoint only with checkpointing on, and
+  // a Hugging Face folder holds weights alone: say so rather than ignore it.
+  const auto& c = cfg.checkpoint;
+  require(cfg, "checkpoint.initial_load_path", c.initial_load_path.empty() || c.enable_checkpoint,
+          "\"\" unless [checkpoint] enable_checkpoint = true (the initial load is part of checkpointing)");
+  require(cfg, "checkpoint.initial_load_in_hf", !c.initial_load_in_hf || !c.initial_load_path.empty(),
+          "false unless [checkpoint] initial_load_path names the Hugging Face folder");
+  require(cfg, "checkpoint.initial_load_model_only", c.initial_load_model_only || !c.initial_load_in_hf,
+          "true with initial_load_in_hf (a Hugging Face folder holds weights only)");
   const std::string& ac = cfg.activation_checkpoint.selective_ac_option;
   require(cfg, "activation_checkpoint.selective_ac_option", ac == "op" || positive_integer_text(ac),
           "\"op\" or a positive integer such as \"2\"");
+  const auto& v = cfg.validation;
+  require(cfg, "validation.local_batch_size", v.local_batch_size > 0, "> 0");
+  require(cfg, "validation.seq_len", v.seq_len > 0, "> 0");
+  require(cfg, "validation.freq", v.freq > 0, "> 0");
+  require(cfg, "validation.steps", v.steps > 0 || v.steps == -1, "> 0, or -1 (one pass over the split)");
+  // The model's RoPE table is built for [training] seq_len.
+  require(cfg, "validation.seq_len", !v.enable || v.seq_len <= cfg.training.seq_len,
+          "<= [training] seq_len (the model's RoPE table is that long)");
   require(cfg, "comm.init_timeout_seconds", cfg.comm.init_timeout_seconds > 0, "> 0");
   require(cfg, "comm.timeout_seconds", cfg.comm.timeout_seconds > 0, "> 0");
 }

@@ -237,6 +237,29 @@ std::optional<LogRecord> MetricsProcessor::record(const StepInput& in) {
   return r;
 }
 
+std::string format_validation_line(const ValidationRecord& r) {
+  return strprintf("validate step: %2lld  loss: %7.4f  targets: %s  batches: %lld  time: %.2fs",
+                   static_cast<long long>(r.step), r.loss, with_thousands(static_cast<double>(r.targets)).c_str(),
+                   static_cast<long long>(r.batches), r.seconds);
+}
+
+void MetricsProcessor::record_validation(const ValidationRecord& r) {
+  if (jsonl_) {
+    const nlohmann::json loss = std::isfinite(r.loss) ? nlohmann::json(r.loss) : nlohmann::json(nullptr);
+    const nlohmann::json j = {{"step", r.step},
+                              {"validation_loss", loss},
+                              {"validation_targets", r.targets},
+                              {"validation_batches", r.batches}};
+    *jsonl_ << j.dump() << '\n';
+    jsonl_->flush();
+  }
+  if (tensorboard_) {
+    tensorboard_->add_scalar("validation/loss", r.loss, r.step);
+    tensorboard_->flush();
+  }
+  if (options_.console) print(format_validation_line(r));
+}
+
 void MetricsProcessor::print(const std::string& line) {
   if (!options_.console) return;
   if (progress_pending_) out() << "\r\x1b[K";

@@ -90,6 +90,18 @@ struct LogRecord {
   std::optional<MemoryStats> memory;
 };
 
+/// @brief What one validation measured, job-wide ([validation]).
+struct ValidationRecord {
+  int64_t step = 0;     ///< the training step after which it ran
+  double loss = 0;      ///< summed loss of every counted target over their number (all ranks' batches)
+  int64_t targets = 0;  ///< targets counted (labels other than -100), job-wide
+  int64_t batches = 0;  ///< batches each data-parallel rank ran
+  double seconds = 0;   ///< wall time of the validation
+};
+
+/// @brief `validate step: 10  loss:  7.1234  targets: 4,096  batches: 2  time: 0.12s`.
+std::string format_validation_line(const ValidationRecord& r);
+
 /// @brief The console line, torchtitan's format plus lr and ETA:
 /// `step: 10  loss:  7.2345  grad_norm:  1.2300  lr: 3.0000e-04  memory: 1.20GiB(3.75%)  tps: 12,345  tflops: 1.23  mfu: 12.34%  eta: 1:23`
 /// (memory, tflops, mfu and eta are left out when unknown).
@@ -127,6 +139,12 @@ class MetricsProcessor {
 
   /// True at step 1, every log_freq steps and at the last step.
   bool should_log(int64_t step) const;
+
+  /// Records a validation: its console line, a JSONL record {"step",
+  /// "validation_loss", "validation_targets", "validation_batches"} (no
+  /// "loss" key: readers of the training curve skip it) and the
+  /// TensorBoard scalar validation/loss.
+  void record_validation(const ValidationRecord& r);
 
   /// Prints a message line (a warning, a checkpoint note) without tearing
   /// the progress line: it is cleared first and redrawn by the next step.

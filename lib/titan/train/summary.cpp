@@ -23,6 +23,10 @@ std::string format_summary(const TrainSummary& s) {
                               static_cast<long long>(s.steps_planned), metrics::duration(s.wall_seconds).c_str());
   if (s.steps_done == 0) return out;
   out += strprintf("  loss      %.4f (step 1) -> %.4f (step %lld)\n", s.first_loss(), s.last_loss(), n);
+  if (!s.validation_losses.empty())
+    out += strprintf("  val loss  %.4f (step %lld) -> %.4f (step %lld)\n", s.validation_losses.front().second,
+                     static_cast<long long>(s.validation_losses.front().first), s.validation_losses.back().second,
+                     static_cast<long long>(s.validation_losses.back().first));
   out += "  tokens/s  " + metrics::with_thousands(s.mean_tps) + " per rank";
   out += s.steps_done > 1 ? strprintf(" (mean of steps 2-%lld)\n", n) : std::string(" (step 1 only)\n");
   if (s.mean_tflops > 0) {

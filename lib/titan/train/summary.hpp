@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace titan::train {
@@ -15,6 +16,8 @@ struct TrainSummary {
   int64_t steps_planned = 0;    ///< [training] steps
   bool interrupted = false;     ///< stopped early by Ctrl-C / SIGTERM
   std::vector<double> losses;   ///< the loss of every step, in order
+  /// [validation]: (step, loss) of every validation, in order.
+  std::vector<std::pair<int64_t, double>> validation_losses;
   double wall_seconds = 0;      ///< the loop's wall time, first step to last
   /// Tokens per second per rank, over the steps after the first (the first
   /// pays for one-time allocations and kernel selection); over all steps

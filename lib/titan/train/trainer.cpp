@@ -41,6 +41,7 @@
 #include "titan/train/device.hpp"
 #include "titan/train/stop_signal.hpp"
 #include "titan/train/train_step.hpp"
+#include "titan/train/validator.hpp"
 #include "titan/util/error.hpp"
 #include "titan/util/strprintf.hpp"
 
@@ -180,6 +181,27 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
     loaders_.back()->load_state_dict(start);
   }
 
+  // [validation]: the held-out split of the same data-parallel ranks. Its
+  // batches go through the same stages, shards and cp ring as training's,
+  // so under PP they must have training's shapes, and under CP or
+  // sequence parallelism its sequences training's length (the cuts those
+  // layouts make were checked for that length).
+  if (cfg_.validation.enable) {
+    const config::ValidationSection& v = cfg_.validation;
+    const bool same_len = dims_.pp > 1 || dims_.cp_enabled() ||
+                          (dims_.tp_enabled() && models::llama3::tp_options(cfg_).sequence_parallel);
+    TITAN_CHECK(!same_len || v.seq_len == cfg_.training.seq_len, "[validation] seq_len = ", v.seq_len,
+                " must equal [training] seq_len = ", cfg_.training.seq_len,
+                " under pipeline, context or sequence parallelism (their cuts are made for that length)");
+    TITAN_CHECK(dims_.pp == 1 || v.local_batch_size == plan_.local_batch, "[validation] local_batch_size = ",
+                v.local_batch_size, " must equal the training's local batch ", plan_.local_batch,
+                " under pipeline parallelism (the stages' micro-batches have that shape)");
+    std::vector<int64_t> ranks;
+    for (int64_t k = 0; k < options_.emulate_dp_ranks; ++k) ranks.push_back(options_.emulate_dp_ranks > 1 ? k : dp_rank);
+    validator_ = std::make_unique<Validator>(v, tokenizer_, ranks, plan_.dp_degree, args_.attn_mask_type == "block_causal",
+                                             mesh_ ? dist::world().group().get() : nullptr, device_);
+  }
+
   // Memory snapshots count tensors from here on, so that the model,
   // gradients and optimizer state are all seen.
   if (cfg_.profiling.enable_memory_snapshot)
@@ -293,6 +315,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
     st.parallel = {{"world_size", dims_.world_size}, {"dp_replicate", dims_.dp_replicate}, {"dp_shard", dims_.dp_shard},
                    {"cp", dims_.cp}, {"tp", dims_.tp}, {"pp", dims_.pp}};
     st.config_toml = cfg_.to_toml();
+    st.model_args = &args_;
     checkpoint_ = std::make_unique<checkpoint::CheckpointManager>(
         cfg_.checkpoint, files::join(cfg_.job.dump_folder, cfg_.checkpoint.folder), std::move(st),
         [this](const std::string& line) {
@@ -396,6 +419,13 @@ std::string Trainer::banner() const {
   s += "\n  tokenizer " + tokenizer_->describe() + "\n";
   if (!tokenizer_note_.empty()) s += "            " + tokenizer_note_ + "\n";
   s += "  data      " + loaders_.front()->dataset_path() + "\n";
+  if (validator_) {
+    const config::ValidationSection& v = cfg_.validation;
+    s += strprintf("  validate  after step 1 and every %lld: %lld batch(es) of %lld x %lld tokens per data-parallel rank%s\n",
+                   static_cast<long long>(v.freq), static_cast<long long>(validator_->batches()),
+                   static_cast<long long>(v.local_batch_size), static_cast<long long>(v.seq_len),
+                   v.steps == -1 ? " (one pass)" : "");
+  }
   s += "  parallel  " + dims_.describe() + (parallelized_.description.empty() ? "" : ": " + parallelized_.description);
   if (options_.emulate_dp_ranks > 1)
     s += strprintf("single-process reference of %lld data-parallel ranks", static_cast<long long>(options_.emulate_dp_ranks));
@@ -453,6 +483,44 @@ std::string Trainer::init_memory_table() {
     out += "\n";
   }
   return out;
+}
+
+metrics::ValidationRecord Trainer::validate(int64_t step) {
+  const std::shared_ptr<const cp::ContextParallel>& context = model_->context_parallel();
+  auto loss_of = [&](data::Batch b) -> LossSum {
+    if (context) {  // this rank's shard of every sequence, as in training
+      const cp::SequenceLayout& layout = context->attention.layout;
+      b.inputs = cp::shard_sequence(b.inputs, 1, layout, context->rank()).contiguous();
+      b.labels = cp::shard_sequence(b.labels, 1, layout, context->rank()).contiguous();
+      if (b.doc_start.defined()) b.doc_start = cp::shard_sequence(b.doc_start, 1, layout, context->rank()).contiguous();
+    }
+    const at::Tensor labels = b.labels.to(device_);
+    const at::Tensor doc_start = b.doc_start.defined() ? b.doc_start.to(device_) : at::Tensor();
+    if (parallelized_.pipeline) {
+      // Every micro-batch's mean from the last stage; its count from its rows.
+      const std::vector<double> means =
+          parallelized_.pipeline->eval(pp::BatchInputs{b.inputs.to(device_), labels, doc_start});
+      const int64_t m = static_cast<int64_t>(means.size()), rows = labels.size(0) / m;
+      const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device_);
+      LossSum total{at::zeros({}, f64), at::zeros({}, f64)};
+      for (int64_t i = 0; i < m; ++i) {
+        const LossSum part =
+            loss_sum_of_mean(at::scalar_tensor(means[static_cast<size_t>(i)], f64), labels.narrow(0, i * rows, rows));
+        total.sum += part.sum;
+        total.count += part.count;
+      }
+      return total;
+    }
+    const at::Tensor logits = model_->forward(b.inputs.to(device_), doc_start);
+    const at::Tensor mean =
+        parallelized_.loss_fn ? parallelized_.loss_fn(logits, labels) : ops::cross_entropy(logits, labels);
+    return loss_sum_of_mean(mean, labels);
+  };
+  const ValidationResult v = validator_->run(loss_of, loss_group_.get());
+  metrics::ValidationRecord r;
+  r.step = step, r.loss = v.loss, r.targets = v.targets, r.batches = v.batches, r.seconds = v.seconds;
+  metrics_->record_validation(r);
+  return r;
 }
 
 StepResult Trainer::train_step() {
@@ -612,6 +680,8 @@ TrainSummary Trainer::train() {
         timed_seconds += r.step_seconds;
         timed_tokens += r.tokens;
       }
+      // Validation before the save, as torchtitan's loop orders them.
+      if (validator_ && validator_->due(step_)) s.validation_losses.push_back({step_, validate(step_).loss});
       if (checkpoint_) checkpoint_->maybe_save(step_, step_ == cfg_.training.steps);
       if (options_.on_step) options_.on_step(r);
       if (stop && stop->requested()) {

@@ -42,6 +42,9 @@ class Optimizer;
 namespace titan::checkpoint {
 class CheckpointManager;
 }
+namespace titan::train {
+class Validator;
+}
 namespace titan::profiling {
 class MemoryRecorder;
 class TraceProfiler;
@@ -160,6 +163,8 @@ class Trainer {
   /// Every rank's parameter bytes and initialisation peak, one line per
   /// rank, on rank 0 (collective: every rank calls it).
   std::string init_memory_table();
+  /// Runs [validation] after `step` and logs it (collective).
+  metrics::ValidationRecord validate(int64_t step);
 
   config::JobConfig cfg_;
   TrainerOptions options_;
@@ -210,6 +215,7 @@ class Trainer {
   int64_t step_ = 0;
   /// Saves and resumes ([checkpoint]); null when checkpointing is off.
   std::unique_ptr<checkpoint::CheckpointManager> checkpoint_;
+  std::unique_ptr<Validator> validator_;  ///< [validation] enable, else null
   /// Kineto traces on [profiling]'s schedule; null when profiling is off.
   std::unique_ptr<profiling::TraceProfiler> profiler_;
   /// Memory timelines (and CUDA snapshots) every profile_freq steps; null when off.

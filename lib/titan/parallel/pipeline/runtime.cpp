@@ -114,6 +114,24 @@ void PipelineSchedule::agree_shapes() {
 }
 
 PipelineStepResult PipelineSchedule::step(const BatchInputs& batch, double loss_scale) {
+  return run(batch, loss_scale, /*forward_only=*/false, nullptr);
+}
+
+std::vector<double> PipelineSchedule::eval(const BatchInputs& batch) {
+  at::NoGradGuard no_grad;
+  std::vector<double> losses;
+  try {
+    run(batch, 1.0, /*forward_only=*/true, &losses);
+  } catch (...) {
+    for (auto& st : stages_) st->discard_microbatches();
+    throw;
+  }
+  for (auto& st : stages_) st->discard_microbatches();
+  return losses;
+}
+
+PipelineStepResult PipelineSchedule::run(const BatchInputs& batch, double loss_scale, bool forward_only,
+                                         std::vector<double>* microbatch_losses) {
   const int m = spec_.microbatches, S = spec_.num_stages();
   const std::vector<BatchInputs> micro = split_microbatches(batch, m);
   if (loss_scale < 0) loss_scale = 1.0 / m;
@@ -134,6 +152,8 @@ PipelineStepResult PipelineSchedule::step(const BatchInputs& batch, double loss_
     mem_start = metrics::tensor_memory(device).current_bytes;
   }
 
+  // The last stage's loss of each micro-batch (forward only).
+  std::map<int, at::Tensor> eval_losses;
   // What travels between actions on this rank: received (or handed over)
   // activations and gradients, and outputs waiting to be sent.
   std::map<std::pair<int, int>, at::Tensor> stage_input, output_grad, to_send_fwd, to_send_bwd;
@@ -150,6 +170,7 @@ PipelineStepResult PipelineSchedule::step(const BatchInputs& batch, double loss_
       std::vector<dist::P2POp> ops;
       for (size_t j = k; j < end; ++j) {
         const Action& a = actions_[j];
+        if (forward_only && (a.type == ActionType::RecvBackward || a.type == ActionType::SendBackward)) continue;
         if (options_.before_action) options_.before_action(a);
         const int s = a.stage, i = a.microbatch;
         const auto key = std::make_pair(s, i);
@@ -177,13 +198,18 @@ PipelineStepResult PipelineSchedule::step(const BatchInputs& batch, double loss_
           }
         }
       }
-      for (auto& w : group_->batch_p2p(ops)) sends.push_back(w);
-      if (options_.record_events)
+      if (!ops.empty())
+        for (auto& w : group_->batch_p2p(ops)) sends.push_back(w);
+      if (options_.record_events && !forward_only)
         for (size_t j = k; j < end; ++j) events_.push_back({rank_, actions_[j], start - t0, now_us() - t0});
       k = end;
       continue;
     }
     const Action& a = actions_[k++];
+    // Forward only (eval): the forwards and their sends and receives, in
+    // the schedule's order, which stays deadlock-free without the rest
+    // (a forward's send waits on forwards alone).
+    if (forward_only && a.type != ActionType::Forward) continue;
     if (options_.before_action) options_.before_action(a);
     // Each compute action as a trace range, spelled as torch writes it: "pp::2F0".
     TITAN_PROFILE_RANGE("pp::" + a.str());
@@ -204,6 +230,7 @@ PipelineStepResult PipelineSchedule::step(const BatchInputs& batch, double loss_
           stage_input.erase(it);
         }
         at::Tensor y = st.forward(i, x, mb, loss_scale);
+        if (forward_only && st.is_last()) eval_losses[i] = y.to(at::kDouble);
         if (!st.is_last()) {
           // Same rank next (ZBV's turn): hand over; otherwise SEND_F sends it.
           if (spec_.rank_of_stage(s + 1) == rank_) stage_input[{s + 1, i}] = y;
@@ -247,6 +274,17 @@ PipelineStepResult PipelineSchedule::step(const BatchInputs& batch, double loss_
   for (auto& w : sends) w->wait();
 
   PipelineStepResult r;
+  if (forward_only) {
+    // Each micro-batch's mean loss, from the last stage's rank to every
+    // pipeline rank.
+    at::Tensor losses = at::zeros({m}, at::TensorOptions().dtype(at::kDouble).device(device));
+    for (const auto& [i, l] : eval_losses) losses[i].copy_(l.reshape({}));
+    if (group_) group_->broadcast(losses, spec_.rank_of_stage(S - 1));
+    const at::Tensor host = losses.cpu();
+    microbatch_losses->assign(host.data_ptr<double>(), host.data_ptr<double>() + m);
+    for (auto& st : stages_) st->take_loss_sum();
+    return r;
+  }
   if (options_.measure_memory) r.peak_activation_bytes = metrics::tensor_memory(device).peak_bytes - mem_start;
   // The loss lives on the last stage's rank; every pipeline rank reports it.
   at::Tensor loss = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));

@@ -83,6 +83,13 @@ class PipelineSchedule {
     return step(BatchInputs{inputs, labels, {}}, loss_scale);
   }
 
+  /// Forward only, without gradients (validation): `batch` cut as step()
+  /// cuts it, each micro-batch through every stage in the schedule's order
+  /// (its forwards, sends and receives; nothing is kept for a backward).
+  /// Returns every micro-batch's mean loss (the last stage's, unscaled; a
+  /// micro-batch whose targets are all hidden gives NaN), on every rank of
+  /// the pipeline group. Collective over the pipeline group.
+  std::vector<double> eval(const BatchInputs& batch);
   const ScheduleSpec& spec() const { return spec_; }
   /// This rank's actions, communication included.
   const RankActions& actions() const { return actions_; }
@@ -93,6 +100,8 @@ class PipelineSchedule {
   int pp_rank() const { return rank_; }
 
  private:
+  PipelineStepResult run(const BatchInputs& batch, double loss_scale, bool forward_only,
+                         std::vector<double>* microbatch_losses);
   PipelineStage& stage(int s);
   void agree_shapes();
 

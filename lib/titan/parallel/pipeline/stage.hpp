@@ -74,6 +74,12 @@ class PipelineStage {
   /// Losses (unscaled) of the micro-batches this last stage ran since the
   /// last take_losses(), summed, as a detached scalar; undefined if none.
   at::Tensor take_loss_sum();
+  /// Forgets every micro-batch held for a backward and the loss sum (after
+  /// a forward-only pass, or a step that failed part-way).
+  void discard_microbatches() {
+    held_.clear();
+    loss_sum_ = at::Tensor();
+  }
   /// Micro-batches whose activations the stage still holds.
   size_t held() const { return held_.size(); }
   /// Sets whether the next weight-producing backward is the step's last one
