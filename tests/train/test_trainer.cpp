@@ -275,6 +275,18 @@ TEST(Trainer, ValidationOfOnePassCountsTheWholeBatchesOfTheSmallestPart) {
   EXPECT_EQ(both.batches(), want);
   v.steps = 3;
   EXPECT_EQ(titan::train::Validator(v, tokenizer, {0}, 2, false, nullptr, c10::Device(c10::kCPU)).batches(), 3);
+  // A dataset that is not there names [validation]'s key, not [training]'s.
+  titan::config::ValidationSection missing = v;
+  missing.dataset = "c4_validation";
+  try {
+    titan::train::Validator(missing, tokenizer, {0}, 1, false, nullptr, c10::Device(c10::kCPU));
+    ADD_FAILURE() << "a dataset without files was accepted";
+  } catch (const titan::Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.rfind("[validation] ", 0), 0u) << m;
+    EXPECT_EQ(m.find("[training]"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
   // A split too small for one batch: one line that says what to change.
   v.steps = -1;
   v.local_batch_size = 1000;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
+#include <utility>
 
 #include "titan/dist/process_group.hpp"
 #include "titan/util/error.hpp"
@@ -26,7 +28,18 @@ Validator::Validator(const config::ValidationSection& cfg, std::shared_ptr<const
     o.dp_rank = dp;
     o.dp_world = dp_world;
     o.document_masking = document_masking;
-    loaders_.push_back(std::make_unique<data::DataLoader>(tokenizer, o));
+    try {
+      loaders_.push_back(std::make_unique<data::DataLoader>(tokenizer, o));
+    } catch (const Error& e) {
+      // The data layer names [training]'s keys; here they are [validation]'s.
+      std::string m = e.what();
+      for (const auto& [from, to] : {std::pair<std::string, std::string>{"[training] dataset_path", "[validation] dataset_path"},
+                                     {"--training.dataset_path", "--validation.dataset_path"},
+                                     {"--training.seq_len", "--validation.seq_len"}})
+        for (size_t at = m.find(from); at != std::string::npos; at = m.find(from, at + to.size()))
+          m.replace(at, from.size(), to);
+      throw Error("[validation] " + m);
+    }
     starts_.push_back(loaders_.back()->state_dict());
     if (cfg_.steps == -1) {
       // A batch counts when it ends inside the first pass (the stream
