@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "titan/util/error.hpp"
+#include "titan/util/strings.hpp"
 
 namespace titan::checkpoint {
 
@@ -45,10 +46,6 @@ bool split_layer(const std::string& name, const std::string& prefix, std::string
   layer = name.substr(i, j - i);
   rest = name.substr(j + 1);
   return true;
-}
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 std::string shape_str(at::IntArrayRef s) {

@@ -10,14 +10,11 @@
 #include "titan/checkpoint/hf_llama.hpp"
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/strings.hpp"
 
 namespace titan::checkpoint {
 
 namespace {
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
 
 std::string shape_text(const std::vector<int64_t>& s) {
   std::ostringstream os;

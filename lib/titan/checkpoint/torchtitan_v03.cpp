@@ -3,16 +3,13 @@
 #include <sstream>
 
 #include "titan/util/error.hpp"
+#include "titan/util/strings.hpp"
 
 namespace titan::checkpoint {
 
 namespace {
 
 constexpr const char* kQkv[] = {"wq", "wk", "wv"};
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
 
 bool starts_with(const std::string& s, const std::string& head) { return s.rfind(head, 0) == 0; }
 

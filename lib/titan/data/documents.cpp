@@ -7,14 +7,11 @@
 
 #include "titan/util/files.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/strings.hpp"
 
 namespace titan::data {
 
 namespace {
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
 
 bool is_gzip_name(const std::string& path) { return files::extension(path) == ".gz"; }
 

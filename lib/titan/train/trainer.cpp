@@ -85,6 +85,16 @@ std::string human_bytes(double b) {
   return strprintf(u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
 }
 
+// Under context parallelism: this rank's shard of every sequence of `b`.
+// Document starts are sharded like the tokens and keep their values:
+// window positions, which the ring's blocks compare keys with.
+void keep_cp_shard(data::Batch& b, const cp::ContextParallel& context) {
+  const cp::SequenceLayout& layout = context.attention.layout;
+  b.inputs = cp::shard_sequence(b.inputs, 1, layout, context.rank()).contiguous();
+  b.labels = cp::shard_sequence(b.labels, 1, layout, context.rank()).contiguous();
+  if (b.doc_start.defined()) b.doc_start = cp::shard_sequence(b.doc_start, 1, layout, context.rank()).contiguous();
+}
+
 std::string nonfinite_name(double v) { return std::isnan(v) ? "NaN" : (v > 0 ? "inf" : "-inf"); }
 
 }  // namespace
@@ -488,12 +498,7 @@ std::string Trainer::init_memory_table() {
 metrics::ValidationRecord Trainer::validate(int64_t step) {
   const std::shared_ptr<const cp::ContextParallel>& context = model_->context_parallel();
   auto loss_of = [&](data::Batch b) -> LossSum {
-    if (context) {  // this rank's shard of every sequence, as in training
-      const cp::SequenceLayout& layout = context->attention.layout;
-      b.inputs = cp::shard_sequence(b.inputs, 1, layout, context->rank()).contiguous();
-      b.labels = cp::shard_sequence(b.labels, 1, layout, context->rank()).contiguous();
-      if (b.doc_start.defined()) b.doc_start = cp::shard_sequence(b.doc_start, 1, layout, context->rank()).contiguous();
-    }
+    if (context) keep_cp_shard(b, *context);  // as in training
     const at::Tensor labels = b.labels.to(device_);
     const at::Tensor doc_start = b.doc_start.defined() ? b.doc_start.to(device_) : at::Tensor();
     if (parallelized_.pipeline) {
@@ -545,12 +550,7 @@ StepResult Trainer::train_step() {
     if (context) {
       const cp::SequenceLayout& layout = context->attention.layout;
       const at::Tensor window_labels = b.labels;
-      b.inputs = cp::shard_sequence(b.inputs, 1, layout, context->rank()).contiguous();
-      b.labels = cp::shard_sequence(b.labels, 1, layout, context->rank()).contiguous();
-      // Document starts are sharded like the tokens and keep their values:
-      // window positions, which the ring's blocks compare keys with.
-      if (b.doc_start.defined())
-        b.doc_start = cp::shard_sequence(b.doc_start, 1, layout, context->rank()).contiguous();
+      keep_cp_shard(b, *context);
       b.loss_weight = ops::shard_loss_weight(window_labels, b.labels, layout.cp);
       // Under PP the schedule weighs each micro-batch's mean on its own: the
       // weight of its rows, cut as pp::split_microbatches cuts them.

@@ -282,8 +282,7 @@ PipelineStepResult PipelineSchedule::run(const BatchInputs& batch, double loss_s
     if (group_) group_->broadcast(losses, spec_.rank_of_stage(S - 1));
     const at::Tensor host = losses.cpu();
     microbatch_losses->assign(host.data_ptr<double>(), host.data_ptr<double>() + m);
-    for (auto& st : stages_) st->take_loss_sum();
-    return r;
+    return r;  // eval() discards what the stages kept
   }
   if (options_.measure_memory) r.peak_activation_bytes = metrics::tensor_memory(device).peak_bytes - mem_start;
   // The loss lives on the last stage's rank; every pipeline rank reports it.
