@@ -489,6 +489,85 @@ TEST(Fsdp, ShardGradientsCompleteRightAfterBackward) {
   }
 }
 
+// FSDP2's set_requires_gradient_sync(false), as torch's pipelining drives
+// it under PP: the micro-batches' full gradients are summed in each unit and
+// reduce-scattered once, on the backward after sync is turned back on. No
+// shard gradient may appear before that backward; afterwards they equal the
+// reference's sum over the micro-batches (the file's fp32 bound: the sum is
+// taken before the mean over ranks instead of after). Without
+// reshard_after_forward (FSDP under PP) each unit is gathered once per step;
+// with it, each block once more per micro-batch for its backward.
+TEST(Fsdp, GradientSyncOffSumsMicroBatchesAndReduceScattersOnce) {
+  constexpr int m = 3;
+  const auto L = static_cast<size_t>(tiny_args().n_layers);
+  for (bool reshard : {false, true}) {
+    DeviceMesh mesh(world(), {world().size()}, {"dp_shard"});
+    Transformer reference = build_model(13);
+    Transformer model = build_model(13);
+    fsdp::FullyShardOptions opts;
+    opts.reshard_after_forward = reshard;
+    shard_model(model, mesh, opts);
+    const int64_t before = fsdp::unsharded_bytes_now();
+    fsdp::clear_fsdp_events();
+    for (int k = 0; k < m; ++k) {
+      auto [tokens, labels] = global_batch(10 + k);
+      titan::ops::cross_entropy(reference->forward(tokens), labels).backward();
+      fsdp::set_requires_gradient_sync(*model, k + 1 == m);
+      titan::ops::cross_entropy(model->forward(local_rows(tokens, world().rank(), world().size())),
+                                local_rows(labels, world().rank(), world().size()))
+          .backward();
+      if (k + 1 < m) {
+        EXPECT_TRUE(fsdp::unit_of(*model)->holds_unsynced_gradients());
+        for (const auto& p : model->parameters())
+          EXPECT_FALSE(p.grad().defined()) << "a gradient was reduced before the step's synced backward";
+      }
+    }
+    EXPECT_FALSE(fsdp::unit_of(*model)->holds_unsynced_gradients());
+    size_t gathers = 0, scatters = 0;
+    for (const auto& e : fsdp::fsdp_events()) {
+      gathers += e.what == "all_gather";
+      scatters += e.what == "reduce_scatter";
+    }
+    Diffs d = compare_shards(model, reference);
+    if (world().rank() == 0)
+      std::printf("  sync off for %d of %d micro-batches, reshard_after_forward %s: %zu all-gathers, %zu "
+                  "reduce-scatters, |dgrad| %.3g\n",
+                  m - 1, m, reshard ? "on" : "off", gathers, scatters, d.grad);
+    EXPECT_EQ(scatters, L + 1) << "one reduce-scatter per unit and step";
+    EXPECT_EQ(gathers, reshard ? L + 1 + m * L : L + 1);
+    EXPECT_LE(d.grad, 1e-5);
+    EXPECT_EQ(fsdp::unsharded_bytes_now(), before) << "gathered weights left after the synced backward";
+  }
+}
+
+// A step that never reached its synced backward (it failed part-way) leaves
+// unsynced gradients behind; once the optimizer has changed the shards, the
+// next forward drops them, so the next step's gradients are its own.
+TEST(Fsdp, UnsyncedGradientsOfAnAbandonedStepAreDropped) {
+  DeviceMesh mesh(world(), {world().size()}, {"dp_shard"});
+  Transformer reference = build_model(17);
+  Transformer model = build_model(17);
+  fsdp::FullyShardOptions opts;
+  opts.reshard_after_forward = false;
+  shard_model(model, mesh, opts);
+  auto mine = [](const at::Tensor& t) { return local_rows(t, world().rank(), world().size()); };
+  auto [stale_tokens, stale_labels] = global_batch(20);
+  fsdp::set_requires_gradient_sync(*model, false);
+  titan::ops::cross_entropy(model->forward(mine(stale_tokens)), mine(stale_labels)).backward();
+  {
+    // What an optimizer step does to the shards' version counters.
+    at::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.add_(0.0);
+  }
+  fsdp::set_requires_gradient_sync(*model, true);
+  auto [tokens, labels] = global_batch(21);
+  titan::ops::cross_entropy(model->forward(mine(tokens)), mine(labels)).backward();
+  titan::ops::cross_entropy(reference->forward(tokens), labels).backward();
+  Diffs d = compare_shards(model, reference);
+  if (world().rank() == 0) std::printf("  after an abandoned unsynced backward: |dgrad| %.3g\n", d.grad);
+  EXPECT_LE(d.grad, 1e-5);
+}
+
 // The path for models too big for one rank: build on the meta device (no
 // memory), fully_shard (allocates only the shards), then load the full
 // weights from a state dict (here: the reference's) slice by slice.

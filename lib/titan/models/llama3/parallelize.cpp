@@ -54,6 +54,14 @@ void apply_fsdp(Transformer& model, const dist::DeviceMesh& mesh, const config::
   opts.reshard_after_forward = reshard == "always" || (reshard == "default" && !pipelined);
   fsdp::fully_shard(*model, mesh, opts);
   r.full_state_dict = [model]() mutable { return fsdp::full_state_dict(*model); };
+  // Under PP the stage calls this before each micro-batch's weight
+  // backward, true for its last: FSDP sums the micro-batches' gradients
+  // unsharded and reduce-scatters once per step, as torch's pipelining
+  // drives FSDP2. Plain gradient accumulation keeps one reduce-scatter per
+  // micro-batch (torchtitan's train step does not turn sync off either):
+  // there the unsharded sum would cost a full copy of the model's gradients.
+  if (pipelined)
+    r.set_gradient_sync = [model](bool sync) mutable { fsdp::set_requires_gradient_sync(*model, sync); };
   r.description = std::string("FSDP per block + root, ") + cfg.training.mixed_precision_param + " params, " +
                   cfg.training.mixed_precision_reduce + " reduce" +
                   (cfg.training.enable_cpu_offload ? ", CPU offload" : "");

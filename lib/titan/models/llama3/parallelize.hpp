@@ -48,7 +48,8 @@ struct ParallelizedModel {
   /// then this rank's vocabulary slice).
   std::function<at::Tensor(const at::Tensor& logits, const at::Tensor& labels)> loss_fn;
   /// Called before each micro-batch's backward with true for the last one
-  /// of a step: DDP skips the all-reduce (no_sync) on the others. Empty when
+  /// of a step: DDP skips the all-reduce (no_sync) on the others, FSDP
+  /// under PP sums them unsharded and reduce-scatters once. Empty when
   /// nothing depends on it.
   std::function<void(bool)> set_gradient_sync;
   /// Called after the last backward of a step, before clipping: waits for

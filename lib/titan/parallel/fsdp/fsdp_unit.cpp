@@ -16,6 +16,7 @@
 #include "titan/util/byte_gauge.hpp"
 #include "titan/util/range.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/internal_assert.hpp"
 
 namespace titan::fsdp {
 namespace {
@@ -377,6 +378,22 @@ void FsdpUnit::issue_reduce_scatter(const std::vector<at::Tensor>& full_grads) {
   // mean over ranks, so the job's gradient is the mean of the ranks'.
   r.rs = shard_group_->reduce_scatter_async(r.staged.view({-1}), r.reduced, dist::ReduceOp::Avg);
   g_reductions.push_back(std::move(r));
+}
+
+void FsdpUnit::add_unsynced(const std::vector<at::Tensor>& full_grads) {
+  TITAN_INTERNAL_ASSERT(full_grads.size() == params_.size(), "fsdp: unit ", name_, " got ", full_grads.size(),
+                        " gradients for ", params_.size(), " parameters");
+  at::NoGradGuard no_grad;
+  if (unsynced_grads_.empty()) unsynced_grads_.resize(params_.size());
+  for (size_t j = 0; j < params_.size(); ++j) {
+    const at::Tensor& g = full_grads[j];
+    if (!g.defined()) continue;
+    at::Tensor& sum = unsynced_grads_[j];
+    // In reduce_dtype, as FSDP2 keeps its unsharded accumulated gradient:
+    // bf16 compute with fp32 reduction sums the micro-batches in fp32.
+    if (!sum.defined()) sum = g.to(reduce_dtype(), /*non_blocking=*/false, /*copy=*/true);
+    else sum.add_(g);
+  }
 }
 
 void FsdpUnit::accumulate_gradients(const at::Tensor& reduced) {

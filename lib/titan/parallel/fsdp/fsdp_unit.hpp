@@ -148,8 +148,21 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
   void pre_backward();
   /// Called by the UnshardBackward node once every gradient of the full
   /// parameters is in: issue their reduction, free the full parameters, and
-  /// make sure the end of this backward waits for it.
+  /// make sure the end of this backward waits for it. Without gradient sync:
+  /// add them to the unsynced sum instead and keep the full parameters.
   void post_backward(const std::vector<at::Tensor>& full_grads);
+
+  /// FSDP2's set_requires_gradient_sync for this unit. false: the next
+  /// backwards add their full gradients (in reduce_dtype) to a sum kept here
+  /// and keep the full parameters gathered for the next micro-batch (torch's
+  /// pipelining also turns off the reshard after backward then); the first
+  /// backward with true adds its own and reduce-scatters the sum once. So a
+  /// step of m micro-batches costs one all-gather and one reduce-scatter per
+  /// unit instead of m, for a full copy of the unit's gradients in memory.
+  void set_requires_gradient_sync(bool sync) { requires_gradient_sync_ = sync; }
+  bool requires_gradient_sync() const { return requires_gradient_sync_; }
+  /// True while gradients of backwards without sync wait here for theirs.
+  bool holds_unsynced_gradients() const { return !unsynced_grads_.empty(); }
 
  private:
   at::Tensor shard_send_buffer() const;
@@ -194,6 +207,12 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
   // optimizer step bumps them).
   std::vector<int64_t> gathered_versions_;
   bool shards_unchanged() const;
+  bool requires_gradient_sync_ = true;
+  // The full gradients of the backwards run without sync, summed in
+  // reduce_dtype (an entry stays undefined while no backward produced it);
+  // empty when none waits.
+  std::vector<at::Tensor> unsynced_grads_;
+  void add_unsynced(const std::vector<at::Tensor>& full_grads);
   double forward_start_us_ = 0;
   double backward_start_us_ = 0;  // PreBackward done: the unit's backward compute starts
 };

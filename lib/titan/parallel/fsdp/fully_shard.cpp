@@ -50,6 +50,12 @@ std::shared_ptr<FsdpUnit> unit_of(const torch::nn::Module& module) {
 
 bool is_fully_sharded(const torch::nn::Module& module) { return unit_of(module) != nullptr; }
 
+void set_requires_gradient_sync(torch::nn::Module& module, bool requires_gradient_sync) {
+  const auto units = units_under(module);
+  TITAN_CHECK(!units.empty(), "set_requires_gradient_sync: no fully_shard-ed module at or below ", module.name());
+  for (const auto& item : units) item.second->set_requires_gradient_sync(requires_gradient_sync);
+}
+
 void fully_shard(torch::nn::Module& module, const dist::DeviceMesh& mesh, const FullyShardOptions& options) {
   auto* hookable = dynamic_cast<ops::HookableModule*>(&module);
   TITAN_CHECK(hookable != nullptr, "fully_shard: module ", module.name(),

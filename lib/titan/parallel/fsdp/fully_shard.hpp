@@ -93,6 +93,16 @@ void fully_shard(torch::nn::Module& module, const dist::DeviceMesh& mesh,
 /// @brief True when fully_shard() was applied to `module` itself.
 bool is_fully_sharded(const torch::nn::Module& module);
 
+/// @brief FSDP2's FSDPModule.set_requires_gradient_sync, for every unit at
+/// or below `module`. With false, the following backwards reduce nothing:
+/// each unit sums its full gradients (in reduce_dtype) and keeps its full
+/// parameters for the next micro-batch; the first backward after setting
+/// true reduce-scatters the sum, once per unit. torch's pipelining does this
+/// around a stage's micro-batches (true for the last one), so that a step
+/// costs one all-gather and one reduce-scatter per unit, not one per
+/// micro-batch. Throws titan::Error when `module` holds no unit.
+void set_requires_gradient_sync(torch::nn::Module& module, bool requires_gradient_sync);
+
 /// @brief The DTensor view of every sharded parameter under `module`, by
 /// fully qualified name relative to `module` (local = the registered shard).
 std::map<std::string, DTensor> sharded_parameters(torch::nn::Module& module);

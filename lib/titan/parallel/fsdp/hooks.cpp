@@ -77,7 +77,9 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
   // backward (pipeline schedules): their graphs saved these very full
   // parameters, so they are shared, not freed and gathered again — valid
   // as long as the shards did not change since the gather.
-  const bool reuse = live_ && graphs_in_flight_ > 0 && shards_unchanged();
+  // Likewise after a backward without gradient sync: the next micro-batch
+  // of the step reuses what it gathered.
+  const bool reuse = live_ && (graphs_in_flight_ > 0 || holds_unsynced_gradients()) && shards_unchanged();
   TITAN_CHECK(reuse || !freed_ || graphs_in_flight_ == 0 || !shards_unchanged(), "FSDP unit ", name_,
               ": a second forward before the first one's backward, with the parameters resharded after forward: "
               "pipeline micro-batches need reshard_after_forward = false ([training] fsdp_reshard_after_forward "
@@ -87,6 +89,10 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
     // forward whose backward never ran (a discarded graph): the shards may
     // have changed since, start from them.
     if (live_ || freed_ || !full_.empty()) release_full();
+    // Unsynced gradients still here belong to weights the optimizer has
+    // changed since: a step that never reached its synced backward (it
+    // failed part-way). They must not leak into this one.
+    unsynced_grads_.clear();
     unshard();
     // Prefetch: the next unit's all-gather runs while this unit computes —
     // not in a recompute inside backward (activation checkpointing), where
@@ -144,7 +150,9 @@ at::Tensor FsdpUnit::post_forward(const at::Tensor& output) {
   // (and the optimizer) always see shards.
   install_shards();
   if (!at::GradMode::is_enabled() || !output.requires_grad()) {
-    if (graphs_in_flight_ == 0) release_full();  // else pending graphs share them
+    // Pending graphs, or the micro-batches still to come of a step without
+    // gradient sync, share them.
+    if (graphs_in_flight_ == 0 && !holds_unsynced_gradients()) release_full();
     return output;
   }
   // A recompute (activation checkpointing) is followed at once by this
@@ -173,11 +181,26 @@ void FsdpUnit::post_backward(const std::vector<at::Tensor>& full_grads) {
   const double t = now_us();
   record_event({name_, "backward", backward_start_us_ > 0 ? backward_start_us_ : t, t, false});
   backward_start_us_ = 0;
-  issue_reduce_scatter(full_grads);
+  --graphs_in_flight_;
+  if (!requires_gradient_sync_) {
+    // No reduction yet: sum, and keep the full parameters for the next
+    // micro-batch (FSDP2 under torch's pipelining: no reshard after backward).
+    add_unsynced(full_grads);
+    return;
+  }
+  if (holds_unsynced_gradients()) {
+    // The step's synced backward: one reduce-scatter of everything.
+    add_unsynced(full_grads);
+    std::vector<at::Tensor> total = std::move(unsynced_grads_);
+    unsynced_grads_.clear();
+    issue_reduce_scatter(total);
+  } else {
+    issue_reduce_scatter(full_grads);
+  }
   // FSDP2 reshards after backward: the full parameters are not needed
   // until the next forward gathers them again — unless other micro-batches'
   // graphs still use them (pipeline schedules); the last backward releases.
-  if (--graphs_in_flight_ <= 0) release_full();
+  if (graphs_in_flight_ <= 0) release_full();
   // Whatever is still in flight when the backward ends (this reduction, if
   // no unit issues after it) is waited then. Queued once per unit: a
   // backward that stopped early never runs its callbacks, so a "queued
