@@ -178,9 +178,8 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
   // before AC and FSDP, as torchtitan converts the model first.
   std::string f8_description;
   if (cfg.float8.enable_float8_linear) {
-    TITAN_CHECK(!(dims.tp_enabled() && cfg.training.enable_async_tensor_parallel),
-                "[float8] enable_float8_linear with enable_async_tensor_parallel: async TP replaces the matmuls "
-                "float8 would run (not supported together yet)");
+    // Under async TP the ring runs the converted layers' GEMMs in float8
+    // itself (tensor_parallel/async_tp_float8.cpp).
     float8::Float8Options f8;
     f8.filter_fqns = cfg.float8.filter_fqns;
     // Under TP every converted layer takes its amaxes over the tp group, so

@@ -47,32 +47,6 @@ at::Tensor cast_scaled(const at::Tensor& x, const at::Tensor& scale, at::ScalarT
 // _scaled_mm wants its second operand column-major.
 at::Tensor column_major(const at::Tensor& m) { return m.t().contiguous().t(); }
 
-// a·b with the float8 operands' dequantising scales (1/scale) applied by
-// the kernel, in `out` dtype.
-//
-// `fast_accum`: torchao's Float8GemmConfig. The forward GEMM (output) uses
-// fast accumulation, the two backward GEMMs (grad_input, grad_weight) do
-// not: on Hopper fast accumulation keeps the tensor cores' partial sums in
-// lower precision, worth ~10-20 % of the GEMM and harmless in forward,
-// while gradients summed over thousands of tokens need the full-precision
-// accumulator. CUDA only: the CPU kernel has one (exact fp32) way, and
-// asking it for the other would change nothing but could be refused.
-//
-// On the CPU the product is computed here, as ATen's own emulation
-// (`_scaled_mm_out_cpu_emulated`) computes it: both operands upcast to fp32
-// and multiplied by their dequantising scale, one fp32 matmul, the cast.
-// ATen 2.11 takes that path only on CPUs without AMX-INT8; on those with it
-// (Sapphire Rapids and later Xeons) it calls oneDNN's float8 matmul, which
-// has no native kernel there. CI on such a machine most likely met that
-// path: the float8 configs of train_configs/ took 209 s (llama3_405b) and
-// over 600 s (llama3_8b_h100x8) where they take 9-11 s on a CPU without
-// AMX. Computing it here gives every CPU the same speed and the same bits.
-at::Tensor scaled_mm(const Scaled& a, const Scaled& b_colmajor, at::ScalarType out, bool fast_accum) {
-  const at::Tensor inv_a = a.scale.reciprocal(), inv_b = b_colmajor.scale.reciprocal();
-  if (a.data.is_cuda()) return at::_scaled_mm(a.data, b_colmajor.data, inv_a, inv_b, {}, {}, out, fast_accum);
-  return at::matmul(a.data.to(at::kFloat) * inv_a, b_colmajor.data.contiguous().to(at::kFloat) * inv_b).to(out);
-}
-
 // cuBLASLt's float8 GEMMs (and so _scaled_mm) need every dimension to be a
 // multiple of 16. The features are (convert_to_float8_training skips other
 // Linears); the token count is the forward's M and grad_W's K, so a batch x
@@ -255,6 +229,8 @@ class Float8Hook : public ops::ForwardHook {
   }
   ops::LinearImpl* linear() const { return linear_; }
   Float8WeightGather* gather() const { return gather_.get(); }
+  Recipe recipe() const { return recipe_; }
+  const dist::ProcessGroup* tp_group() const { return tp_group_.get(); }
 
  private:
   ops::LinearImpl* linear_;  // the module owns this hook
@@ -273,6 +249,32 @@ std::vector<Float8Hook*> hooks_under(torch::nn::Module& root) {
 }
 
 }  // namespace
+
+// The kernel applies the dequantising scales (1/scale).
+//
+// `fast_accum`: torchao's Float8GemmConfig. The forward GEMM (output) uses
+// fast accumulation, the two backward GEMMs (grad_input, grad_weight) do
+// not: on Hopper fast accumulation keeps the tensor cores' partial sums in
+// lower precision, worth ~10-20 % of the GEMM and harmless in forward,
+// while gradients summed over thousands of tokens need the full-precision
+// accumulator. CUDA only: the CPU kernel has one (exact fp32) way, and
+// asking it for the other would change nothing but could be refused.
+//
+// On the CPU the product is computed here, as ATen's own emulation
+// (`_scaled_mm_out_cpu_emulated`) computes it: both operands upcast to fp32
+// and multiplied by their dequantising scale, one fp32 matmul, the cast.
+// ATen 2.11 takes that path only on CPUs without AMX-INT8; on those with it
+// (Sapphire Rapids and later Xeons) it calls oneDNN's float8 matmul, which
+// has no native kernel there. CI on such a machine most likely met that
+// path: the float8 configs of train_configs/ took 209 s (llama3_405b) and
+// over 600 s (llama3_8b_h100x8) where they take 9-11 s on a CPU without
+// AMX. Computing it here gives every CPU the same speed and the same bits.
+
+at::Tensor scaled_mm(const Scaled& a, const Scaled& b_colmajor, at::ScalarType out, bool fast_accum) {
+  const at::Tensor inv_a = a.scale.reciprocal(), inv_b = b_colmajor.scale.reciprocal();
+  if (a.data.is_cuda()) return at::_scaled_mm(a.data, b_colmajor.data, inv_a, inv_b, {}, {}, out, fast_accum);
+  return at::matmul(a.data.to(at::kFloat) * inv_a, b_colmajor.data.contiguous().to(at::kFloat) * inv_b).to(out);
+}
 
 Scaled scale_tensorwise(const at::Tensor& x, at::ScalarType dtype, const dist::ProcessGroup* amax_group) {
   TITAN_CHECK(dtype == at::kFloat8_e4m3fn || dtype == at::kFloat8_e5m2, "float8: unsupported dtype ", dtype);
@@ -326,6 +328,23 @@ at::Tensor float8_linear_rowwise(const at::Tensor& x, const at::Tensor& w) { ret
 
 at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const dist::ProcessGroup* amax_group) {
   return float8_matmul(x, w, amax_group, nullptr);
+}
+
+std::optional<Float8LinearOperands> float8_operands(ops::LinearImpl& linear) {
+  for (const auto& h : linear.forward_hooks()) {
+    auto* f8 = dynamic_cast<Float8Hook*>(h.get());
+    if (!f8) continue;
+    TITAN_CHECK(f8->recipe() == Recipe::Tensorwise,
+                "float8: recipe_name \"rowwise\" inside async tensor parallelism is not supported (the ring's "
+                "chunked GEMMs take tensorwise scales); use \"tensorwise\" or synchronous TP");
+    Float8LinearOperands o;
+    o.amax_group = f8->tp_group();
+    const at::Tensor& w = linear.weight;
+    const Scaled* gathered = f8->gather() ? f8->gather()->gathered_for(w) : nullptr;
+    o.weight = gathered ? *gathered : scale_tensorwise(w, at::kFloat8_e4m3fn, o.amax_group);
+    return o;
+  }
+  return std::nullopt;
 }
 
 std::vector<std::string> convert_to_float8_training(torch::nn::Module& root, const Float8Options& options) {

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,9 @@ class Module;
 }
 namespace titan::dist {
 class ProcessGroup;
+}
+namespace titan::ops {
+class LinearImpl;
 }
 
 namespace titan::float8 {
@@ -61,6 +65,29 @@ Scaled scale_tensorwise(const at::Tensor& x, at::ScalarType dtype, const dist::P
 /// (x, W, grad) are taken over the group, so the TP pieces quantise as the
 /// unsharded layer would (torchao does this for DTensor weights).
 at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const dist::ProcessGroup* amax_group = nullptr);
+
+/// @brief a · b on float8 operands with their quantising scales (the kernel
+/// applies the inverses), in `out` dtype: at::_scaled_mm on CUDA, its
+/// arithmetic by hand on the CPU (float8_linear's GEMMs, also async TP's
+/// chunked ones). a [M, K] row-major, b [K, N] column-major. `fast_accum`:
+/// torchao's choice, true for the forward GEMM, false for the two backward
+/// ones (CUDA only; the CPU has one exact fp32 way).
+at::Tensor scaled_mm(const Scaled& a, const Scaled& b_colmajor, at::ScalarType out, bool fast_accum);
+
+/// @brief A float8 Linear as code that runs its GEMMs itself sees it
+/// (async TP's ring): the group its amaxes are taken over and its weight in
+/// e4m3 with its scale, as its own forward would cast it.
+struct Float8LinearOperands {
+  const dist::ProcessGroup* amax_group = nullptr;  ///< the TP group, or null
+  /// FSDP's gathered float8 weight when the float8 all-gather brought it,
+  /// else the weight cast now (amax over amax_group).
+  Scaled weight;
+};
+
+/// @brief nullopt for a Linear that convert_to_float8_training did not
+/// convert; titan::Error for one converted with the rowwise recipe. Call it
+/// where the Linear's forward would run: it may take an amax over the group.
+std::optional<Float8LinearOperands> float8_operands(ops::LinearImpl& linear);
 
 /// @brief How the float8 operands are scaled (torchao's recipe_name).
 enum class Recipe {

@@ -5,10 +5,13 @@
 #include <torch/nn/module.h>
 
 #include <mutex>
+#include <optional>
 
 #include "titan/dist/comm_log.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/ops/linear.hpp"
+#include "titan/parallel/float8/float8_linear.hpp"
+#include "titan/parallel/tensor_parallel/async_tp_ring.hpp"
 #include "titan/parallel/tensor_parallel/style_hooks.hpp"
 #include "titan/util/error.hpp"
 
@@ -33,11 +36,6 @@ void record(const std::string& label, const char* kind, int chunk, double t0) {
   events().push_back({label, kind, chunk, t0, now_us()});
 }
 
-const dist::ProcessGroup& group_of(int64_t h) {
-  return *reinterpret_cast<const dist::ProcessGroup*>(static_cast<intptr_t>(h));
-}
-int64_t handle_of(const dist::ProcessGroup& g) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(&g)); }
-
 // One ring step's transfer: send `cur` right, receive the same shape from
 // the left into a fresh buffer.
 //
@@ -51,6 +49,9 @@ int64_t handle_of(const dist::ProcessGroup& g) { return static_cast<int64_t>(rei
 // can hang once a message outgrows NCCL's buffers. Gloo has no coalescing:
 // batch_p2p_async posts the same send then receive there, so CPU runs and
 // their CommLog records are as before.
+//
+// Float8 chunks (async TP under float8) travel as their bytes: one byte an
+// element either way, and no backend has to know the float8 dtypes.
 struct RingStep {
   std::vector<std::shared_ptr<dist::PendingWork>> works;
   at::Tensor incoming;
@@ -59,8 +60,12 @@ struct RingStep {
     const int n = g.size(), r = g.rank();
     incoming = at::empty_like(cur, at::MemoryFormat::Contiguous);
     at::Tensor out = cur.is_contiguous() ? cur : cur.contiguous();
-    works = g.batch_p2p_async({{/*is_send=*/true, out, (r + 1) % n, tag},
-                               {/*is_send=*/false, incoming, (r + n - 1) % n, tag}});
+    at::Tensor in = incoming;
+    if (at::isFloat8Type(out.scalar_type())) {
+      out = out.view(at::kByte);
+      in = in.view(at::kByte);
+    }
+    works = g.batch_p2p_async({{/*is_send=*/true, out, (r + 1) % n, tag}, {/*is_send=*/false, in, (r + n - 1) % n, tag}});
   }
   at::Tensor wait(const std::string& label, int chunk) {
     const double t0 = now_us();
@@ -76,52 +81,41 @@ struct RingStep {
   }
 };
 
-// gathered [b, n·c, d] and x_full · Bᵢ (Bᵢ [d, oᵢ]) from this rank's chunk.
-std::vector<at::Tensor> ring_all_gather_matmul(const at::Tensor& x, const std::vector<at::Tensor>& bs,
-                                               const dist::ProcessGroup& g, const std::string& label) {
+}  // namespace
+
+namespace detail {
+
+const dist::ProcessGroup& group_of(int64_t h) {
+  return *reinterpret_cast<const dist::ProcessGroup*>(static_cast<intptr_t>(h));
+}
+int64_t handle_of(const dist::ProcessGroup& g) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(&g)); }
+
+at::Tensor ring_all_gather(const at::Tensor& x, const dist::ProcessGroup& g, const std::string& label,
+                           const std::function<void(int64_t j, const at::Tensor& chunk)>& on_chunk) {
   const int n = g.size(), r = g.rank();
   const int64_t c = x.size(1);
   std::vector<int64_t> shape = x.sizes().vec();
   shape[1] = n * c;
-  std::vector<at::Tensor> out{at::empty(shape, x.options())};
-  for (const at::Tensor& b : bs) {
-    std::vector<int64_t> ys = shape;
-    ys.back() = b.size(1);
-    out.push_back(at::empty(ys, x.options()));
-  }
+  at::Tensor gathered = at::empty(shape, x.options());
   at::Tensor cur = x.contiguous();
   for (int k = 0; k < n; ++k) {
     const int64_t j = (r - k + n) % n;  // whose chunk `cur` is
     std::optional<RingStep> step;
     if (k + 1 < n) step.emplace(g, cur, k + 1);
     const double t0 = now_us();
-    out[0].narrow(1, j * c, c).copy_(cur);
-    for (size_t i = 0; i < bs.size(); ++i) out[i + 1].narrow(1, j * c, c).copy_(at::matmul(cur, bs[i]));
+    gathered.narrow(1, j * c, c).copy_(cur);
+    on_chunk(j, cur);
     record(label, "matmul", k, t0);
     if (step) cur = step->wait(label, k);
   }
-  return out;
+  return gathered;
 }
 
-// Σᵢ aᵢ · Bᵢ (aᵢ [b, n·c, kᵢ], Bᵢ [kᵢ, o]), summed over ranks, this rank's
-// sequence chunk [b, c, o].
-at::Tensor ring_matmul_reduce_scatter(const std::vector<at::Tensor>& as, const std::vector<at::Tensor>& bs,
-                                      const dist::ProcessGroup& g, const std::string& label) {
+at::Tensor ring_reduce_scatter(const std::function<at::Tensor(int64_t j)>& partial, const dist::ProcessGroup& g,
+                               const std::string& label) {
   const int n = g.size(), r = g.rank();
-  const int64_t s = as.front().size(1);
-  TITAN_CHECK(s % n == 0, "async TP: sequence length ", s, " does not divide by ", n, " ranks");
-  const int64_t c = s / n;
-  auto partial = [&](int64_t j) {
-    at::Tensor p;
-    for (size_t i = 0; i < as.size(); ++i) {
-      if (!as[i].defined()) continue;
-      at::Tensor t = at::matmul(as[i].narrow(1, j * c, c), bs[i]);
-      p = p.defined() ? p.add_(t) : t;
-    }
-    return p.contiguous();
-  };
   double t0 = now_us();
-  at::Tensor acc = partial((r + n - 1) % n);
+  at::Tensor acc = partial((r + n - 1) % n).contiguous();
   record(label, "matmul", 0, t0);
   for (int k = 1; k < n; ++k) {
     RingStep step(g, acc, k);
@@ -131,6 +125,53 @@ at::Tensor ring_matmul_reduce_scatter(const std::vector<at::Tensor>& as, const s
     acc = step.wait(label, k).add_(p);
   }
   return acc;
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::group_of;
+using detail::handle_of;
+
+// gathered [b, n·c, d] and x_full · Bᵢ (Bᵢ [d, oᵢ]) from this rank's chunk.
+std::vector<at::Tensor> ring_all_gather_matmul(const at::Tensor& x, const std::vector<at::Tensor>& bs,
+                                               const dist::ProcessGroup& g, const std::string& label) {
+  const int64_t c = x.size(1);
+  std::vector<at::Tensor> ys;
+  for (const at::Tensor& b : bs) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape[1] = g.size() * c;
+    shape.back() = b.size(1);
+    ys.push_back(at::empty(shape, x.options()));
+  }
+  at::Tensor gathered = detail::ring_all_gather(x, g, label, [&](int64_t j, const at::Tensor& chunk) {
+    for (size_t i = 0; i < bs.size(); ++i) ys[i].narrow(1, j * c, c).copy_(at::matmul(chunk, bs[i]));
+  });
+  std::vector<at::Tensor> out{gathered};
+  out.insert(out.end(), ys.begin(), ys.end());
+  return out;
+}
+
+// Σᵢ aᵢ · Bᵢ (aᵢ [b, n·c, kᵢ], Bᵢ [kᵢ, o]), summed over ranks, this rank's
+// sequence chunk [b, c, o].
+at::Tensor ring_matmul_reduce_scatter(const std::vector<at::Tensor>& as, const std::vector<at::Tensor>& bs,
+                                      const dist::ProcessGroup& g, const std::string& label) {
+  const int n = g.size();
+  const int64_t s = as.front().size(1);
+  TITAN_CHECK(s % n == 0, "async TP: sequence length ", s, " does not divide by ", n, " ranks");
+  const int64_t c = s / n;
+  return detail::ring_reduce_scatter(
+      [&](int64_t j) {
+        at::Tensor p;
+        for (size_t i = 0; i < as.size(); ++i) {
+          if (!as[i].defined()) continue;
+          at::Tensor t = at::matmul(as[i].narrow(1, j * c, c), bs[i]);
+          p = p.defined() ? p.add_(t) : t;
+        }
+        return p;
+      },
+      g, label);
 }
 
 at::Tensor or_zeros(const at::Tensor& g, const at::Tensor& like) { return g.defined() ? g : at::zeros_like(like); }
@@ -243,7 +284,22 @@ int enable_async_tp(torch::nn::Module& module) {
         prep->fused = [consumers, g, label](const at::Tensor& x) {
           std::vector<at::Tensor> ws;
           for (ColwiseHook* c : consumers) ws.push_back(c->linear->weight);
-          auto out = all_gather_matmul(x.contiguous(), ws, *g, label);
+          // Float8 Linears (torchtitan converts after TP): looked up at each
+          // call, since the conversion comes after this hook was set.
+          std::vector<float8::Scaled> w8;
+          const dist::ProcessGroup* amax_group = nullptr;
+          for (ColwiseHook* c : consumers)
+            if (auto o = float8::float8_operands(*c->linear)) {
+              TITAN_CHECK(w8.empty() || o->amax_group == amax_group, "async TP: ", label,
+                          " feeds float8 Linears whose amaxes are taken over different groups");
+              w8.push_back(o->weight);
+              amax_group = o->amax_group;
+            }
+          TITAN_CHECK(w8.empty() || w8.size() == consumers.size(), "async TP with float8: ", label,
+                      " feeds float8 and high-precision Linears from one all-gather; convert all of them or none "
+                      "([float8] filter_fqns)");
+          auto out = w8.empty() ? all_gather_matmul(x.contiguous(), ws, *g, label)
+                                : float8_all_gather_matmul(x.contiguous(), ws, w8, amax_group, *g, label);
           for (size_t i = 0; i < consumers.size(); ++i) consumers[i]->precomputed = out[i + 1];
           return out[0];
         };
@@ -254,6 +310,8 @@ int enable_async_tp(torch::nn::Module& module) {
         ops::LinearImpl* lin = row->linear;
         const std::string label = item.key() + " mm+rs";
         row->fused = [lin, g, label](const at::Tensor& x) {
+          if (auto o = float8::float8_operands(*lin))
+            return float8_matmul_reduce_scatter(x.contiguous(), lin->weight, o->weight, o->amax_group, *g, label);
           return matmul_reduce_scatter(x.contiguous(), lin->weight, *g, label);
         };
         ++sites;

@@ -32,6 +32,9 @@ class Module;
 namespace titan::dist {
 class ProcessGroup;
 }
+namespace titan::float8 {
+struct Scaled;
+}
 
 namespace titan::tp {
 
@@ -47,11 +50,35 @@ std::vector<at::Tensor> all_gather_matmul(const at::Tensor& x_shard, const std::
 at::Tensor matmul_reduce_scatter(const at::Tensor& a, const at::Tensor& weight, const dist::ProcessGroup& group,
                                  const std::string& label = "");
 
+/// @brief all_gather_matmul for float8 Linears (tensorwise scaling, as
+/// float8::float8_linear): x is cast to e4m3 once with the amax of the
+/// whole input (over `amax_group`), travels round the ring in float8, and
+/// each chunk's GEMM is a scaled_mm with the weights' e4m3 casts
+/// `weights_f8` (float8::float8_operands); backward casts the output
+/// gradients to e5m2 the same way. The gradients go to `weights`. The
+/// gathered input returned first holds the float8 values. Equal to
+/// synchronous float8 TP up to the ring's summation order.
+std::vector<at::Tensor> float8_all_gather_matmul(const at::Tensor& x_shard, const std::vector<at::Tensor>& weights,
+                                                 const std::vector<float8::Scaled>& weights_f8,
+                                                 const dist::ProcessGroup* amax_group,
+                                                 const dist::ProcessGroup& group, const std::string& label = "");
+
+/// @brief matmul_reduce_scatter for a float8 Linear: a and the weight in
+/// e4m3 (the weight's cast given, a's with the amax over `amax_group`),
+/// each chunk's partial a scaled_mm; backward passes the e5m2 output
+/// gradient round the ring.
+at::Tensor float8_matmul_reduce_scatter(const at::Tensor& a, const at::Tensor& weight, const float8::Scaled& weight_f8,
+                                        const dist::ProcessGroup* amax_group, const dist::ProcessGroup& group,
+                                        const std::string& label = "");
+
 /// @brief Switches a module parallelised with sequence parallelism to the
 /// overlapped algorithms: every PrepareModuleInput(Shard(1) → Replicate)
 /// whose children are Colwise Linears becomes one all_gather_matmul for all
 /// of them, and every Rowwise Linear with output Shard(1) a
-/// matmul_reduce_scatter. Returns the number of sites switched; throws
+/// matmul_reduce_scatter. Linears that float8::convert_to_float8_training
+/// converts (before or after this call) run their float8 versions; the
+/// Colwise Linears of one site must be all float8 or none. Returns the
+/// number of sites switched; throws
 /// titan::Error when there are none (without sequence parallelism there is
 /// no all-gather or reduce-scatter next to a matmul to overlap).
 int enable_async_tp(torch::nn::Module& module);
