@@ -10,7 +10,10 @@
                                  Split + ByteLevel, ignore_merges, special
                                  tokens only in tokenizer_config.json),
                                  llama3-prefix (the same with add_prefix_space,
-                                 which ByteLevel applies to every Split piece)
+                                 which ByteLevel applies to every Split piece),
+                                 holes / holes-unk / holes-unk-fused (Llama 3's
+                                 layout with no token for ' ' or 'e'; without
+                                 an unk_token, with one, with fuse_unk)
   convert RANKS DIR              converts a tiktoken rank file to
                                  DIR/tokenizer.json with transformers'
                                  TikTokenConverter (how Llama 3's HF file was
@@ -112,6 +115,27 @@ def cmd_make(kind, text_path, vocab_size, out_dir):
                   "added_tokens_decoder": {str(n + 100 + i): {"content": t, "lstrip": False, "normalized": False,
                                                               "rstrip": False, "single_word": False, "special": True}
                                            for i, t in enumerate(names)}}
+    elif kind in ("holes", "holes-unk", "holes-unk-fused"):
+        # A vocabulary with holes, as torchtitan's own small test tokenizer
+        # has: trained without the full byte alphabet on text with no spaces
+        # and no 'e', so neither byte has a token. The package drops such a
+        # byte (the bytes around it then merge as neighbours) or, with an
+        # unk_token, writes that instead (one per byte, or one per run with
+        # fuse_unk).
+        unk = {"holes": None, "holes-unk": "<unk>", "holes-unk-fused": "<unk>"}[kind]
+        tok = Tokenizer(models.BPE(unk_token=unk, fuse_unk=(kind == "holes-unk-fused")))
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(PAT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=1, show_progress=False,
+                                      special_tokens=[unk] if unk else [])
+        tok.train_from_iterator((d.replace(" ", "").replace("e", "") for d in docs), trainer=trainer)
+        tok.add_special_tokens(["<|endoftext|>"])
+        tok.save(path)
+        vocab = tok.get_vocab()
+        assert "\u0120" not in vocab and "e" not in vocab, "the fixture has no holes"
+        config = {"eos_token": "<|endoftext|>"}
     else:
         raise SystemExit(f"unknown kind {kind}")
     write_json(os.path.join(out_dir, "tokenizer_config.json"), config)
@@ -198,6 +222,14 @@ def cmd_expect(folder, out):
         case = {"text": text, "special": special, "plain": plain, "document": tt.document(text),
                 "decoded": tok.decode(special, skip_special_tokens=False),
                 "decoded_plain": tok.decode(plain, skip_special_tokens=False)}
+        # The bytes behind each decode (titan's decode returns bytes): the
+        # package's text is them read as UTF-8 with U+FFFD for what is not,
+        # which happens when a vocabulary with holes dropped part of a
+        # character.
+        for key, ids in (("decoded", special), ("decoded_plain", plain)):
+            data = b"".join(token_bytes(tok.id_to_token(i)) for i in ids)
+            assert case[key] == data.decode("utf-8", "replace"), (text, key)
+            case[key + "_hex"] = data.hex()
         cases.append(case)
     # Decodes that cut characters: bytes, checked against the package's
     # decode (which replaces what is not UTF-8 with U+FFFD).

@@ -1,6 +1,7 @@
 #include "titan/data/hf_tokenizer.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "titan/data/bpe_merge.hpp"
 #include "titan/data/byte_level.hpp"
@@ -10,6 +11,9 @@
 
 namespace titan::data {
 namespace {
+
+// byte_id_ of a byte the vocabulary has no token for.
+constexpr uint32_t kNoByteToken = std::numeric_limits<uint32_t>::max();
 
 uint64_t pair_key(uint32_t left, uint32_t right) { return (static_cast<uint64_t>(left) << 32) | right; }
 
@@ -45,13 +49,22 @@ HfTokenizer::HfTokenizer(HfTokenizerSpec spec, std::string source)
     }
   byte_index_.reserve(model_bytes_.size());
   for (size_t i = 0; i < model_bytes_.size(); ++i) byte_index_.emplace(model_bytes_[i], byte_ids[i]);
+  // A byte-level BPE trained with the full alphabet has all 256 bytes; one
+  // trained without it (torchtitan's small test tokenizer has no token for
+  // 0x00 or even the space) has holes, which the `tokenizers` package's BPE
+  // encodes as its unk_token or, without one, drops (encode_piece).
   for (int b = 0; b < 256; ++b) {
-    const std::string ch = byte_level_text(std::string(1, static_cast<char>(b)));
-    auto it = vocab_.find(ch);
-    TITAN_CHECK(it != vocab_.end(), source_, ": the vocabulary has no token for byte 0x", std::hex, b, " ('", ch,
-                "'): a byte-level BPE holds all 256 (train with initial_alphabet=pre_tokenizers.ByteLevel.alphabet())");
-    byte_id_[b] = static_cast<uint32_t>(it->second);
+    auto it = vocab_.find(byte_level_text(std::string(1, static_cast<char>(b))));
+    byte_id_[b] = it == vocab_.end() ? kNoByteToken : static_cast<uint32_t>(it->second);
+    byte_holes_ = byte_holes_ || it == vocab_.end();
   }
+  if (spec.unk_token) {
+    auto it = vocab_.find(*spec.unk_token);
+    TITAN_CHECK(it != vocab_.end(), source_, ": model unk_token ", shown(*spec.unk_token),
+                " is not in the vocabulary");
+    unk_id_ = it->second;
+  }
+  fuse_unk_ = spec.fuse_unk;
 
   // merges[i] = (a, b): the pair of ids merges at rank i into the token
   // spelled a + b; as in the package, both parts and the result must be
@@ -197,13 +210,32 @@ void HfTokenizer::encode_piece(std::string_view piece, std::vector<int64_t>& out
       return;
     }
   }
-  bpe_merge(
-      piece.size(), [&](size_t i) { return byte_id_[static_cast<uint8_t>(piece[i])]; },
-      [&](size_t, size_t, size_t, uint32_t left, uint32_t right) {
-        auto it = merges_.find(pair_key(left, right));
-        return it == merges_.end() ? BpeMerge{} : BpeMerge{it->second.first, it->second.second};
-      },
-      out);
+  auto merge = [&](size_t, size_t, size_t, uint32_t left, uint32_t right) {
+    auto it = merges_.find(pair_key(left, right));
+    return it == merges_.end() ? BpeMerge{} : BpeMerge{it->second.first, it->second.second};
+  };
+  if (!byte_holes_) {
+    bpe_merge(piece.size(), [&](size_t i) { return byte_id_[static_cast<uint8_t>(piece[i])]; }, merge, out);
+    return;
+  }
+  // As the package's BPE builds a word: a byte without a token becomes the
+  // unk_token (a run of them one, with fuse_unk) or, without one, nothing,
+  // so the bytes on either side are neighbours for the merges.
+  std::vector<uint32_t> parts;
+  parts.reserve(piece.size());
+  bool unk_pending = false;
+  for (char c : piece) {
+    const uint32_t id = byte_id_[static_cast<uint8_t>(c)];
+    if (id != kNoByteToken) {
+      if (unk_pending) parts.push_back(static_cast<uint32_t>(unk_id_)), unk_pending = false;
+      parts.push_back(id);
+    } else if (unk_id_ >= 0) {
+      if (unk_pending && !fuse_unk_) parts.push_back(static_cast<uint32_t>(unk_id_));
+      unk_pending = true;
+    }
+  }
+  if (unk_pending) parts.push_back(static_cast<uint32_t>(unk_id_));
+  bpe_merge(parts.size(), [&](size_t i) { return parts[i]; }, merge, out);
 }
 
 void HfTokenizer::encode_text(std::string_view text, std::vector<int64_t>& out, bool allow_special) const {

@@ -44,6 +44,10 @@ struct HfTokenizerSpec {
   std::vector<std::pair<std::string, int64_t>> vocab;       ///< token (byte-level spelling) and id
   std::vector<std::pair<std::string, std::string>> merges;  ///< in rank order
   bool ignore_merges = false;  ///< a piece that is a token is that token (Llama 3's file sets it)
+  /// The model's unk_token: written for a byte the vocabulary has no token
+  /// for; unset = such a byte is dropped (the `tokenizers` package's BPE).
+  std::optional<std::string> unk_token;
+  bool fuse_unk = false;  ///< one unk_token for a run of such bytes
   std::vector<HfPreTokenizeStep> pre_tokenizer;
   std::vector<HfAddedToken> added_tokens;  ///< in file order
 };
@@ -143,7 +147,10 @@ class HfTokenizer : public Tokenizer {
   std::vector<std::string> model_bytes_;                      ///< bytes of the model's byte-level tokens (never changes)
   std::unordered_map<std::string_view, int64_t> byte_index_;  ///< views into model_bytes_ -> id
   std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> merges_;  ///< (left id, right id) -> (rank, merged id)
-  std::array<uint32_t, 256> byte_id_{};                                  ///< id of each single byte
+  std::array<uint32_t, 256> byte_id_{};  ///< id of each single byte; UINT32_MAX where the vocabulary has none
+  bool byte_holes_ = false;               ///< some byte has no token
+  int64_t unk_id_ = -1;                   ///< the unk_token's id, or -1: bytes without a token are dropped
+  bool fuse_unk_ = false;
   std::vector<std::string> id_bytes_;                                    ///< what decode writes for each id
   std::vector<char> id_known_;
   std::vector<Added> added_;                          ///< in the order they were added

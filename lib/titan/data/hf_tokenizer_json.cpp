@@ -107,6 +107,14 @@ void read_model(const Json& model, const std::string& source, HfTokenizerSpec& s
   require_unset(model, "continuing_subword_prefix", where, "byte-level BPE has no subword prefix");
   require_unset(model, "end_of_word_suffix", where, "byte-level BPE has no word suffix");
   spec.ignore_merges = bool_field(model, "ignore_merges", false, where);
+  TITAN_CHECK(!bool_field(model, "byte_fallback", false, where), where,
+              ": byte_fallback = true is not supported (byte-level BPE has a token for every byte it needs)");
+  if (model.contains("unk_token") && !model["unk_token"].is_null()) {
+    TITAN_CHECK(model["unk_token"].is_string(), where, ": unk_token must be a string or null, got ",
+                model["unk_token"].dump());
+    spec.unk_token = model["unk_token"].get<std::string>();
+  }
+  spec.fuse_unk = bool_field(model, "fuse_unk", false, where);
 
   static const Json kNone;  // model.value() would copy a 128k-entry vocab
   const Json& vocab = model.contains("vocab") ? model["vocab"] : kNone;
