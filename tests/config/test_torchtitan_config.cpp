@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -255,15 +256,18 @@ std::set<std::string> keys_in(const std::string& text) {
   return out;
 }
 
-// The table's own defaults as a TOML file (None rows left out).
+// The table's own defaults as a TOML file (None rows left out), one table
+// per section (the custom modules' rows add keys to earlier sections).
 std::string table_defaults_toml() {
-  std::ostringstream os;
-  std::string section;
+  std::vector<std::string> order;
+  std::map<std::string, std::string> lines;
   for (const TorchtitanKey& k : torchtitan_keys()) {
     if (!k.default_value) continue;
-    if (k.section != section) os << "\n[" << (section = k.section) << "]\n";
-    os << k.key << " = " << to_toml_value(*k.default_value) << "\n";
+    if (!lines.count(k.section)) order.push_back(k.section);
+    lines[k.section] += k.key + " = " + to_toml_value(*k.default_value) + "\n";
   }
+  std::ostringstream os;
+  for (const std::string& s : order) os << "\n[" << s << "]\n" << lines[s];
   return os.str();
 }
 
@@ -284,13 +288,14 @@ std::string other_value_text(const TorchtitanKey& k) {
 TEST(TorchtitanConfig, HandWrittenDefaultsMatchTheTable) {
   std::set<std::string> table;
   for (const TorchtitanKey& k : torchtitan_keys())
-    if (k.default_value) table.insert(k.name());
+    if (k.default_value && k.module.empty()) table.insert(k.name());
   const std::set<std::string> hand = keys_in(kTorchtitanDefaults);
   for (const std::string& n : hand) EXPECT_TRUE(table.count(n)) << n << " is missing from torchtitan_keys()";
   for (const std::string& n : table) EXPECT_TRUE(hand.count(n)) << n << " is not a torchtitan v0.2 key";
   // Every section torchtitan has, by hand (including the None-only ones).
   std::set<std::string> sections;
-  for (const TorchtitanKey& k : torchtitan_keys()) sections.insert(k.section);
+  for (const TorchtitanKey& k : torchtitan_keys())
+    if (k.module.empty()) sections.insert(k.section);
   for (const char* s : {"job", "profiling", "metrics", "model", "optimizer", "lr_scheduler", "training",
                         "training.dataloader", "parallelism", "checkpoint", "activation_checkpoint", "compile",
                         "quantize.linear.float8", "quantize.linear.mx", "quantize.grouped_mm.float8",
@@ -298,6 +303,89 @@ TEST(TorchtitanConfig, HandWrittenDefaultsMatchTheTable) {
                         "validation", "validation.dataloader", "debug"})
     EXPECT_TRUE(sections.erase(s)) << "[" << s << "] missing from torchtitan_keys()";
   EXPECT_TRUE(sections.empty()) << "unexpected section [" << *sections.begin() << "]";
+}
+
+// The keys torchtitan's own custom_config_modules add (v0.2.0-v0.2.2), by
+// hand from their job_config.py files, module by module (None defaults left
+// out): components/ft/config (Streaming DiLoCo), experiments/autoparallel,
+// compiler_toolkit, transformers_modeling_backend, vlm, and models/flux.
+const char* kTorchtitanModuleDefaults = R"(
+[fault_tolerance]
+sync_steps = 5
+should_quantize = false
+fragment_sync_delay = 0
+fragment_update_alpha = 0.0
+module_fqns_per_model_fragment = []
+num_fragments = 1
+[experimental]
+comms_bucket_reorder_strategy = "aten"
+autop_force_bf16 = false
+[compile]
+joint_passes = []
+passes = []
+[hf_transformers]
+model = ""
+[data]
+max_images_per_batch = 10
+max_patches_per_image = 256
+patch_size = 16
+spatial_merge_size = 1
+packing_buffer_size = 0
+[training]
+classifier_free_guidance_prob = 0.0
+img_size = 256
+test_mode = false
+[encoder]
+t5_encoder = "google/t5-v1_1-small"
+clip_encoder = "openai/clip-vit-large-patch14"
+autoencoder_path = "torchtitan/experiments/flux/assets/autoencoder/ae.safetensors"
+max_t5_encoding_len = 256
+[validation]
+enable_classifier_free_guidance = false
+classifier_free_guidance_scale = 5.0
+denoising_steps = 50
+eval_freq = 100
+save_img_count = 1
+save_img_folder = "img"
+all_timesteps = false
+[inference]
+save_img_folder = "inference_results"
+prompts_path = "./torchtitan/experiments/flux/inference/prompts.txt"
+local_batch_size = 2
+img_size = 256
+)";
+
+TEST(TorchtitanConfig, CustomConfigModulesKeysAreKnown) {
+  std::set<std::string> table;
+  for (const TorchtitanKey& k : torchtitan_keys())
+    if (k.default_value && !k.module.empty()) table.insert(k.name());
+  const std::set<std::string> hand = keys_in(kTorchtitanModuleDefaults);
+  for (const std::string& n : hand) EXPECT_TRUE(table.count(n)) << n << " is missing from torchtitan_keys()";
+  for (const std::string& n : table) EXPECT_TRUE(hand.count(n)) << n << " is not a key of torchtitan's modules";
+  // At their defaults they load and pass, as torchtitan's JobConfig's do.
+  JobConfig c;
+  ASSERT_NO_THROW(c = load_text(kTorchtitanModuleDefaults)) << error_of([&] { load_text(kTorchtitanModuleDefaults); });
+  EXPECT_NO_THROW(check_supported(c)) << error_of([&] { check_supported(c); });
+  // The fault-tolerance module's DiLoCo knobs change nothing without
+  // semi_sync_method (torchtitan reads them only with it): any value
+  // passes; semi_sync_method itself is refused in one line naming it.
+  const JobConfig ft = load_text(
+      "[job]\ncustom_config_module = \"torchtitan.components.ft.config\"\n"
+      "[fault_tolerance]\nsync_steps = 10\nnum_fragments = 2\nfragment_update_alpha = 0.5\n");
+  EXPECT_NO_THROW(check_supported(ft)) << error_of([&] { check_supported(ft); });
+  const std::string m = error_of([] {
+    check_supported(load_text("[fault_tolerance]\nenable = true\nsync_steps = 10\nsemi_sync_method = \"diloco\"\n"));
+  });
+  EXPECT_NE(m.find("[fault_tolerance] semi_sync_method"), std::string::npos) << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  // An experiment's key that would turn its feature on: one line naming it.
+  for (const char* text : {"[compile]\nenable = true\npasses = [\"autobucketing_reordering\"]\n",
+                           "[hf_transformers]\nmodel = \"Qwen/Qwen3-0.6B\"\n", "[training]\nimg_size = 512\n",
+                           "[data]\npatch_size = 14\n", "[experimental]\nautop_force_bf16 = true\n"}) {
+    const std::string e = error_of([&] { check_supported(load_text(text)); });
+    EXPECT_NE(e.find("not supported"), std::string::npos) << text << ": " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
 }
 
 TEST(TorchtitanConfig, EveryKeyAtItsDefaultLoadsAndRuns) {
@@ -338,8 +426,8 @@ TEST(TorchtitanConfig, TurningOnAFeatureTitanLacksIsOneLineNamingTheKey) {
   EXPECT_NE(e.find("[compile] enable = true"), std::string::npos) << e;
   EXPECT_EQ(e.find('\n'), std::string::npos) << e;
   for (const char* text : {"[fault_tolerance]\nenable = true\n", "[metrics]\nenable_wandb = true\n",
-                           "[checkpoint]\ninitial_load_in_hf_quantized = true\n", "[quantize.linear.float8]\nemulate = true\n",
-                           "[parallelism]\nexpert_parallel_degree = 2\n", "[checkpoint]\nexclude_from_loading = [\"optimizer\"]\n",
+                           "[checkpoint]\nenable = true\ninitial_load_in_hf_quantized = true\n", "[quantize.linear.float8]\nemulate = true\n",
+                           "[parallelism]\nexpert_parallel_degree = 2\n", "[checkpoint]\nenable = true\nexclude_from_loading = [\"optimizer\"]\n",
                            "[job]\ncustom_config_module = \"my_project.config\"\n", "[model]\nconverters = [\"mx\"]\n"}) {
     const std::string m = error_of([&] { check_supported(load_text(text)); });
     EXPECT_NE(m.find("not supported"), std::string::npos) << text << ": " << m;
@@ -348,11 +436,34 @@ TEST(TorchtitanConfig, TurningOnAFeatureTitanLacksIsOneLineNamingTheKey) {
   // Every default-only key, from the command line as torchtitan spells it.
   for (const TorchtitanKey& k : torchtitan_keys()) {
     if (status_of(k) != TorchtitanStatus::DefaultOnly) continue;
-    const JobConfig c = parse_job_config({"--" + k.name(), other_value_text(k)});
+    std::vector<std::string> args = {"--" + k.name(), other_value_text(k)};
+    // A key of a section with an `enable` switch counts only with it on.
+    const Field* on = resolve(k.section, "enable").field;
+    if (on && on->type == FieldType::Bool && k.key != "enable")
+      args.insert(args.end(), {"--" + k.section + ".enable", "true"});
+    const JobConfig c = parse_job_config(args);
     const std::string m = error_of([&] { check_supported(c); });
     EXPECT_NE(m.find(k.display()), std::string::npos) << m;
     EXPECT_EQ(m.find('\n'), std::string::npos) << m;
   }
+}
+
+// A key that only matters while its section's feature is on is accepted
+// while it is off, as torchtitan reads it only then; turned on, the same
+// key is refused.
+TEST(TorchtitanConfig, KeysOfASwitchedOffFeaturePass) {
+  for (const char* text : {"[compile]\nenable = false\nbackend = \"eager\"\ncomponents = [\"model\"]\n",
+                           "[fault_tolerance]\nenable = false\nreplica_id = 1\ngroup_size = 2\n",
+                           "[memory_estimation]\nenable = false\ndisable_fake_mode = true\n",
+                           "[checkpoint]\nenable = false\ninitial_load_in_hf_quantized = true\n",
+                           "[validation]\nenable = false\nfreq = 5\nsteps = 3\n"}) {
+    const JobConfig c = load_text(text);
+    EXPECT_NO_THROW(check_supported(c)) << text << error_of([&] { check_supported(c); });
+  }
+  const std::string e =
+      error_of([] { check_supported(load_text("[fault_tolerance]\nenable = true\nreplica_id = 1\n")); });
+  EXPECT_NE(e.find("[fault_tolerance] replica_id"), std::string::npos) << e;
+  EXPECT_NE(e.find("[fault_tolerance] enable"), std::string::npos) << e;
 }
 
 TEST(TorchtitanConfig, CosmeticKeysAndHonouredAlternativesPass) {

@@ -243,7 +243,7 @@ TEST(TrainCli, BlockCausalTrainsWithPipelinesAndContextParallel) {
   }
   // Pipeline stages get each micro-batch's document starts, context
   // parallelism each shard's, and both together each micro-batch's shard
-  // with its own loss weight (their equivalence with one process is
+  // (their equivalence with one process is
   // test_trainer_dp's TrainerPipelineParallel.BlockCausalMatchesReference,
   // TrainerContextParallel.BlockCausal* and TrainerFourDimensions).
   auto pp = run_command(debug_run(dir) + " --nproc 2 --experimental.pipeline_parallel_degree 2"

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 
 #include "support/dist_test.hpp"
@@ -225,7 +226,7 @@ TEST(TrainerDataParallel, HsdpMatchesReference) {
 // Every rank of the cp group reads the same batch and trains on its shard
 // of each sequence (ring attention over the shards); FSDP shards over
 // dp_shard x cp. Measured as the data-parallel cases: rounding-level
-// differences (the loss is a mean of per-shard means, attention sums its
+// differences (each shard sums its targets' losses, attention sums its
 // blocks in another order).
 
 TEST(TrainerContextParallel, CpAloneMatchesReference) {
@@ -243,12 +244,13 @@ TEST(TrainerContextParallel, CpAloneMatchesReference) {
 }
 
 // Weights under FSDP x CP: each gradient is a sum of 4 per-rank partial
-// sums of per-shard means (the reference: one mean over the batch), and
+// sums of per-shard sums (the reference: one sum over the batch), and
 // Adam magnifies the rounding of nearly cancelling elements (see the top):
-// measured up to 1.25e-4 after 6 steps (tok_embeddings, 2 micro-batches;
-// 5.0e-5 with one), while losses agree to 7.6e-8 and gradient norms to
-// 2.1e-8. So its weight bound is 2.5e-4; CP alone and CP x TP stay at 5e-5
-// (measured 1.1e-5 and 2.6e-5).
+// measured up to 7.0e-5 after 6 steps (tok_embeddings, 2 micro-batches;
+// 2.7e-5 with one), while losses agree to 9.1e-8 and gradient norms to
+// 1.8e-8. Its weight bound is 2.5e-4 (the PP x CP cases below use it
+// too); CP alone stays at 5e-5 (measured 1.0e-5), CP x TP at 1e-4
+// (measured 5.4e-5).
 constexpr double kCpFsdpWeightTol = 2.5e-4;
 
 TEST(TrainerContextParallel, FsdpTimesCpMatchesReference) {
@@ -298,18 +300,17 @@ TEST(TrainerContextParallel, CpTimesTpMatchesReference) {
 // Block-causal (document) attention under CP: every cp rank shards the
 // window's doc_start like its tokens (values stay window positions), RoPE
 // restarts per document at the positions it holds, ring attention masks
-// each block by document, and each rank's mean loss is weighted by its
-// share of the counted targets (document masking hides the boundary
-// targets, so shards hold different numbers of them). 64-token windows of
+// each block by document, and each rank sums its shard's targets' losses,
+// divided by the global batch's count (document masking hides the
+// boundary targets, so shards hold different numbers of them). 64-token windows of
 // the built-in corpus hold several documents, so boundaries fall inside
 // and across the chunks. The reference: one process, block-causal with
 // its own attention backend (SDPA with the window's boolean mask).
-// Measured like the causal CP cases (2 and 4 ranks): losses <= 1.1e-7
-// relative, gradient norms <= 9.8e-8, weights <= 1.3e-5 (CP alone),
-// 5.9e-6 (FSDP 2 x CP 2) and 2.5e-5 (CP 2 x TP 2, loss parallel); the
-// bounds are the causal cases'. Dropping the
-// loss weighting gives 1.5e-4 on losses, dropping doc_start from the ring
-// 6.7e-3.
+// Measured like the causal CP cases (2 and 4 ranks): losses <= 1.3e-7
+// relative, gradient norms <= 2.1e-8, weights <= 1.0e-5 (CP alone),
+// 4.1e-6 (FSDP 2 x CP 2) and 7.5e-6 (CP 2 x TP 2, loss parallel); the
+// bounds are the causal cases'. A plain mean of the shards' means moved
+// losses by 1.5e-4; dropping doc_start from the ring, by 6.7e-3.
 JobConfig block_causal_config(const titan::testing::ScratchDir& dir) {
   JobConfig c = base_config(dir);
   c.training.seq_len = 64;
@@ -538,22 +539,19 @@ TEST(TrainerPipelineParallel, ContextParallelInsideStagesMatchesReference) {
 // rotates by per-document RoPE positions and masks by the same documents
 // as one process.
 //
-// The reference accumulates the same micro-batches (batch_size = the
-// pipeline's micro-batch size, gradient_accumulation_steps = their
-// number): a pipeline step's loss is the mean of its micro-batches' mean
-// losses, as gradient accumulation's is, and with the boundary targets
-// hidden (-100) micro-batches hold different numbers of targets, so one
-// mean over the whole batch differs (by 1.5e-4 in the loss here).
+// The reference reads the step's batch whole: with the boundary targets
+// hidden (-100) the micro-batches count different numbers of targets, and
+// the loss is still the one mean over the global batch's targets
+// (train_step.hpp's LossNormalizer), however the pipeline cuts it.
 //
-// Measured over 4 steps: PP 2 (every schedule) losses identical, gradient
-// norms <= 4.2e-9 relative, weights <= 3.3e-6 (GPipe; the others
-// identical); PP 2 x TP 2 losses identical, norms 9.0e-9, weights 2.5e-5
-// (TP's partial sums, magnified by Adam as above). Bounds: 1e-7 on losses
-// and norms, 5e-5 on weights under PP alone and kPpWeightTol with TP.
-// Giving the later stage plain causal starts (all zeros) moves losses by
-// 1.6e-3 and norms by 2.8e-2; giving every micro-batch the first one's
-// starts, losses by 6.9e-3.
-constexpr double kDocRelTol = 1e-7;
+// Measured over 4 steps: PP 2 (every schedule) losses 6.1e-8 relative,
+// gradient norms <= 1.2e-8, weights <= 1.8e-5; PP 2 x TP 2 losses
+// 1.2e-7, norms 9.4e-9, weights 2.0e-5 (TP's partial sums, magnified by
+// Adam as above). Bounds: 5e-7 on losses and norms, 5e-5 on weights under
+// PP alone and kPpWeightTol with TP. Giving the later stage plain causal
+// starts (all zeros) moved losses by 1.6e-3 and norms by 2.8e-2; giving
+// every micro-batch the first one's starts, losses by 6.9e-3.
+constexpr double kDocRelTol = 5e-7;
 constexpr double kDocPpWeightTol = 5e-5;
 
 // The windows the tests train on really are packed from several
@@ -581,17 +579,6 @@ void expect_several_documents_per_window(const JobConfig& c) {
   EXPECT_GT(packed, windows / 2) << "the test data has too few document boundaries to test the mask";
 }
 
-// The reference of a pipeline run: it accumulates the pipeline's
-// micro-batches (batch_size = their size, gradient_accumulation_steps =
-// their number), whose mean losses a pipeline step averages. `pipeline`
-// is read when the reference is made (it may change between calls).
-std::function<void(JobConfig&)> accumulating_micro_batches_of(const JobConfig& pipeline) {
-  return [&pipeline](JobConfig& ref) {
-    ref.training.batch_size = pipeline.experimental.pipeline_parallel_microbatch_size;
-    ref.training.gradient_accumulation_steps = pipeline.training.batch_size / ref.training.batch_size;
-  };
-}
-
 TEST(TrainerPipelineParallel, BlockCausalMatchesReference) {
   const int n = titan::testing::world().size();
   titan::testing::ScratchDir dir("trainer_pp_documents");
@@ -602,13 +589,12 @@ TEST(TrainerPipelineParallel, BlockCausalMatchesReference) {
   c.model.attn_mask_type = "block_causal";
   c.training.data_parallel_shard_degree = 1;
   expect_several_documents_per_window(c);
-  const auto as_micro_batches = accumulating_micro_batches_of(c);
   if (n == 2) {
     c.experimental.pipeline_parallel_degree = 2;
     for (const char* s : {"GPipe", "1F1B", "Interleaved1F1B", "ZBVZeroBubble"}) {
       c.experimental.pipeline_parallel_schedule = s;
-      expect_matches_reference(c, std::string("PP 2, block_causal, ") + s, pp_model(), kDocPpWeightTol, false,
-                               as_micro_batches, kDocRelTol);
+      expect_matches_reference(c, std::string("PP 2, block_causal, ") + s, pp_model(), kDocPpWeightTol, false, {},
+                               kDocRelTol);
     }
   } else if (n == 4) {
     // Under sequence parallelism the later stage holds seq/tp positions of
@@ -619,23 +605,107 @@ TEST(TrainerPipelineParallel, BlockCausalMatchesReference) {
     for (const char* s : {"1F1B", "Interleaved1F1B"}) {
       c.experimental.pipeline_parallel_schedule = s;
       expect_matches_reference(c, std::string("PP 2 x TP 2, block_causal (SP, loss parallel), ") + s, pp_model(true),
-                               kPpWeightTol, false, as_micro_batches, kDocRelTol);
+                               kPpWeightTol, false, {}, kDocRelTol);
     }
   } else {
     GTEST_SKIP() << "PP x block_causal runs on 2 (PP 2) or 4 (PP 2 x TP 2) ranks";
   }
 }
 
+// ---------------------------------------------------------------- uneven targets
+
+// The loss is the mean over the global batch's counted targets (torchtitan's
+// global-batch normalisation), so a layout may cut the batch anywhere:
+// micro-batches whose targets count very unevenly still give one
+// process's single batch. The dataset alternates blocks of 48 one-letter
+// documents (BOS letter EOS: a third of a window's targets are BOS,
+// hidden) with one long document spanning several windows (none hidden),
+// so windows count from 42 to 64 targets (printed).
+std::string uneven_documents_dataset(const titan::testing::ScratchDir& dir) {
+  const std::string path = dir.path() + "/uneven.txt";
+  std::ofstream f(path);
+  for (int block = 0; block < 40; ++block) {
+    for (int i = 0; i < 48; ++i) f << "Y\n%\n";
+    for (int sentence = 0; sentence < 12; ++sentence)
+      f << "The " << (block * 12 + sentence) % 97 << "th lighthouse keeper counted ships until the morning tide. ";
+    f << "\n%\n";
+  }
+  return path;
+}
+
+// Counted targets of each window the first `steps` batches of `c` hold
+// (one data-parallel rank's); returns max / min.
+double window_target_spread(const JobConfig& c) {
+  titan::data::DataLoaderOptions o;
+  o.dataset = c.training.dataset;
+  o.batch_size = c.training.batch_size;
+  o.seq_len = c.training.seq_len;
+  o.document_masking = true;
+  const auto choice = titan::data::choose_tokenizer_path(c.model.tokenizer_path, c.model.hf_assets_path);
+  titan::data::DataLoader loader(titan::data::load_tokenizer(choice.path), o);
+  int64_t lo = c.training.seq_len, hi = 0;
+  std::printf("counted targets per %lld-token window:", static_cast<long long>(c.training.seq_len));
+  for (int64_t step = 0; step < c.training.steps; ++step) {
+    const at::Tensor labels = loader.next().labels;
+    for (int64_t w = 0; w < labels.size(0); ++w) {
+      const int64_t n = (labels[w] != -100).sum().item<int64_t>();
+      lo = std::min(lo, n), hi = std::max(hi, n);
+      std::printf(" %lld", static_cast<long long>(n));
+    }
+  }
+  std::printf("\n");
+  return static_cast<double>(hi) / static_cast<double>(std::max<int64_t>(lo, 1));
+}
+
+// Measured over 4 steps (relative loss / gradient-norm differences,
+// absolute weight differences): PP 2 (1F1B, 4 micro-batches of 1) against
+// one batch of 4: 8.6e-8 / 1.4e-7 / 8.3e-6; against 4 accumulated
+// micro-batches of 1: identical (the same sums in the same order);
+// FSDP 2 with 2 accumulation steps: 1.1e-7 / 4.6e-8 / 8.6e-7; PP 2 x
+// FSDP 2: 8.6e-8 / 1.1e-7 / 9.3e-6. Bounds: the common 1e-6 and the
+// layouts' weight bounds.
+TEST(TrainerUnevenTargets, MicroBatchesThatCountUnevenlyMatchOneBatch) {
+  const int n = titan::testing::world().size();
+  titan::testing::ScratchDir dir("trainer_uneven_targets");
+  JobConfig c = block_causal_config(dir);
+  c.training.dataset = uneven_documents_dataset(dir);
+  c.training.steps = 4;
+  c.training.batch_size = 4;  // 4 micro-batches of 1 under PP
+  c.training.data_parallel_shard_degree = 1;
+  if (titan::testing::world().rank() == 0) EXPECT_GT(window_target_spread(c), 1.3) << "the windows count too evenly";
+  c.experimental.pipeline_parallel_schedule = "1F1B";
+  if (n == 2) {
+    c.experimental.pipeline_parallel_degree = 2;
+    expect_matches_reference(c, "PP 2, uneven targets, vs one batch", pp_model(), kDocPpWeightTol);
+    expect_matches_reference(
+        c, "PP 2, uneven targets, vs 4 accumulated micro-batches", pp_model(), kDocPpWeightTol, false,
+        [](JobConfig& ref) { ref.training.batch_size = 1, ref.training.gradient_accumulation_steps = 4; });
+    JobConfig f = c;
+    f.experimental.pipeline_parallel_degree = 1;
+    f.training.data_parallel_shard_degree = 2;
+    f.training.batch_size = 2;
+    f.training.global_batch_size = 8;  // 2 accumulation steps per rank
+    expect_matches_reference(f, "FSDP 2, uneven targets, 2 accumulation steps");
+  } else if (n == 4) {
+    c.experimental.pipeline_parallel_degree = 2;
+    c.training.data_parallel_shard_degree = 2;
+    expect_matches_reference(c, "PP 2 x FSDP 2, uneven targets", pp_model(), kPpWeightTol);
+  } else {
+    GTEST_SKIP() << "runs on 2 or 4 ranks";
+  }
+}
+
 // ---------------------------------------------------------------- 4D
 
 // Block-causal attention under PP x CP: each micro-batch's cp shard holds
-// its own share of the micro-batch's counted targets, so each micro-batch
-// gets its own loss weight (BatchInputs::loss_weight, handed out by
-// split_microbatches). Measured over 4 steps on 4 ranks: losses 5.8e-8
-// relative, gradient norms 1.0e-8, weights 9.9e-6 (1F1B, 2 micro-batches);
-// one micro-batch (GPipe) 9.0e-8, 1.0e-7, 4.4e-5. Bounds: 1e-6 and
-// kCpFsdpWeightTol, as FSDP x CP. Without the per-micro-batch weights
-// (every weight 1) the weights differ by 3.4e-2.
+// its own share of the micro-batch's counted targets; each shard sums its
+// targets' losses and the step divides by the global batch's count, so
+// uneven shares need no weights. Measured over 4 steps on 4 ranks against
+// one process reading the whole batch: losses 9.2e-8 relative, gradient
+// norms 1.0e-8, weights 6.6e-6 (1F1B, 2 micro-batches); one micro-batch
+// (GPipe) 9.2e-8, 8.2e-8, 3.8e-5. Bounds: 1e-6 and kCpFsdpWeightTol, as
+// FSDP x CP. (A plain mean of the shards' means moved the weights by
+// 3.4e-2.)
 TEST(TrainerPipelineParallel, BlockCausalContextParallelInsideStagesMatchesReference) {
   if (titan::testing::world().size() != 4) GTEST_SKIP() << "PP 2 x CP 2 needs 4 ranks";
   titan::testing::ScratchDir dir("trainer_pp_cp_docs");
@@ -646,9 +716,7 @@ TEST(TrainerPipelineParallel, BlockCausalContextParallelInsideStagesMatchesRefer
   c.experimental.pipeline_parallel_schedule = "1F1B";
   c.training.context_parallel_degree = 2;
   c.training.context_parallel_rotate_method = "alltoall";
-  const auto as_micro_batches = accumulating_micro_batches_of(c);
-  expect_matches_reference(c, "PP 2 x CP 2, block_causal (1F1B, 2 micro-batches)", pp_model(), kCpFsdpWeightTol, true,
-                           as_micro_batches);
+  expect_matches_reference(c, "PP 2 x CP 2, block_causal (1F1B, 2 micro-batches)", pp_model(), kCpFsdpWeightTol, true);
   c.training.batch_size = 1;
   c.experimental.pipeline_parallel_schedule = "GPipe";
   expect_matches_reference(c, "PP 2 x CP 2, block_causal (GPipe, 1 micro-batch)", pp_model(), kCpFsdpWeightTol, true);
@@ -658,17 +726,17 @@ TEST(TrainerPipelineParallel, BlockCausalContextParallelInsideStagesMatchesRefer
 // FSDP 2 x CP 2 x TP 2 x PP 2 (torchtitan's mesh order pp, dp_shard, cp,
 // tp; FSDP shards over dp_shard x cp) and HSDP 2x2 x TP 2 x PP 2 — against
 // one process reading the 2 data-parallel ranks' batches, with AC off,
-// full and selective, and with block-causal masking (each micro-batch's cp
-// shard weighed by its own share of the counted targets; the reference
-// accumulates the same micro-batches, as BlockCausalMatchesReference's).
-// Measured over 4 steps: losses <= 8.9e-8 relative, gradient norms <=
-// 1.1e-8, weights <= 3.03e-5 (every case; block-causal 1.24e-5), the same
+// full and selective, and with block-causal masking (each cp shard sums
+// its own targets' losses over the global batch's count; the reference
+// reads each batch whole, as BlockCausalMatchesReference's).
+// Measured over 4 steps: losses <= 1.1e-7 relative, gradient norms <=
+// 1.1e-8, weights <= 3.03e-5 (every case; block-causal 2.38e-5), the same
 // on every run (the ranks reduce in a fixed order). FSDP sums the
 // micro-batches' gradients unsharded before its one reduce-scatter per step
 // (as torch's pipelining drives FSDP2); reduce-scattering each micro-batch
 // instead gave 1.55e-5. Bounds: 1e-6 on losses and norms, as every layout
-// here, and 5e-5 on weights; giving the cp shards of a micro-batch no weights of
-// their own moves the block-causal weights by 3.4e-2. The measured values
+// here, and 5e-5 on weights; a plain mean of the cp shards' means moved
+// the block-causal weights by 3.4e-2. The measured values
 // are printed, and in docs/chapters/12-capstone.md's matrix.
 constexpr double kFourDWeightTol = 5e-5;
 
@@ -696,9 +764,8 @@ TEST(TrainerFourDimensions, EveryFourDimensionalLayoutMatchesReference) {
   docs.activation_checkpoint.mode = "selective";
   docs.activation_checkpoint.selective_ac_option = "op";
   docs.experimental.pipeline_parallel_schedule = "Interleaved1F1B";
-  const auto as_micro_batches = accumulating_micro_batches_of(docs);
   expect_matches_reference(docs, "FSDP 2 x CP 2 x TP 2 x PP 2, block_causal (Interleaved1F1B, AC selective op)",
-                           pp_model(true), kFourDWeightTol, true, as_micro_batches);
+                           pp_model(true), kFourDWeightTol, true);
 
   JobConfig hsdp = c;
   hsdp.training.context_parallel_degree = 1;
@@ -859,6 +926,5 @@ TEST(TrainerValidation, TensorAndPipelineParallelMatchReference) {
   b.training.context_parallel_degree = 2;
   b.training.data_parallel_shard_degree = 1;
   enable_validation(b, dir);
-  expect_matches_reference(b, "PP 2 x CP 2 block_causal (1F1B), validation", pp_model(), kPpWeightTol, false,
-                           accumulating_micro_batches_of(b));
+  expect_matches_reference(b, "PP 2 x CP 2 block_causal (1F1B), validation", pp_model(), kPpWeightTol);
 }

@@ -38,6 +38,21 @@ const std::vector<FeatureGate>& feature_gates() {
   return gates;
 }
 
+namespace {
+
+// A section whose feature is switched off by its `enable` key
+// ([compile], [fault_tolerance], [memory_estimation], [checkpoint], ...):
+// torchtitan reads the section's other keys only when it is on, so they
+// change nothing while it is off.
+bool switched_off(const JobConfig& cfg, const std::string& section, const std::string& key) {
+  if (key == "enable") return false;
+  const Field* on = resolve(section, "enable").field;
+  if (!on || on->type != FieldType::Bool) return false;
+  return !std::get<bool>(on->get(cfg));
+}
+
+}  // namespace
+
 std::vector<std::string> unsupported_features(const JobConfig& cfg, int world_size) {
   std::vector<std::string> out;
   for (const FeatureGate& g : feature_gates()) {
@@ -51,6 +66,7 @@ std::vector<std::string> unsupported_features(const JobConfig& cfg, int world_si
     const size_t dot = name.rfind('.');
     const Field* f = resolve(name.substr(0, dot), name.substr(dot + 1)).field;
     if (!f || !f->torchtitan || f->torchtitan->accepts(value)) continue;
+    if (switched_off(cfg, f->section, f->key)) continue;
     const TorchtitanKey& k = *f->torchtitan;
     out.push_back(k.display() + " = " + to_toml_value(value) + " (torchtitan v0.2 option; titan lacks it: " + k.note +
                   "; for now " +

@@ -32,7 +32,9 @@ const char* status_phrase(TorchtitanStatus s) {
 std::string torchtitan_markdown() {
   std::ostringstream os;
   os << "### torchtitan v0.2 keys\n\n"
-     << "Every key of torchtitan 0.2.2's JobConfig. *honoured*: titan's option of the same name; *alias*: "
+     << "Every key of torchtitan 0.2.2's JobConfig, then the keys torchtitan's own `custom_config_module`s "
+        "(v0.2.0-v0.2.2: fault tolerance, its experiments, FLUX) add, known whichever module a config names. "
+        "*honoured*: titan's option of the same name; *alias*: "
         "another name of the titan option shown; *default only*: titan lacks the feature, the key loads and "
         "`titan train` refuses any value but torchtitan's default (\"not supported\"); *cosmetic*: no effect on "
         "training, any value loads.\n\n"

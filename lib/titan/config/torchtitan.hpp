@@ -44,6 +44,13 @@ struct TorchtitanKey {
   /// Further values titan honours although it has no option for them
   /// (e.g. custom_config_module naming a torchtitan module); null = none.
   bool (*also_accepts)(const Value& v) = nullptr;
+  /// "" for a key of torchtitan's JobConfig itself; else the
+  /// `custom_config_module` of torchtitan's that adds it
+  /// ("torchtitan.components.ft.config", an experiment's job_config, ...).
+  /// Known whichever module a config names: every one of them is
+  /// torchtitan's own, and a key that would turn on what titan lacks is
+  /// refused at any rate.
+  std::string module;
 
   /// "section.key"
   std::string name() const { return section + "." + key; }
@@ -53,7 +60,8 @@ struct TorchtitanKey {
   bool accepts(const Value& v) const;
 };
 
-/// @brief Every key of torchtitan v0.2's JobConfig, in its section order.
+/// @brief Every key of torchtitan v0.2's JobConfig, in its section order,
+/// then those its own custom config modules add (TorchtitanKey::module).
 const std::vector<TorchtitanKey>& torchtitan_keys();
 
 /// @brief The status of `k` now: Honoured / Alias when resolve() finds a

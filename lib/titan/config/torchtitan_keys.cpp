@@ -25,9 +25,27 @@ constexpr auto kStr = FieldType::String;
 constexpr auto kInt = FieldType::Int;
 constexpr auto kList = FieldType::StringList;
 
+constexpr const char* kFt = "torchtitan.components.ft.config";
+constexpr const char* kAutoParallel = "torchtitan.experiments.autoparallel.job_config";
+constexpr const char* kCompilerToolkit = "torchtitan.experiments.compiler_toolkit.job_config";
+constexpr const char* kSimpleFsdp = "torchtitan.experiments.simple_fsdp.job_config";
+constexpr const char* kHfBackend = "torchtitan.experiments.transformers_modeling_backend.job_config";
+constexpr const char* kVlm = "torchtitan.experiments.vlm.job_config";
+constexpr const char* kFlux = "torchtitan.models.flux.job_config";  // torchtitan.experiments.flux in v0.2.0
+constexpr const char* kDiloco =
+    "Streaming DiLoCo (torchtitan.components.ft.config); read only with semi_sync_method";
+constexpr const char* kVlmNote = "vision-language data (torchtitan.experiments.vlm)";
+constexpr const char* kFluxNote = "FLUX image generation (torchtitan.models.flux)";
+
 TorchtitanKey row(const char* section, const char* key, Default d, TorchtitanStatus st, const char* note = "",
                   bool (*also)(const Value&) = nullptr) {
-  return TorchtitanKey{section, key, d.type, std::move(d.value), st, note, also};
+  return TorchtitanKey{section, key, d.type, std::move(d.value), st, note, also, ""};
+}
+
+// A key that one of torchtitan's own custom_config_modules adds.
+TorchtitanKey module_row(const char* module, const char* section, const char* key, Default d, TorchtitanStatus st,
+                         const char* note) {
+  return TorchtitanKey{section, key, d.type, std::move(d.value), st, note, nullptr, module};
 }
 
 // torchtitan's own config extensions (its fault-tolerance module and the
@@ -213,6 +231,56 @@ std::vector<TorchtitanKey> make_table() {
       row("debug", "deterministic", B(false), kTitan),
       row("debug", "deterministic_warn_only", B(false), kDefault, "deterministic mode that only warns"),
       row("debug", "moe_force_load_balance", B(false), kDefault, "mixture of experts"),
+
+      // torchtitan's own custom_config_modules of v0.2.0-v0.2.2, read off
+      // their job_config.py files. Streaming DiLoCo's knobs are only read
+      // when [fault_tolerance] semi_sync_method is set, which titan refuses,
+      // so they change nothing on their own.
+      module_row(kFt, "fault_tolerance", "sync_steps", I(5), kCosmetic, kDiloco),
+      module_row(kFt, "fault_tolerance", "should_quantize", B(false), kCosmetic, kDiloco),
+      module_row(kFt, "fault_tolerance", "fragment_sync_delay", I(0), kCosmetic, kDiloco),
+      module_row(kFt, "fault_tolerance", "fragment_update_alpha", F(0.0), kCosmetic, kDiloco),
+      module_row(kFt, "fault_tolerance", "module_fqns_per_model_fragment", L({}), kCosmetic, kDiloco),
+      module_row(kFt, "fault_tolerance", "num_fragments", I(1), kCosmetic, kDiloco),
+      module_row(kAutoParallel, "experimental", "comms_bucket_reorder_strategy", S("aten"), kDefault,
+                 "AutoParallel (torchtitan.experiments.autoparallel)"),
+      module_row(kAutoParallel, "experimental", "autop_force_bf16", B(false), kDefault,
+                 "AutoParallel (torchtitan.experiments.autoparallel)"),
+      module_row(kCompilerToolkit, "compile", "joint_passes", L({}), kDefault,
+                 "torch.compile graph passes (torchtitan.experiments.compiler_toolkit)"),
+      module_row(kCompilerToolkit, "compile", "passes", L({}), kDefault,
+                 "torch.compile graph passes (torchtitan.experiments.compiler_toolkit)"),
+      module_row(kSimpleFsdp, "compile", "graph_passes", None(kStr), kDefault,
+                 "torch.compile bucketing passes (torchtitan.experiments.simple_fsdp)"),
+      module_row(kSimpleFsdp, "compile", "model_backend_override", None(kStr), kDefault,
+                 "torch.compile backend (torchtitan.experiments.simple_fsdp, v0.2.0)"),
+      module_row(kHfBackend, "hf_transformers", "model", S(""), kDefault,
+                 "Hugging Face transformers models (torchtitan.experiments.transformers_modeling_backend)"),
+      module_row(kVlm, "data", "max_images_per_batch", I(10), kDefault, kVlmNote),
+      module_row(kVlm, "data", "max_patches_per_image", I(256), kDefault, kVlmNote),
+      module_row(kVlm, "data", "patch_size", I(16), kDefault, kVlmNote),
+      module_row(kVlm, "data", "spatial_merge_size", I(1), kDefault, kVlmNote),
+      module_row(kVlm, "data", "packing_buffer_size", I(0), kDefault, kVlmNote),
+      module_row(kFlux, "training", "classifier_free_guidance_prob", F(0.0), kDefault, kFluxNote),
+      module_row(kFlux, "training", "img_size", I(256), kDefault, kFluxNote),
+      module_row(kFlux, "training", "test_mode", B(false), kDefault, kFluxNote),
+      module_row(kFlux, "encoder", "t5_encoder", S("google/t5-v1_1-small"), kDefault, kFluxNote),
+      module_row(kFlux, "encoder", "clip_encoder", S("openai/clip-vit-large-patch14"), kDefault, kFluxNote),
+      module_row(kFlux, "encoder", "autoencoder_path", S("torchtitan/experiments/flux/assets/autoencoder/ae.safetensors"),
+                 kDefault, kFluxNote),
+      module_row(kFlux, "encoder", "max_t5_encoding_len", I(256), kDefault, kFluxNote),
+      module_row(kFlux, "validation", "enable_classifier_free_guidance", B(false), kDefault, kFluxNote),
+      module_row(kFlux, "validation", "classifier_free_guidance_scale", F(5.0), kDefault, kFluxNote),
+      module_row(kFlux, "validation", "denoising_steps", I(50), kDefault, kFluxNote),
+      module_row(kFlux, "validation", "eval_freq", I(100), kDefault, kFluxNote),
+      module_row(kFlux, "validation", "save_img_count", I(1), kDefault, kFluxNote),
+      module_row(kFlux, "validation", "save_img_folder", S("img"), kDefault, kFluxNote),
+      module_row(kFlux, "validation", "all_timesteps", B(false), kDefault, kFluxNote),
+      module_row(kFlux, "inference", "save_img_folder", S("inference_results"), kDefault, kFluxNote),
+      module_row(kFlux, "inference", "prompts_path", S("./torchtitan/experiments/flux/inference/prompts.txt"), kDefault,
+                 kFluxNote),
+      module_row(kFlux, "inference", "local_batch_size", I(2), kDefault, kFluxNote),
+      module_row(kFlux, "inference", "img_size", I(256), kDefault, kFluxNote),
   };
 }
 

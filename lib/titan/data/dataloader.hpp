@@ -38,15 +38,6 @@ struct Batch {
   /// With document masking: [batch_size, seq_len] int64, where each token's
   /// document begins in the window (ops/attention/document_mask.hpp); else undefined.
   at::Tensor doc_start;
-  /// What the train step multiplies this batch's mean loss by: 1, but for
-  /// a context-parallel rank's shard (ops::shard_loss_weight), whose
-  /// share of the counted targets document masking makes uneven.
-  double loss_weight = 1.0;
-  /// Under pipeline × context parallelism the pipeline cuts the batch into
-  /// micro-batches and each one's mean loss is weighed on its own: one
-  /// weight per micro-batch (ops::shard_loss_weight of its rows), which
-  /// replaces loss_weight. Empty otherwise.
-  std::vector<double> microbatch_loss_weights;
 };
 
 /// @brief An endless loader of batches for one data-parallel rank.

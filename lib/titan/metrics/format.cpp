@@ -24,6 +24,13 @@ std::string gib(int64_t bytes) {
   return strprintf("%.2fGiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
 }
 
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 4) b /= 1024.0, ++u;
+  return strprintf(u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
+}
+
 std::string duration(double seconds) {
   if (!(seconds >= 0) || !std::isfinite(seconds)) return "?";
   const long long s = std::llround(seconds);

@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "titan/dist/process_group.hpp"
 #include "titan/optim/grad_clip.hpp"
 #include "titan/parallel/pipeline/runtime.hpp"
 #include "titan/util/range.hpp"
@@ -19,27 +20,41 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-AccumulationResult accumulate_gradients(models::llama3::Transformer& model, const BatchSource& next_batch,
-                                        int64_t accumulation_steps, const c10::Device& device,
+LossNormalizer normalize_over_global_batch(int64_t local_targets, const dist::ProcessGroup* loss_group,
+                                           const c10::Device& device) {
+  LossNormalizer n;
+  n.global_targets = at::scalar_tensor(static_cast<double>(local_targets),
+                                       at::TensorOptions().dtype(at::kDouble).device(device));
+  double averaging_ranks = 1;
+  if (loss_group) {
+    loss_group->all_reduce(n.global_targets);
+    averaging_ranks = static_cast<double>(loss_group->size());
+  }
+  // No target counts anywhere: the scale is inf and the loss 0 · inf = NaN
+  // on every rank alike, which stops the step before the optimizer.
+  n.loss_scale = (averaging_ranks / n.global_targets).to(at::kFloat);
+  return n;
+}
+
+AccumulationResult accumulate_gradients(models::llama3::Transformer& model,
+                                        const std::vector<data::Batch>& micro_batches, const at::Tensor& loss_scale,
+                                        const c10::Device& device,
                                         const std::function<void(bool)>& set_gradient_sync,
                                         const LossFn& loss_fn) {
-  TITAN_CHECK(accumulation_steps >= 1, "gradient accumulation needs at least 1 micro-batch, got ",
-              accumulation_steps);
+  TITAN_CHECK(!micro_batches.empty(), "gradient accumulation needs at least 1 micro-batch, got none");
   AccumulationResult r;
   at::Tensor loss_sum;
-  for (int64_t i = 0; i < accumulation_steps; ++i) {
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     at::Tensor inputs, labels, doc_start;
-    double loss_weight = 1.0;
     {
       TITAN_PROFILE_RANGE("titan::data_loading");
-      data::Batch batch = next_batch();
+      const data::Batch& batch = micro_batches[i];
       // non_blocking: the copy from (pageable) host memory may overlap with
       // the previous micro-batch's kernels on a GPU; a no-op on the CPU.
       inputs = batch.inputs.to(device, /*non_blocking=*/true);
       labels = batch.labels.to(device, /*non_blocking=*/true);
       if (batch.doc_start.defined()) doc_start = batch.doc_start.to(device, /*non_blocking=*/true);
-      loss_weight = batch.loss_weight;
     }
     r.data_seconds += seconds_since(t0);
 
@@ -47,54 +62,45 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model, cons
     {
       TITAN_PROFILE_RANGE("titan::forward");
       at::Tensor logits = model->forward(inputs, doc_start);
-      loss = loss_fn ? loss_fn(logits, labels) : ops::cross_entropy(logits, labels);
-      loss = ops::weigh_shard_loss(loss, logits, loss_weight);  // a cp shard's share of the targets
+      loss = loss_fn ? loss_fn(logits, labels) : ops::cross_entropy(logits, labels, ops::LossReduction::Sum);
     }
-    // Each micro-batch's loss is a mean over its tokens; dividing by the
-    // number of micro-batches makes the summed gradients those of the mean
-    // over the whole step's batch when all micro-batches hold equally many
-    // targets (with block_causal's hidden boundary targets: the mean of
-    // the micro-batches' means, as a pipeline step's).
-    if (set_gradient_sync) set_gradient_sync(i + 1 == accumulation_steps);
+    if (set_gradient_sync) set_gradient_sync(i + 1 == micro_batches.size());
     {
       TITAN_PROFILE_RANGE("titan::backward");
-      (loss / static_cast<double>(accumulation_steps)).backward();
+      (loss * loss_scale).backward();
     }
 
-    at::Tensor detached = loss.detach();
+    at::Tensor detached = loss.detach().to(at::kFloat);
     loss_sum = loss_sum.defined() ? loss_sum + detached : detached;
     r.tokens += labels.numel();
   }
-  r.loss = loss_sum / static_cast<double>(accumulation_steps);
+  r.loss_sum = loss_sum;
   return r;
 }
 
-AccumulationResult accumulate_pipeline_gradients(pp::PipelineSchedule& schedule, const BatchSource& next_batch,
-                                                 int64_t accumulation_steps, const c10::Device& device) {
-  TITAN_CHECK(accumulation_steps >= 1, "gradient accumulation needs at least 1 batch, got ", accumulation_steps);
+AccumulationResult accumulate_pipeline_gradients(pp::PipelineSchedule& schedule,
+                                                 const std::vector<data::Batch>& batches, double loss_scale,
+                                                 const c10::Device& device) {
+  TITAN_CHECK(!batches.empty(), "gradient accumulation needs at least 1 batch, got none");
   AccumulationResult r;
-  const double scale = 1.0 / static_cast<double>(schedule.spec().microbatches * accumulation_steps);
   double loss_sum = 0;
-  for (int64_t i = 0; i < accumulation_steps; ++i) {
+  for (const data::Batch& batch : batches) {
     const auto t0 = std::chrono::steady_clock::now();
     pp::BatchInputs inputs;
     {
       TITAN_PROFILE_RANGE("titan::data_loading");
-      data::Batch batch = next_batch();
       inputs.inputs = batch.inputs.to(device, /*non_blocking=*/true);
       inputs.labels = batch.labels.to(device, /*non_blocking=*/true);
       // Every stage needs it (RoPE positions and the mask), so every
       // pipeline rank keeps it; the schedule cuts it with the tokens.
       if (batch.doc_start.defined()) inputs.doc_start = batch.doc_start.to(device, /*non_blocking=*/true);
-      inputs.microbatch_loss_weights = std::move(batch.microbatch_loss_weights);
     }
     r.data_seconds += seconds_since(t0);
     TITAN_PROFILE_RANGE("titan::pipeline_step");
-    loss_sum += schedule.step(inputs, scale).loss;
+    loss_sum += schedule.step(inputs, loss_scale).loss_sum;
     r.tokens += inputs.labels.numel();
   }
-  r.loss = at::scalar_tensor(loss_sum / static_cast<double>(accumulation_steps),
-                             at::TensorOptions().dtype(at::kFloat).device(device));
+  r.loss_sum = at::scalar_tensor(loss_sum, at::TensorOptions().dtype(at::kFloat).device(device));
   return r;
 }
 

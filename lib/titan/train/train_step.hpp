@@ -26,54 +26,81 @@ class PipelineSchedule;
 
 namespace titan::train {
 
-/// @brief Where micro-batches come from: the data loader's next(), or a
-/// fixed list in tests.
-using BatchSource = std::function<data::Batch()>;
-
 /// @brief The loss of a micro-batch: logits (or this rank's slice of them)
-/// and labels to a scalar mean.
+/// and labels to the scalar sum of its counted targets' losses
+/// (ops::cross_entropy with LossReduction::Sum, or loss parallel's).
 using LossFn = std::function<at::Tensor(const at::Tensor& logits, const at::Tensor& labels)>;
+
+/// @brief How a step normalises its loss, known before its first backward.
+///
+/// The loss of a step is torchtitan's: the sum of the per-target losses
+/// over the whole global batch — every micro-batch of gradient
+/// accumulation and of the pipeline, every data-parallel rank, every
+/// context-parallel shard — divided by the number of targets in it that
+/// count (not -100). Every target weighs the same whatever the layout,
+/// also when document masking hides more targets in some micro-batches
+/// than in others (a mean of per-micro-batch means would not).
+struct LossNormalizer {
+  /// Counted targets in the global batch (a float64 0-dim tensor on the
+  /// training device: summing it over the ranks syncs nothing with the host).
+  at::Tensor global_targets;
+  /// What each rank multiplies its summed loss by before backward:
+  /// averaging_ranks / global_targets (fp32, 0-dim, on the device), where
+  /// averaging_ranks is the number of ranks whose gradients data
+  /// parallelism averages — the average of the ranks' gradients is then
+  /// the gradient of the global mean.
+  at::Tensor loss_scale;
+};
+
+/// @brief The step's LossNormalizer: `local_targets` (this rank's counted
+/// targets, ops::counted_targets of what it trains on: its cp shard under
+/// context parallelism) summed over `loss_group` — the data-parallel and
+/// context-parallel ranks, whose gradients are averaged; null: one
+/// process. One all-reduce of a scalar.
+LossNormalizer normalize_over_global_batch(int64_t local_targets, const dist::ProcessGroup* loss_group,
+                                           const c10::Device& device);
 
 /// @brief What accumulate_gradients measured.
 struct AccumulationResult {
-  /// Mean loss over the whole step's batch (all micro-batches), a detached
-  /// fp32 scalar on the training device — left there so that no
-  /// host-device sync happens until the caller reads it.
-  at::Tensor loss;
+  /// This rank's loss summed over its targets (all its micro-batches;
+  /// unscaled), a detached fp32 scalar on the training device — left there
+  /// so that no host-device sync happens until the caller reads it.
+  at::Tensor loss_sum;
   /// Tokens (labels) this rank trained on.
   int64_t tokens = 0;
-  /// Seconds spent inside `next_batch` (data loading and the copy to the device).
+  /// Seconds spent copying the batches to the device.
   double data_seconds = 0;
 };
 
-/// @brief Runs `accumulation_steps` micro-batches through `model`: each one
-/// forward, cross-entropy, and backward of loss / accumulation_steps, so
-/// that the gradients add up to those of the mean loss over all
-/// micro-batches — the same gradients as one big batch of the same samples
-/// (up to fp32 rounding). Gradients are accumulated into the existing
-/// .grad (zero them first). Batches are moved to `device`.
+/// @brief Runs the step's `micro_batches` through `model`: each one
+/// forward, `loss_fn` (the sum over its targets; default: ops::cross_entropy
+/// summed) and backward of that sum times `loss_scale`
+/// (LossNormalizer::loss_scale), so that the gradients add up to those of
+/// the step's global mean loss — the same gradients as one big batch of the
+/// same samples (up to fp32 rounding), however unevenly the micro-batches'
+/// targets count. Gradients are accumulated into the existing .grad (zero
+/// them first). Batches are moved to `device`.
 ///
 /// `set_gradient_sync`, when given, is called before each backward with
 /// true for the last micro-batch only: data parallelism uses it to skip
 /// the gradient all-reduce on the others (DDP's no_sync), since only the
 /// accumulated sum needs averaging.
-///
-/// `loss_fn`, when given, replaces cross_entropy (loss parallel computes it
-/// on vocabulary-sharded logits).
-AccumulationResult accumulate_gradients(models::llama3::Transformer& model, const BatchSource& next_batch,
-                                        int64_t accumulation_steps, const c10::Device& device,
+AccumulationResult accumulate_gradients(models::llama3::Transformer& model,
+                                        const std::vector<data::Batch>& micro_batches, const at::Tensor& loss_scale,
+                                        const c10::Device& device,
                                         const std::function<void(bool)>& set_gradient_sync = {},
                                         const LossFn& loss_fn = {});
 
 /// @brief accumulate_gradients under pipeline parallelism: each of
-/// `accumulation_steps` batches goes through one step of `schedule` (which
-/// cuts it into the schedule's micro-batches and runs their forwards and
-/// backwards across the stages), with each micro-batch's loss scaled by
-/// 1 / (micro-batches · accumulation_steps), so the gradients are again
-/// those of the mean loss over everything this rank read. The loss is the
-/// last stage's, known on every pipeline rank.
-AccumulationResult accumulate_pipeline_gradients(pp::PipelineSchedule& schedule, const BatchSource& next_batch,
-                                                 int64_t accumulation_steps, const c10::Device& device);
+/// `batches` goes through one step of `schedule` (which cuts it into the
+/// schedule's micro-batches and runs their forwards and backwards across
+/// the stages, whose losses sum over their targets), with each
+/// micro-batch's loss scaled by `loss_scale` (LossNormalizer::loss_scale,
+/// read to the host: the schedule takes a number). The loss sum is the last
+/// stage's, known on every pipeline rank.
+AccumulationResult accumulate_pipeline_gradients(pp::PipelineSchedule& schedule,
+                                                 const std::vector<data::Batch>& batches, double loss_scale,
+                                                 const c10::Device& device);
 
 /// @brief Clips the gradients of `params` to global norm `max_norm` (no
 /// clipping when max_norm <= 0; the norm is still computed for the log) and

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cmath>
 #include <iostream>
 #include <sstream>
@@ -47,6 +48,7 @@
 
 namespace titan::train {
 
+using metrics::human_bytes;
 using titan::strprintf;
 
 namespace {
@@ -75,14 +77,6 @@ optim::LRScheduleOptions schedule_options(const config::JobConfig& cfg) {
   r.decay_type = cfg.lr_scheduler.decay_type == "wsd" ? "linear" : cfg.lr_scheduler.decay_type;
   r.min_lr_factor = cfg.lr_scheduler.min_lr_factor;
   return r;
-}
-
-// 1536 → "1.50 KiB", for the init table (binary units, as the memory log).
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024.0 && u < 4) b /= 1024.0, ++u;
-  return strprintf(u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
 }
 
 // Under context parallelism: this rank's shard of every sequence of `b`.
@@ -499,27 +493,22 @@ metrics::ValidationRecord Trainer::validate(int64_t step) {
   const std::shared_ptr<const cp::ContextParallel>& context = model_->context_parallel();
   auto loss_of = [&](data::Batch b) -> LossSum {
     if (context) keep_cp_shard(b, *context);  // as in training
+    const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device_);
+    // The training loss sums over the counted targets: added up over every
+    // batch of every rank and divided by their count once, at the end.
+    LossSum total{at::zeros({}, f64),
+                  at::scalar_tensor(static_cast<double>(ops::counted_targets(b.labels)), f64)};
     const at::Tensor labels = b.labels.to(device_);
     const at::Tensor doc_start = b.doc_start.defined() ? b.doc_start.to(device_) : at::Tensor();
     if (parallelized_.pipeline) {
-      // Every micro-batch's mean from the last stage; its count from its rows.
-      const std::vector<double> means =
-          parallelized_.pipeline->eval(pp::BatchInputs{b.inputs.to(device_), labels, doc_start});
-      const int64_t m = static_cast<int64_t>(means.size()), rows = labels.size(0) / m;
-      const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device_);
-      LossSum total{at::zeros({}, f64), at::zeros({}, f64)};
-      for (int64_t i = 0; i < m; ++i) {
-        const LossSum part =
-            loss_sum_of_mean(at::scalar_tensor(means[static_cast<size_t>(i)], f64), labels.narrow(0, i * rows, rows));
-        total.sum += part.sum;
-        total.count += part.count;
-      }
+      // Every micro-batch's summed loss from the last stage.
+      for (double sum : parallelized_.pipeline->eval(pp::BatchInputs{b.inputs.to(device_), labels, doc_start}))
+        total.sum += sum;
       return total;
     }
     const at::Tensor logits = model_->forward(b.inputs.to(device_), doc_start);
-    const at::Tensor mean =
-        parallelized_.loss_fn ? parallelized_.loss_fn(logits, labels) : ops::cross_entropy(logits, labels);
-    return loss_sum_of_mean(mean, labels);
+    total.sum += parallelized_.loss_fn(logits, labels).detach().to(at::kDouble);
+    return total;
   };
   const ValidationResult v = validator_->run(loss_of, loss_group_.get());
   metrics::ValidationRecord r;
@@ -536,68 +525,87 @@ StepResult Trainer::train_step() {
 
   optimizer_->zero_grad(/*set_to_none=*/true);
   if (memory_) memory_->mark(r.step, "step start", params_, optimizer_.get());
+  // The step's batches are read first: its loss is normalised by the
+  // number of counted targets in the whole global batch, which the first
+  // backward already needs (torchtitan's train_step reads them first too).
+  //
   // The reference of N emulated ranks takes rank 0's micro-batch, then rank
-  // 1's, ..., N times as many micro-batches as one rank: the mean of their
-  // losses is the mean the N ranks' averaged gradients descend.
-  const int64_t readers = static_cast<int64_t>(loaders_.size());
-  int64_t next_reader = 0;
+  // 1's, ..., N times as many micro-batches as one rank: the global batch
+  // of the N ranks, in one process.
+  //
   // Under context parallelism the cp ranks read the same batch (the data
   // rank is the dp rank) and each keeps its shard of every sequence: the
-  // tokens and targets of the positions it holds.
+  // tokens and targets of the positions it holds. Each counts its shard's
+  // targets; the count over the loss group is the global batch's.
+  const auto read_t0 = std::chrono::steady_clock::now();
+  const int64_t readers = static_cast<int64_t>(loaders_.size());
   const std::shared_ptr<const cp::ContextParallel>& context = model_->context_parallel();
-  auto next_batch = [&] {
-    data::Batch b = loaders_[static_cast<size_t>(next_reader++ % readers)]->next();
-    if (context) {
-      const cp::SequenceLayout& layout = context->attention.layout;
-      const at::Tensor window_labels = b.labels;
-      keep_cp_shard(b, *context);
-      b.loss_weight = ops::shard_loss_weight(window_labels, b.labels, layout.cp);
-      // Under PP the schedule weighs each micro-batch's mean on its own: the
-      // weight of its rows, cut as pp::split_microbatches cuts them.
-      if (parallelized_.pipeline) {
-        const int64_t m = parallelized_.pipeline->spec().microbatches, rows = b.labels.size(0) / m;
-        for (int64_t i = 0; i < m; ++i)
-          b.microbatch_loss_weights.push_back(ops::shard_loss_weight(
-              window_labels.narrow(0, i * rows, rows), b.labels.narrow(0, i * rows, rows), layout.cp));
-      }
+  std::vector<data::Batch> batches;
+  int64_t local_targets = 0;
+  {
+    TITAN_PROFILE_RANGE("titan::data_loading");
+    for (int64_t i = 0; i < plan_.accumulation_steps * readers; ++i) {
+      data::Batch b = loaders_[static_cast<size_t>(i % readers)]->next();
+      if (context) keep_cp_shard(b, *context);
+      local_targets += ops::counted_targets(b.labels);
+      batches.push_back(std::move(b));
     }
-    return b;
-  };
+  }
+  const double read_seconds = seconds_since(read_t0);
+  const LossNormalizer normalizer = normalize_over_global_batch(local_targets, loss_group_.get(), device_);
+  // The pipeline's schedule takes the scale as a number: one host read of
+  // the count (a PP step syncs with the host for its loss anyway).
   AccumulationResult acc =
       parallelized_.pipeline
-          ? accumulate_pipeline_gradients(*parallelized_.pipeline, next_batch, plan_.accumulation_steps * readers, device_)
-          : accumulate_gradients(model_, next_batch, plan_.accumulation_steps * readers, device_,
-                                 parallelized_.set_gradient_sync, parallelized_.loss_fn);
+          ? accumulate_pipeline_gradients(*parallelized_.pipeline, batches,
+                                          normalizer.loss_scale.item<double>(), device_)
+          : accumulate_gradients(model_, batches, normalizer.loss_scale, device_, parallelized_.set_gradient_sync,
+                                 parallelized_.loss_fn);
+  acc.data_seconds += read_seconds;
   if (parallelized_.finish_gradient_sync) parallelized_.finish_gradient_sync();
+  // Fault injection for the tests of `titan verify`: "RANK:FACTOR" makes
+  // that rank of a multi-rank job scale its gradients (its shards under
+  // FSDP) by FACTOR, as a layout that mis-averaged (or mis-signed) them
+  // would. Never set in real runs.
+  if (const char* bad = std::getenv("TITAN_FAULT_SCALE_GRADS"); bad && *bad && mesh_) {
+    const std::string spec(bad);
+    const size_t colon = spec.find(':');
+    if (colon != std::string::npos && std::atoi(spec.substr(0, colon).c_str()) == rank_)
+      for (const at::Tensor& p : params_)
+        if (p.grad().defined()) p.grad().mul_(std::atof(spec.substr(colon + 1).c_str()));
+  }
   if (memory_) memory_->mark(r.step, "forward + backward", params_, optimizer_.get());
-  // Job-wide numbers: every data-parallel rank saw its own batch, so the
-  // loss is their mean and the tokens their sum. All ranks get the same
-  // values, so a NaN stops every rank at the same step.
+  // Job-wide numbers: the loss is the ranks' summed losses over the global
+  // batch's count of targets, the tokens are their sum, and the max loss is
+  // torchtitan's global_max_loss: the largest of the ranks' own means. All
+  // ranks get the same values, so a NaN stops every rank at the same step.
   //
-  // One host-device sync per step: the loss's two all-reduces (a SUM of
-  // [loss, tokens] and torchtitan's global_max_loss, a MAX of [loss]: two
-  // reduce ops, so two collectives, which on NCCL do not block the host) and
-  // the clipped gradient norm all stay on the device, and their four values
-  // come to the host in one copy. That copy still comes before the optimizer
-  // step, so a NaN loss or norm stops the run before it reaches the weights
-  // (what was trained, and checkpointed, up to the previous step stays
-  // usable). It was three syncs: the loss, the max loss, the norm.
-  const auto f64 = acc.loss.options().dtype(at::kDouble);
+  // One host-device sync per step (two under PP, which reads the loss
+  // scale): the loss's two all-reduces (a SUM of [loss sum, tokens] and a
+  // MAX of [own mean]: two reduce ops, so two collectives, which on NCCL do
+  // not block the host) and the clipped gradient norm all stay on the
+  // device, and their values come to the host in one copy. That copy still
+  // comes before the optimizer step, so a NaN loss or norm stops the run
+  // before it reaches the weights (what was trained, and checkpointed, up to
+  // the previous step stays usable).
+  const auto f64 = acc.loss_sum.options().dtype(at::kDouble);
   at::Tensor loss_and_tokens =
-      at::stack({acc.loss.to(at::kDouble), at::scalar_tensor(static_cast<double>(acc.tokens), f64)});
-  at::Tensor max_loss = acc.loss.to(at::kDouble).reshape({1}).clone();
+      at::stack({acc.loss_sum.to(at::kDouble), at::scalar_tensor(static_cast<double>(acc.tokens), f64)});
+  // A rank none of whose targets counts has no mean of its own: 0 here.
+  at::Tensor max_loss =
+      (acc.loss_sum.to(at::kDouble) / static_cast<double>(std::max<int64_t>(local_targets, 1))).reshape({1});
   if (loss_group_) {
     loss_group_->all_reduce(loss_and_tokens);
     loss_group_->all_reduce(max_loss, dist::ReduceOp::Max);
   }
   const at::Tensor norm = clip_gradients(params_, cfg_.training.max_norm, parallelized_.grad_shard_groups,
                                          parallelized_.grad_norm_params);
-  const at::Tensor host =
-      at::cat({loss_and_tokens, max_loss, norm.to(loss_and_tokens.device(), at::kDouble).reshape({1})}).cpu();
+  const at::Tensor host = at::cat({loss_and_tokens, max_loss, norm.to(loss_and_tokens.device(), at::kDouble).reshape({1}),
+                                   normalizer.global_targets.to(loss_and_tokens.device()).reshape({1})})
+                              .cpu();
   const double* h = host.data_ptr<double>();
-  const double ranks = loss_group_ ? static_cast<double>(loss_group_->size()) : 1.0;
-  r.loss = h[0] / ranks;
-  r.max_loss = h[2];  // without a loss group: this rank's loss, h[0]
+  r.loss = h[0] / h[4];
+  r.max_loss = h[2];
   r.tokens = static_cast<int64_t>(h[1]);
   r.data_seconds = acc.data_seconds;
   TITAN_CHECK(std::isfinite(r.loss), "step ", r.step, ": loss is ", nonfinite_name(r.loss),

@@ -97,12 +97,4 @@ ValidationResult Validator::run(const std::function<LossSum(data::Batch)>& loss_
   return r;
 }
 
-LossSum loss_sum_of_mean(const at::Tensor& mean, const at::Tensor& labels) {
-  const at::Tensor count = labels.ne(-100).sum().to(at::kDouble);
-  // A batch (or a cp shard) whose targets are all hidden has a NaN mean and
-  // adds nothing.
-  const at::Tensor sum = at::where(count > 0, mean.detach().to(at::kDouble) * count, at::zeros_like(count));
-  return {sum.to(mean.device()), count.to(mean.device())};
-}
-
 }  // namespace titan::train

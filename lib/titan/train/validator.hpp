@@ -8,9 +8,11 @@
 /// The loss is the summed cross-entropy of every counted target (labels
 /// other than -100) of every data-parallel rank's batches over their
 /// number, so it does not depend on the layout: FSDP 4, CP 2 x TP 2 or a
-/// pipeline give one process's value up to rounding. (torchtitan 0.2 takes
-/// the mean of each rank's per-batch means, the same number when every
-/// batch counts equally many targets, as it does without document masking.)
+/// pipeline give one process's value up to rounding. It is the training
+/// loss's definition too (train_step.hpp's LossNormalizer), torchtitan's
+/// since its global-batch loss normalisation (torchtitan PR #2206;
+/// torchtitan 0.2 took the mean of each rank's per-batch means, the same
+/// number when every batch counts equally many targets).
 /// Every validation starts at the beginning of the split, so successive
 /// ones are measured on the same batches and can be compared.
 
@@ -80,10 +82,5 @@ class Validator {
   std::vector<nlohmann::json> starts_;  // each loader's position at the start of the split
   int64_t batches_ = 0;
 };
-
-/// @brief The summed loss and the count of a batch's counted targets, from
-/// `mean` (the loss function's mean over the targets of `labels` that are
-/// not -100). No counted target: 0 and 0 (the mean is NaN then).
-LossSum loss_sum_of_mean(const at::Tensor& mean, const at::Tensor& labels);
 
 }  // namespace titan::train

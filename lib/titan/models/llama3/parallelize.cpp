@@ -15,6 +15,7 @@
 #include "titan/dist/world.hpp"
 #include "titan/models/llama3/pipeline.hpp"
 #include "titan/models/materialize.hpp"
+#include "titan/ops/cross_entropy.hpp"
 #include "titan/models/llama3/tp_plan.hpp"
 #include "titan/parallel/parallel_dims.hpp"
 #include "titan/parallel/pipeline/runtime.hpp"
@@ -104,7 +105,7 @@ std::string apply_tensor_parallel(Transformer& model, const dist::DeviceMesh& me
     auto group = mesh.group("tp");
     const int64_t offset = shard_size_and_offset(model->args().vocab_size, tp, tp_mesh.coordinate()[0]).second;
     r.loss_fn = [group, offset](const at::Tensor& logits, const at::Tensor& labels) {
-      return tp::vocab_parallel_cross_entropy(logits, labels, *group, offset);
+      return tp::vocab_parallel_cross_entropy(logits, labels, *group, offset, ops::LossReduction::Sum);
     };
   }
   return description;
@@ -145,6 +146,9 @@ std::string apply_activation_checkpointing(Transformer& model, const config::Job
 ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelDims& dims, dist::DeviceMesh* mesh,
                                    const config::JobConfig& cfg) {
   ParallelizedModel r;
+  r.loss_fn = [](const at::Tensor& logits, const at::Tensor& labels) {
+    return ops::cross_entropy(logits, labels, ops::LossReduction::Sum);
+  };
   // The plain model's weights are already whole: a detached copy of each.
   r.full_state_dict = [model]() mutable {
     std::map<std::string, at::Tensor> out;

@@ -43,9 +43,11 @@ struct ParallelizedModel {
   /// under TP a replicated parameter (a norm weight) counts on TP rank 0
   /// only, or the all-reduce over tp would count it tp times. Empty = all.
   std::vector<at::Tensor> grad_norm_params;
-  /// The loss on the model's output; empty = ops::cross_entropy. Loss
-  /// parallel sets the vocabulary-parallel cross-entropy (the logits are
-  /// then this rank's vocabulary slice).
+  /// The training loss on the model's output: the sum of its counted
+  /// targets' cross-entropies (ops::LossReduction::Sum), which the trainer
+  /// divides by the count of the whole global batch's. Under loss parallel
+  /// the vocabulary-parallel cross-entropy (the logits are then this rank's
+  /// vocabulary slice). Under PP each last stage holds it instead.
   std::function<at::Tensor(const at::Tensor& logits, const at::Tensor& labels)> loss_fn;
   /// Called before each micro-batch's backward with true for the last one
   /// of a step: DDP skips the all-reduce (no_sync) on the others, FSDP

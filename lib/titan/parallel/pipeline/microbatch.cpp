@@ -23,13 +23,9 @@ std::vector<BatchInputs> split_microbatches(const BatchInputs& batch, int m) {
   };
   const std::vector<at::Tensor> in = cut(batch.inputs, "inputs"), lab = cut(batch.labels, "labels"),
                                 doc = cut(batch.doc_start, "doc_start");
-  const std::vector<double>& weights = batch.microbatch_loss_weights;
-  TITAN_CHECK(weights.empty() || static_cast<int>(weights.size()) == m, "pipeline: ", weights.size(),
-              " micro-batch loss weights for ", m, " micro-batches");
   std::vector<BatchInputs> out(static_cast<size_t>(m));
   for (size_t i = 0; i < out.size(); ++i) {
     out[i].inputs = in[i], out[i].labels = lab[i], out[i].doc_start = doc[i];
-    if (!weights.empty()) out[i].loss_weight = weights[i];
   }
   return out;
 }

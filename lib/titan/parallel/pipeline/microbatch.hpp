@@ -24,22 +24,12 @@ struct BatchInputs {
   /// for block-causal attention, read by every stage; undefined with
   /// causal attention.
   at::Tensor doc_start;
-  /// What the last stage multiplies this micro-batch's mean loss by: 1, but
-  /// for a context-parallel shard under document masking, whose share of
-  /// the micro-batch's counted targets is uneven (ops::shard_loss_weight);
-  /// 0 makes the micro-batch contribute zero (its targets are all hidden).
-  double loss_weight = 1.0;
-  /// A whole step's batch only: one loss_weight per micro-batch, handed out
-  /// by split_microbatches; empty = every weight 1.
-  std::vector<double> microbatch_loss_weights;
 };
 
 /// @brief `batch` cut along dim 0 into `m` equal micro-batches, in order
 /// (micro-batch i holds rows [i·B/m, (i+1)·B/m)). The defined tensors must
 /// share the batch size B, which m must divide; a one-line titan::Error
 /// otherwise. Undefined tensors stay undefined in every micro-batch.
-/// Micro-batch i gets microbatch_loss_weights[i] as its loss_weight (there
-/// must be m of them, or none).
 std::vector<BatchInputs> split_microbatches(const BatchInputs& batch, int m);
 
 }  // namespace titan::pp

@@ -31,7 +31,7 @@ constexpr int kShapeTag = 0x7fff0000;
 // there already, as the trainer's are).
 BatchInputs on_device(const BatchInputs& b, c10::Device device) {
   auto to = [&](const at::Tensor& t) { return t.defined() ? t.to(device) : t; };
-  BatchInputs out = b;  // every other field (the micro-batch's loss weight) as it is
+  BatchInputs out = b;
   out.inputs = to(b.inputs), out.labels = to(b.labels), out.doc_start = to(b.doc_start);
   return out;
 }
@@ -290,10 +290,11 @@ PipelineStepResult PipelineSchedule::run(const BatchInputs& batch, double loss_s
   for (auto& st : stages_)
     if (st->is_last()) {
       at::Tensor sum = st->take_loss_sum();
-      if (sum.defined()) loss.fill_(sum.to(at::kDouble).item<double>() / m);
+      if (sum.defined()) loss.copy_(sum.to(at::kDouble).reshape({1}));
     }
   if (group_) group_->broadcast(loss, spec_.rank_of_stage(S - 1));
-  r.loss = loss.cpu().item<double>();
+  r.loss_sum = loss.cpu().item<double>();
+  r.loss = r.loss_sum / m;
   return r;
 }
 

@@ -54,6 +54,9 @@ struct PipelineStepResult {
   /// Mean loss over the step's micro-batches (all of them; from the last
   /// stage, sent to every rank of the pipeline group).
   double loss = 0;
+  /// The micro-batches' losses added up (loss · micro-batches): with a
+  /// stage loss that sums over targets, the step's summed loss.
+  double loss_sum = 0;
   /// Peak tensor bytes above the step's start (with measure_memory).
   int64_t peak_activation_bytes = 0;
 };
@@ -73,10 +76,11 @@ class PipelineSchedule {
   /// the last their labels, every stage their doc_start —; each
   /// micro-batch's loss is multiplied by `loss_scale` before backward (1/m
   /// by default: the gradients are those of the mean of the micro-batches'
-  /// mean losses, as gradient accumulation's — the batch's mean loss when
-  /// they hold equally many targets, which hidden document-boundary
-  /// targets can change). Gradients are accumulated into .grad. Collective
-  /// over the pipeline group.
+  /// mean losses — the batch's mean loss when they hold equally many
+  /// targets, which hidden document-boundary targets can change; the
+  /// trainer's stages sum their targets' losses instead and scale by one
+  /// over the global batch's count, which makes it exact). Gradients are
+  /// accumulated into .grad. Collective over the pipeline group.
   PipelineStepResult step(const BatchInputs& batch, double loss_scale = -1);
   /// step() of a batch without document starts (causal attention).
   PipelineStepResult step(const at::Tensor& inputs, const at::Tensor& labels, double loss_scale = -1) {
@@ -86,9 +90,10 @@ class PipelineSchedule {
   /// Forward only, without gradients (validation): `batch` cut as step()
   /// cuts it, each micro-batch through every stage in the schedule's order
   /// (its forwards, sends and receives; nothing is kept for a backward).
-  /// Returns every micro-batch's mean loss (the last stage's, unscaled; a
-  /// micro-batch whose targets are all hidden gives NaN), on every rank of
-  /// the pipeline group. Collective over the pipeline group.
+  /// Returns every micro-batch's loss (the last stage's, unscaled: a mean
+  /// with ops::cross_entropy, NaN for a micro-batch whose targets are all
+  /// hidden; a sum with the trainer's loss), on every rank of the pipeline
+  /// group. Collective over the pipeline group.
   std::vector<double> eval(const BatchInputs& batch);
   const ScheduleSpec& spec() const { return spec_; }
   /// This rank's actions, communication included.

@@ -34,7 +34,6 @@ at::Tensor PipelineStage::forward(int mb, const at::Tensor& input, const BatchIn
     const at::Tensor& labels = batch.labels;
     TITAN_CHECK(labels.defined(), "pipeline: the last stage needs the labels of micro-batch ", mb);
     at::Tensor loss = o_.loss_fn ? o_.loss_fn(out, labels) : ops::cross_entropy(out, labels);
-    loss = ops::weigh_shard_loss(loss, out, batch.loss_weight);  // a cp shard's share of the targets
     h.target = loss * loss_scale;
     at::Tensor d = loss.detach().to(at::kFloat);
     loss_sum_ = loss_sum_.defined() ? loss_sum_ + d : d;

@@ -26,8 +26,9 @@ struct StageOptions {
   /// micro-batch this input belongs to, for what every stage reads besides
   /// its input (its doc_start under block-causal attention).
   std::function<at::Tensor(const at::Tensor& input, const BatchInputs& microbatch)> forward;
-  /// Last stage: the mean loss of a micro-batch from its logits and labels
-  /// (empty = ops::cross_entropy).
+  /// Last stage: the loss of a micro-batch from its logits and labels
+  /// (empty = ops::cross_entropy, the mean; the trainer's is a sum, which it
+  /// scales by the global batch's count through the schedule's loss_scale).
   std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss_fn;
   /// Shape and dtype of one micro-batch's activation entering this stage
   /// (unused on the first stage, whose input is tokens) and leaving it

@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "titan/dist/process_group.hpp"
+#include "titan/ops/cross_entropy.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::tp {
@@ -12,12 +13,13 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-constexpr int64_t kIgnoreIndex = -100;
+using ops::kIgnoreIndex;
 
 struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
-  // z [N, Vl] fp32, labels [N]; returns the mean loss over valid positions.
+  // z [N, Vl] fp32, labels [N]; returns the mean (or the sum, `sum`) of
+  // the losses of the valid positions.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& z, const at::Tensor& labels, int64_t group,
-                            int64_t vocab_offset) {
+                            int64_t vocab_offset, bool sum) {
     const auto& g = *reinterpret_cast<const dist::ProcessGroup*>(static_cast<intptr_t>(group));
     const int64_t vl = z.size(1);
     // m: the row max over the whole vocabulary. It only keeps exp() in
@@ -32,7 +34,8 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     const at::Tensor local_ids = (labels - vocab_offset).masked_fill(~mine, 0);
     at::Tensor target = z.gather(1, local_ids.unsqueeze(1)).squeeze(1).masked_fill(~mine, 0.0).contiguous();
     g.all_reduce(target);
-    const at::Tensor count = valid.sum().clamp_min(1).to(z.scalar_type());
+    const at::Tensor count =
+        sum ? at::ones({}, z.options()) : valid.sum().clamp_min(1).to(z.scalar_type());
     at::Tensor per_pos = (at::log(sum_exp) + m - target).masked_fill(~valid, 0.0);
     // softmax over the global vocabulary, this rank's columns: the backward
     // is softmax − one-hot, so keep it (the size of the local logits).
@@ -50,21 +53,22 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     grad.scatter_add_(1, local_ids.unsqueeze(1), -mine.to(grad.scalar_type()).unsqueeze(1));
     grad.mul_(valid.to(grad.scalar_type()).unsqueeze(1));
     grad.mul_(grads[0] / count);
-    return {grad, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& local_logits, const at::Tensor& labels,
-                                        const dist::ProcessGroup& tp_group, int64_t vocab_offset) {
+                                        const dist::ProcessGroup& tp_group, int64_t vocab_offset,
+                                        ops::LossReduction reduction) {
   TITAN_CHECK(local_logits.dim() >= 2 && labels.dim() == local_logits.dim() - 1 &&
                   labels.sizes() == local_logits.sizes().slice(0, labels.dim()),
               "vocab_parallel_cross_entropy: logits ", local_logits.sizes(), " do not match labels ", labels.sizes());
   at::Tensor z = local_logits.reshape({-1, local_logits.size(-1)}).to(at::kFloat);
   at::Tensor y = labels.reshape({-1}).to(at::kLong);
   return VocabParallelCrossEntropy::apply(z, y, static_cast<int64_t>(reinterpret_cast<intptr_t>(&tp_group)),
-                                          vocab_offset);
+                                          vocab_offset, reduction == ops::LossReduction::Sum);
 }
 
 }  // namespace titan::tp

@@ -21,18 +21,22 @@
 
 #include <cstdint>
 
+#include "titan/ops/cross_entropy.hpp"
+
 namespace titan::dist {
 class ProcessGroup;
 }
 
 namespace titan::tp {
 
-/// @brief Mean cross-entropy of `local_logits` [..., V_local] (this rank's
+/// @brief Cross-entropy of `local_logits` [..., V_local] (this rank's
 /// vocabulary slice, starting at global id `vocab_offset`) against
 /// `labels` [...] (global ids; -100 is ignored, as torch's default
-/// ignore_index). Computed in fp32; equal in value and gradient to
-/// ops::cross_entropy on the gathered logits. Collective over `tp_group`.
+/// ignore_index), reduced by `reduction`. Computed in fp32; equal in value
+/// and gradient to ops::cross_entropy on the gathered logits. Collective
+/// over `tp_group`.
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& local_logits, const at::Tensor& labels,
-                                        const dist::ProcessGroup& tp_group, int64_t vocab_offset);
+                                        const dist::ProcessGroup& tp_group, int64_t vocab_offset,
+                                        ops::LossReduction reduction = ops::LossReduction::Mean);
 
 }  // namespace titan::tp
