@@ -1,0 +1,85 @@
+#pragma once
+/// @file
+/// @brief `titan verify`: a job's parallel layout against one process, for
+/// a few steps, on the same global batches — the trainer's own equivalence
+/// test, run on a user's config.
+///
+/// Both runs are the trainer (train/trainer.hpp), driven step by step: the
+/// layout on every rank of the job, then on rank 0 the single-process
+/// reference that reads every data-parallel rank's batches (the trainer's
+/// emulate_dp_ranks). After each step the parallel run's weights are
+/// gathered whole and kept; the reference's are compared with them after
+/// its same step. Both run in fp32 (mixed precision off), so the bounds are
+/// those of fp32 rounding, set from the equivalence matrix of
+/// docs/chapters/12-capstone.md: over its 87 layouts (2 to 16 ranks, 3 to
+/// 6 steps) losses and gradient norms agreed to 1.4e-7 relative and
+/// weights to 7.0e-5 absolute at worst, so the default bounds are 1e-6 and
+/// 2.5e-4. A layout that drops an average, a micro-batch or a shard moves
+/// them by 1e-3 and more.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "titan/config/job_config.hpp"
+
+namespace titan::verify {
+
+/// @brief What `titan verify` runs and how strictly it judges.
+struct LayoutCheckOptions {
+  int64_t steps = 3;             ///< optimizer steps of each run
+  std::string flavor = "debugmodel";  ///< model size both runs use ("" = the config's)
+  double rel_tol = 1e-6;         ///< relative bound on step losses and gradient norms
+  double weight_tol = 2.5e-4;    ///< absolute bound on every weight after each step
+};
+
+/// @brief One step of the comparison.
+struct LayoutCheckStep {
+  int64_t step = 0;
+  double loss = 0, ref_loss = 0, loss_rel = 0;
+  double grad_norm = 0, ref_grad_norm = 0, grad_norm_rel = 0;
+  double max_weight_diff = 0;
+  std::string worst_parameter;  ///< where max_weight_diff is
+  /// Largest |weight difference| per parameter group ("tok_embeddings",
+  /// "layers.0.attention", "layers.0.ffn_norm", "norm", "output", ...).
+  std::map<std::string, double> group_diff;
+  /// Bytes this rank (rank 0) sent per mesh dimension (ProcessGroup name)
+  /// in the step, under the analytic algorithm of each collective (dist::CommLog).
+  std::map<std::string, int64_t> comm_bytes;
+  bool passed = false;
+};
+
+/// @brief The whole comparison.
+struct LayoutCheckReport {
+  std::string layout;     ///< the parallel run's description, e.g. "FSDP 2 x TP 2"
+  int world_size = 1;
+  int64_t emulated_ranks = 1;  ///< data-parallel ranks the reference reads for
+  std::vector<LayoutCheckStep> steps;  ///< filled on rank 0 only
+  LayoutCheckOptions options;
+  /// The first step that failed, 0 when all passed (rank 0 only).
+  int64_t first_failed_step() const;
+};
+
+/// @brief The group a parameter's difference is reported under:
+/// "layers.3.attention.wq.weight" -> "layers.3.attention",
+/// "tok_embeddings.weight" -> "tok_embeddings".
+std::string parameter_group(const std::string& name);
+
+/// @brief `cfg` as both runs train it: `options.steps` steps, the flavor,
+/// fp32 parameters and reductions, and nothing written but the metrics of
+/// a scratch dump folder (checkpointing, profiling, TensorBoard and
+/// validation off).
+config::JobConfig layout_check_config(config::JobConfig cfg, const LayoutCheckOptions& options);
+
+/// @brief Runs the comparison. Collective: every rank of the job calls it
+/// (the parallel run); rank 0 then also runs the reference and fills the
+/// steps. Throws titan::Error for a config the trainer refuses.
+LayoutCheckReport check_layout(const config::JobConfig& cfg, const LayoutCheckOptions& options);
+
+/// @brief The report as printed: the layout, one row per step (losses,
+/// gradient norms, the worst weight, the bytes per dimension, the verdict),
+/// then every parameter group's largest difference, then the verdict line.
+std::string format_layout_check(const LayoutCheckReport& report);
+
+}  // namespace titan::verify
