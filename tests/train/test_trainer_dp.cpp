@@ -558,15 +558,19 @@ constexpr double kDocPpWeightTol = 5e-5;
 // documents: doc_start (the last BOS at or before each token) is not all
 // zeros in most windows of the run (11 of 16 with 128 tokens), so a stage
 // that ignored it would attend across boundaries and show.
-void expect_several_documents_per_window(const JobConfig& c) {
+// The batches one data-parallel rank of `c` reads, with document masking.
+titan::data::DataLoader document_masked_loader(const JobConfig& c) {
   titan::data::DataLoaderOptions o;
   o.dataset = c.training.dataset;
   o.batch_size = c.training.batch_size;
   o.seq_len = c.training.seq_len;
   o.document_masking = true;
   const auto choice = titan::data::choose_tokenizer_path(c.model.tokenizer_path, c.model.hf_assets_path);
-  const auto tokenizer = titan::data::load_tokenizer(choice.path);
-  titan::data::DataLoader loader(tokenizer, o);
+  return titan::data::DataLoader(titan::data::load_tokenizer(choice.path), o);
+}
+
+void expect_several_documents_per_window(const JobConfig& c) {
+  titan::data::DataLoader loader = document_masked_loader(c);
   int64_t windows = 0, packed = 0;
   for (int64_t step = 0; step < c.training.steps; ++step) {
     const at::Tensor starts = loader.next().doc_start;
@@ -636,13 +640,7 @@ std::string uneven_documents_dataset(const titan::testing::ScratchDir& dir) {
 // Counted targets of each window the first `steps` batches of `c` hold
 // (one data-parallel rank's); returns max / min.
 double window_target_spread(const JobConfig& c) {
-  titan::data::DataLoaderOptions o;
-  o.dataset = c.training.dataset;
-  o.batch_size = c.training.batch_size;
-  o.seq_len = c.training.seq_len;
-  o.document_masking = true;
-  const auto choice = titan::data::choose_tokenizer_path(c.model.tokenizer_path, c.model.hf_assets_path);
-  titan::data::DataLoader loader(titan::data::load_tokenizer(choice.path), o);
+  titan::data::DataLoader loader = document_masked_loader(c);
   int64_t lo = c.training.seq_len, hi = 0;
   std::printf("counted targets per %lld-token window:", static_cast<long long>(c.training.seq_len));
   for (int64_t step = 0; step < c.training.steps; ++step) {
