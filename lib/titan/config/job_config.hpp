@@ -93,7 +93,7 @@ struct TrainingSection {
   int64_t seed = 0;                     ///< RNG seed for init and data order
   bool deterministic = false;           ///< ask torch for deterministic kernels
   std::string device = "auto";          ///< "auto", "cpu" or "cuda"
-  std::string mixed_precision_param = "bfloat16";  ///< FSDP parameter dtype
+  std::string mixed_precision_param = "bfloat16";  ///< FSDP parameter dtype; the autocast dtype without FSDP/TP/PP on GPUs
   std::string mixed_precision_reduce = "float32";  ///< FSDP gradient-reduction dtype
   bool enable_cpu_offload = false;                ///< FSDP shards, grads, optimizer state in CPU memory
   /// FSDP: free gathered weights after forward ("always"), keep them for

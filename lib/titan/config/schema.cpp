@@ -100,7 +100,7 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(training, seed, "seed for initialisation and data order (>= 0)"),
       TITAN_FIELD(training, deterministic, "use deterministic kernels"),
       TITAN_FIELD(training, device, "where to train", "auto", "cpu", "cuda"),
-      TITAN_FIELD(training, mixed_precision_param, "parameter dtype under FSDP", "bfloat16", "float32"),
+      TITAN_FIELD(training, mixed_precision_param, "compute dtype: FSDP's parameter dtype; without FSDP, TP or PP, what forward autocasts to on GPUs", "bfloat16", "float32"),
       TITAN_FIELD(training, mixed_precision_reduce, "gradient-reduction dtype under FSDP", "float32", "bfloat16"),
       TITAN_FIELD(training, enable_cpu_offload, "FSDP: keep shards, gradients and optimizer state in CPU memory"),
       TITAN_FIELD(training, fsdp_reshard_after_forward,

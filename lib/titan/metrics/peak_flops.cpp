@@ -91,8 +91,8 @@ PeakFlops peak_flops_for_device(const std::string& device_name, at::ScalarType d
   return p;
 }
 
-at::ScalarType compute_dtype_for_peak(bool fsdp_enabled, const std::string& mixed_precision_param) {
-  if (!fsdp_enabled) return at::kFloat;
+at::ScalarType compute_dtype_for_peak(bool mixed_precision, const std::string& mixed_precision_param) {
+  if (!mixed_precision) return at::kFloat;
   if (mixed_precision_param == "bfloat16") return at::kBFloat16;
   if (mixed_precision_param == "float16") return at::kHalf;
   return at::kFloat;

@@ -42,13 +42,14 @@ PeakFlops peak_flops_for_device(const std::string& device_name, at::ScalarType d
 /// @brief The dtype a training run's matmuls compute in, which is the one
 /// its MFU peak must be looked up for (peak_flops_for_device's `dtype`).
 ///
-/// Under FSDP (`fsdp_enabled`) the weights are all-gathered and the forward
-/// and backward run in [training] mixed_precision_param ("bfloat16" by
+/// With mixed precision (`mixed_precision`: FSDP, whose weights are
+/// all-gathered in [training] mixed_precision_param, or autocast without
+/// it, train/autocast.hpp) the matmuls run in that dtype ("bfloat16" by
 /// default: the tensor-core peak); otherwise titan trains in fp32 (the
 /// fp32 or TF32 peak). Passing fp32 whatever the run measured a bf16 run
 /// against H100/H200's 67 TFLOP/s fp32 peak instead of 989: MFU ~15x too
 /// high. Unknown names count as fp32 (the config schema admits only
 /// "bfloat16" and "float32").
-at::ScalarType compute_dtype_for_peak(bool fsdp_enabled, const std::string& mixed_precision_param);
+at::ScalarType compute_dtype_for_peak(bool mixed_precision, const std::string& mixed_precision_param);
 
 }  // namespace titan::metrics

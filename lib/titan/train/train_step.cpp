@@ -10,6 +10,7 @@
 #include "titan/parallel/pipeline/runtime.hpp"
 #include "titan/util/range.hpp"
 #include "titan/ops/cross_entropy.hpp"
+#include "titan/train/autocast.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::train {
@@ -40,7 +41,7 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model,
                                         const std::vector<data::Batch>& micro_batches, const at::Tensor& loss_scale,
                                         const c10::Device& device,
                                         const std::function<void(bool)>& set_gradient_sync,
-                                        const LossFn& loss_fn) {
+                                        const LossFn& loss_fn, std::optional<at::ScalarType> autocast) {
   TITAN_CHECK(!micro_batches.empty(), "gradient accumulation needs at least 1 micro-batch, got none");
   AccumulationResult r;
   at::Tensor loss_sum;
@@ -61,6 +62,7 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model,
     at::Tensor loss;
     {
       TITAN_PROFILE_RANGE("titan::forward");
+      const AutocastGuard amp(device, autocast);
       at::Tensor logits = model->forward(inputs, doc_start);
       loss = loss_fn ? loss_fn(logits, labels) : ops::cross_entropy(logits, labels, ops::LossReduction::Sum);
     }

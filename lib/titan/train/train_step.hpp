@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "titan/data/dataloader.hpp"
@@ -85,11 +86,16 @@ struct AccumulationResult {
 /// true for the last micro-batch only: data parallelism uses it to skip
 /// the gradient all-reduce on the others (DDP's no_sync), since only the
 /// accumulated sum needs averaging.
+///
+/// `autocast`, when set, runs each forward and loss under autocast to that
+/// dtype (autocast.hpp: mixed precision without FSDP); backward runs
+/// outside it, as torch.autocast's documentation asks.
 AccumulationResult accumulate_gradients(models::llama3::Transformer& model,
                                         const std::vector<data::Batch>& micro_batches, const at::Tensor& loss_scale,
                                         const c10::Device& device,
                                         const std::function<void(bool)>& set_gradient_sync = {},
-                                        const LossFn& loss_fn = {});
+                                        const LossFn& loss_fn = {},
+                                        std::optional<at::ScalarType> autocast = std::nullopt);
 
 /// @brief accumulate_gradients under pipeline parallelism: each of
 /// `batches` goes through one step of `schedule` (which cuts it into the

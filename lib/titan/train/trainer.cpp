@@ -38,6 +38,7 @@
 #include "titan/profiling/memory_snapshot.hpp"
 #include "titan/util/range.hpp"
 #include "titan/profiling/trace_profiler.hpp"
+#include "titan/train/autocast.hpp"
 #include "titan/train/determinism.hpp"
 #include "titan/train/device.hpp"
 #include "titan/train/stop_signal.hpp"
@@ -115,6 +116,8 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   const int64_t dp_ranks_read = std::max<int64_t>(dims_.dp_degree(), options_.emulate_dp_ranks);
   plan_ = config::plan_batches(cfg_, dp_ranks_read);
   device_ = resolve_device(cfg_.training.device, env.local_rank);
+  // Mixed precision without FSDP: torchtitan's AMP for one device and DDP.
+  autocast_ = autocast_dtype(dims_, cfg_.training.mixed_precision_param, device_, options_.autocast_on_cpu);
 
   args_ = options_.model_args ? *options_.model_args : models::llama3::flavor_args(cfg_.model.flavor);
   args_.max_seq_len = cfg_.training.seq_len;
@@ -247,9 +250,9 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
     peak_source_ = "given";
   } else if (device_.is_cuda()) {
     // The peak of the dtype the matmuls run in (bf16 under FSDP's mixed
-    // precision), not always fp32's: that made bf16 MFU ~15x too high.
-    const at::ScalarType compute =
-        metrics::compute_dtype_for_peak(dims_.fsdp_enabled(), cfg_.training.mixed_precision_param);
+    // precision or autocast), not always fp32's: that made bf16 MFU ~15x too high.
+    const at::ScalarType compute = metrics::compute_dtype_for_peak(dims_.fsdp_enabled() || autocast_.has_value(),
+                                                                   cfg_.training.mixed_precision_param);
     metrics::PeakFlops p = metrics::peak_flops_for_device(metrics::device_name(device_), compute,
                                                           at::globalContext().allowTF32CuBLAS());
     peak_flops_ = p.flops;
@@ -433,6 +436,7 @@ std::string Trainer::banner() const {
   s += "  parallel  " + dims_.describe() + (parallelized_.description.empty() ? "" : ": " + parallelized_.description);
   if (options_.emulate_dp_ranks > 1)
     s += strprintf("single-process reference of %lld data-parallel ranks", static_cast<long long>(options_.emulate_dp_ranks));
+  if (autocast_) s += std::string("; forward and loss autocast to ") + c10::toString(*autocast_) + " (no FSDP)";
   s += "\n";
   s += strprintf("  batch     %lld x %lld tokens, %lld micro-batch(es) per step on %lld data-parallel rank(s) = %s tokens per step\n",
                  static_cast<long long>(plan_.local_batch), static_cast<long long>(cfg_.training.seq_len),
@@ -506,6 +510,7 @@ metrics::ValidationRecord Trainer::validate(int64_t step) {
         total.sum += sum;
       return total;
     }
+    const AutocastGuard amp(device_, autocast_);  // as in training
     const at::Tensor logits = model_->forward(b.inputs.to(device_), doc_start);
     total.sum += parallelized_.loss_fn(logits, labels).detach().to(at::kDouble);
     return total;
@@ -560,7 +565,7 @@ StepResult Trainer::train_step() {
           ? accumulate_pipeline_gradients(*parallelized_.pipeline, batches,
                                           normalizer.loss_scale.item<double>(), device_)
           : accumulate_gradients(model_, batches, normalizer.loss_scale, device_, parallelized_.set_gradient_sync,
-                                 parallelized_.loss_fn);
+                                 parallelized_.loss_fn, autocast_);
   acc.data_seconds += read_seconds;
   if (parallelized_.finish_gradient_sync) parallelized_.finish_gradient_sync();
   // Fault injection for the tests of `titan verify`: "RANK:FACTOR" makes

@@ -100,6 +100,9 @@ struct TrainerOptions {
   /// implies): the reference of a job whose only parallelism is TP reads
   /// one rank's data, so it emulates one rank but must not join the job.
   bool single_process = false;
+  /// Mixed precision without FSDP (autocast.hpp) on the CPU too: it is
+  /// applied on GPUs only by default; tests use this to run that path.
+  bool autocast_on_cpu = false;
 };
 
 /// @brief A training run on one rank.
@@ -196,6 +199,8 @@ class Trainer {
   /// a checkpoint was loaded (resume or a seed checkpoint); -1: none loaded.
   int64_t load_peak_bytes_ = -1;
   std::vector<at::Tensor> params_;
+  /// The dtype forward and loss autocast to (single device, DDP), or none.
+  std::optional<at::ScalarType> autocast_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRScheduler> scheduler_;
   std::unique_ptr<metrics::MetricsProcessor> metrics_;
