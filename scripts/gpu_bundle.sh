@@ -17,6 +17,12 @@
 #             package here, maybe absent there)
 #   compat/   this machine's libstdc++ and libgcc_s, which gpu_check.sh puts
 #             on the library path only when ldd says the GPU machine's are too old
+#   torchtitan/ torchtitan 0.2.2's wheel (PyPI, ~0.5 MB) and
+#             bench/torchtitan_eager/torchtitan_eager.py, the reference of
+#             gpu_check.sh's step 9 (the GPU machine has no network)
+#   data/     the built-in corpus (Debian's fortunes, 2.8 MB) and the
+#             tokenizer titan trained from it here: `titan train` on the
+#             debug config reads them, and the GPU machine has neither
 #   train_configs/, gpu_check.sh, MANIFEST (versions it was built against)
 # Everything else (LibTorch, CUDA runtime, NCCL, cuDNN) comes from the GPU
 # machine's own torch wheel, which must be the same torch version (MANIFEST).
@@ -100,6 +106,28 @@ fi
 
 cp -r "$ROOT/train_configs" "$BUNDLE/train_configs"
 cp "$ROOT/scripts/gpu_check.sh" "$BUNDLE/gpu_check.sh"
+# The built-in corpus and its trained tokenizer (titan_cache_dir()'s
+# tokenizers/), which gpu_check.sh points TITAN_FORTUNES_DIR and
+# TITAN_CACHE_DIR at.
+CORPUS="${TITAN_FORTUNES_DIR:-/usr/share/games/fortunes}"
+[ -d "$CORPUS" ] || die "the built-in corpus is not at $CORPUS (scripts/setup.sh installs Debian's fortunes)"
+mkdir -p "$BUNDLE/data/cache"
+cp -r "$CORPUS" "$BUNDLE/data/fortunes"
+TOK_CACHE="${TITAN_CACHE_DIR:-$HOME/.cache/titan}/tokenizers"
+[ -d "$TOK_CACHE" ] && cp -r "$TOK_CACHE" "$BUNDLE/data/cache/tokenizers"
+# torchtitan's own model, for step 9's eager reference: its wheel, fetched
+# here once (TITAN_CACHE_DIR) since the GPU machine has no network; a
+# missing wheel only skips that comparison there.
+mkdir -p "$BUNDLE/torchtitan"
+cp "$ROOT/bench/torchtitan_eager/torchtitan_eager.py" "$BUNDLE/torchtitan/"
+TT_CACHE="${TITAN_CACHE_DIR:-$HOME/.cache/titan}/wheels"
+TT_WHEEL="$TT_CACHE/torchtitan-0.2.2-py3-none-any.whl"
+if [ ! -f "$TT_WHEEL" ]; then
+  mkdir -p "$TT_CACHE"
+  "$PY" -m pip download --quiet --no-deps --dest "$TT_CACHE" torchtitan==0.2.2 ||
+    echo "gpu_bundle: warning: could not download torchtitan 0.2.2; step 9 will measure titan alone" >&2
+fi
+[ -f "$TT_WHEEL" ] && cp "$TT_WHEEL" "$BUNDLE/torchtitan/"
 {
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname) from $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (with local changes)')"
   "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'

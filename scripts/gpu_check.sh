@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What a CUDA machine runs in one go, in about 7 minutes at most: the
+# What a CUDA machine runs in one go, in about 8 minutes at most: the
 # prebuilt bundle (scripts/gpu_bundle.sh makes it on the development machine;
 # nothing is built here), against this machine's own torch, in order of
 # value, every step time-boxed, the rest skipped once the time budget is spent.
@@ -15,7 +15,7 @@
 # Environment: TITAN_BUNDLE (the bundle folder), TITAN_PYTHON (a python whose
 # torch is the one to run against; default: the first python3 on PATH that
 # imports torch), TITAN_GPU_BUDGET_S (seconds after which the remaining steps
-# are skipped; default 400).
+# are skipped; default 500).
 set -uo pipefail
 START=$SECONDS
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -31,7 +31,7 @@ FULL="$OUT_DIR/gpu_check_full.log"
 : >"$FULL"
 WORK="$(mktemp -d /tmp/titan-gpu.XXXXXX)"
 mkdir -p "$WORK/logs"
-BUDGET="${TITAN_GPU_BUDGET_S:-400}"
+BUDGET="${TITAN_GPU_BUDGET_S:-500}"
 status=0
 
 say() { echo "$*" | tee -a "$SUMMARY"; }
@@ -115,6 +115,12 @@ case "$cuda_ok" in False|""|*Error*) fail_setup "torch sees no CUDA device: $cud
 say "torch.cuda: $cuda_ok"
 
 export TITAN_SOURCE_DIR="$BUNDLE" TITAN_BIN_DIR="$BUNDLE/bin"
+# The built-in corpus and its tokenizer come with the bundle (the machine
+# may have neither); the cache is a writable copy (titan adds to it).
+[ -d "$BUNDLE/data/fortunes" ] || fail_setup "the bundle has no data/fortunes (an older bundle? remake it with scripts/gpu_bundle.sh)"
+export TITAN_FORTUNES_DIR="$BUNDLE/data/fortunes" TITAN_CACHE_DIR="$WORK/cache"
+mkdir -p "$TITAN_CACHE_DIR"
+[ -d "$BUNDLE/data/cache/tokenizers" ] && cp -r "$BUNDLE/data/cache/tokenizers" "$TITAN_CACHE_DIR/"
 T="$BUNDLE/bin/titan"
 CFG="$BUNDLE/train_configs/debug_model.toml"
 
@@ -217,6 +223,49 @@ for ac in none full; do
   step "estimate_vs_cuda_ac_$ac" 30 'estimate vs CUDA' bash "$WORK/estimate_vs_cuda.sh" "$ac" \
     "$WORK/estimate_$ac/memory_snapshot/iteration_2/rank0_memory_timeline.json" "${E[@]}"
 done
+
+# 8. The capstone on one GPU: an 8B-shaped Llama 3 cut to 4 blocks (1.9B
+#    parameters: fp32 weights, gradients and AdamW take 31 GB) in bf16
+#    autocast (one device: torchtitan's AMP), batch 1 x 8192 tokens, AC off:
+#    tokens/s, MFU against the bf16 peak and peak memory against `titan
+#    estimate`; Llama 3 1B likewise; then torchtitan 0.2.2's own model in
+#    eager PyTorch on the same 8B-shaped model, batch and sequence (the
+#    bundle's torchtitan/, bench/torchtitan_eager/torchtitan_eager.py) and
+#    the ratio. Goal: titan >= 1.0x torchtitan eager, MFU >= 45 %.
+CAP=(--job.config_file "$CFG" --training.device cuda --training.seq_len 8192 --training.batch_size 1
+     --activation_checkpoint.mode none --lr_scheduler.warmup_steps 2)
+CAP8=("${CAP[@]}" --model.flavor 8B --model.n_layers 4)
+step capstone_8b_4blocks 150 'tokens/s|memory|loss  |error|Error' "$T" train "${CAP8[@]}" --training.steps 12 \
+  --metrics.log_freq 4 --job.dump_folder "$WORK/cap8b"
+step capstone_8b_estimate 30 'Total estimated|error|Error' "$T" estimate "${CAP8[@]}"
+step capstone_1b 120 'tokens/s|memory|loss  |error|Error' "$T" train "${CAP[@]}" --model.flavor 1B --training.steps 12 \
+  --metrics.log_freq 4 --job.dump_folder "$WORK/cap1b"
+TT_WHEEL="$BUNDLE/torchtitan/torchtitan-0.2.2-py3-none-any.whl"
+if [ -f "$TT_WHEEL" ]; then
+  step torchtitan_eager_8b_4blocks 150 'torchtitan eager|Error' "$PY" "$BUNDLE/torchtitan/torchtitan_eager.py" \
+    --torchtitan "$TT_WHEEL" --n-layers 4 --seq 8192 --batch 1 --steps 12 --warmup 4
+  cat >"$WORK/capstone_ratio.py" <<'EOF_RATIO'
+# capstone_ratio.py METRICS_JSONL TORCHTITAN_LOG: titan's median step after
+# 4 warm-up steps (its metrics.jsonl) beside torchtitan eager's line.
+import json, statistics, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+timed = [r for r in recs if r["step"] > 4] or recs
+tps = 8192 / statistics.median(r["step_time_s"] for r in timed)
+mfu = statistics.median(r["mfu_pct"] for r in timed)
+peak = max(r.get("memory", {}).get("max_allocated_bytes", 0) for r in recs)
+tt = [json.loads(l[l.index("{"):]) for l in open(sys.argv[2]) if '"torchtitan eager"' in l]
+line = f"capstone 8B-shaped, 4 blocks, 1 x 8192 bf16: titan {tps:.0f} tokens/s, MFU {mfu:.1f} %, peak {peak / 2**30:.1f} GiB"
+if tt:
+    t = tt[-1]
+    line += (f"; torchtitan eager {t['tokens_per_s']:.0f} tokens/s, peak {t['peak_bytes'] / 2**30:.1f} GiB; "
+             f"ratio titan / torchtitan {tps / t['tokens_per_s']:.3f}")
+print(line)
+EOF_RATIO
+  step capstone_vs_torchtitan 20 'capstone' "$PY" "$WORK/capstone_ratio.py" "$WORK/cap8b/metrics.jsonl" \
+    "$WORK/logs/torchtitan_eager_8b_4blocks.log"
+else
+  say "SKIP    torchtitan_eager_8b_4blocks (no torchtitan wheel in the bundle)"
+fi
 
 say "gpu_check: status $status after $((SECONDS - START)) s (whole logs and dumps: $WORK)"
 exit $status

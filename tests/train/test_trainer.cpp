@@ -189,7 +189,7 @@ TEST(Trainer, AutocastWithoutFsdpTracksTheFp32Loss) {
 
 TEST(Trainer, AutocastAppliesWithoutFsdpTpOrPpOnGpus) {
   using titan::parallel::ParallelDims;
-  using titan::train::autocast_dtype;
+  using titan::parallel::autocast_dtype;
   const c10::Device cuda(c10::kCUDA, 0), cpu(c10::kCPU);
   ParallelDims one;
   one.dp_shard = 1;

@@ -47,6 +47,9 @@ struct MetricsSection {
 struct ModelSection {
   std::string name = "llama3";         ///< model family (only "llama3")
   std::string flavor = "debugmodel";   ///< size: debugmodel, 1B, 3B, 8B, 70B, 405B
+  /// titan's: the flavor with this many transformer blocks instead of its
+  /// own (0 = the flavor's), e.g. an 8B-shaped model cut to fit one GPU.
+  int64_t n_layers = 0;
   std::string norm_type = "rmsnorm";   ///< normalisation layer
   /// attention backend (torchtitan's attn_type): "sdpa" (ATen's dispatch),
   /// "flash" (titan's CPU flash kernel) or "math" (explicit softmax)

@@ -54,6 +54,9 @@ std::vector<Field> make_fields() {
 
       TITAN_FIELD(model, name, "model family", "llama3"),
       TITAN_FIELD(model, flavor, "model size: debugmodel, 1B, 3B, 8B, 70B, 405B (checked by the model registry)"),
+      TITAN_FIELD(model, n_layers,
+                  "titan's: transformer blocks instead of the flavor's (0 = the flavor's), e.g. an 8B-shaped model "
+                  "that fits one GPU"),
       TITAN_FIELD(model, norm_type, "normalisation layer", "rmsnorm", "layernorm", "np_layernorm", "fused_rmsnorm"),
       TITAN_FIELD(model, attn_type,
                   "attention backend: sdpa (ATen's dispatch), flash (titan's flash kernels: CPU, and CUDA GPUs "

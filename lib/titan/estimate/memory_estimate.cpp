@@ -3,6 +3,8 @@
 // activations.hpp; the peak as the largest of the step's moments.
 #include "titan/estimate/memory_estimate.hpp"
 
+#include <ATen/Context.h>
+
 #include <algorithm>
 #include <map>
 
@@ -14,6 +16,7 @@
 #include "titan/models/llama3/flops.hpp"
 #include "titan/models/llama3/pipeline.hpp"
 #include "titan/models/llama3/transformer.hpp"
+#include "titan/parallel/mixed_precision.hpp"
 #include "titan/parallel/pipeline/schedule.hpp"
 #include "titan/util/error.hpp"
 #include "titan/util/strprintf.hpp"
@@ -123,7 +126,7 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
                          const std::optional<models::llama3::ModelArgs>& model_args) {
   JobEstimate e;
   e.flavor = model_args ? "custom" : cfg.model.flavor;
-  e.args = model_args ? *model_args : models::llama3::flavor_args(cfg.model.flavor);
+  e.args = model_args ? *model_args : models::llama3::flavor_args(cfg.model.flavor, cfg.model.n_layers);
   e.args.max_seq_len = cfg.training.seq_len;
   ModelArgs& args = e.args;
   e.dims = parallel::ParallelDims::from_config(cfg, world_size);
@@ -145,7 +148,13 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
   layout.sequence_parallel = dims.tp > 1 && cfg.training.enable_sequence_parallel;
   layout.loss_parallel = dims.tp > 1 && cfg.training.enable_loss_parallel;
   layout.attention = ops::parse_attention_backend(cfg.model.attn_type);
-  layout.activation_bytes = param_bytes;  // FSDP computes in param_dtype; otherwise fp32
+  // FSDP computes in param_dtype; without it one GPU and DDP autocast to it
+  // (parallel/mixed_precision.hpp), on the device `titan train` would pick
+  // here ("auto": a GPU when there is one); otherwise fp32.
+  const bool on_gpu = cfg.training.device == "cuda" || (cfg.training.device == "auto" && at::hasCUDA());
+  const std::optional<at::ScalarType> amp = parallel::autocast_dtype(
+      dims, cfg.training.mixed_precision_param, on_gpu ? c10::Device(c10::kCUDA) : c10::Device(c10::kCPU));
+  layout.activation_bytes = amp ? static_cast<int64_t>(c10::elementSize(*amp)) : param_bytes;
   const BlockActivations block = block_activations(args, layout);
   const HeadActivations head = head_activations(args, layout);
   const AcChoice ac = ac_choice(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option,
@@ -330,6 +339,7 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
   // The layout line and what is left out.
   std::string l = dims.describe();
   l += fsdp ? ", FSDP " + cfg.training.mixed_precision_param + " params" : (ddp ? ", DDP" : "");
+  if (amp) l += ", autocast " + cfg.training.mixed_precision_param;
   if (dims.tp > 1) l += layout.sequence_parallel ? ", TP+SP" : ", TP";
   if (pipelined) l += ", " + spec.describe();
   l += ", AC " + cfg.activation_checkpoint.mode;

@@ -4,16 +4,6 @@
 
 namespace titan::train {
 
-std::optional<at::ScalarType> autocast_dtype(const parallel::ParallelDims& dims,
-                                             const std::string& mixed_precision_param, const c10::Device& device,
-                                             bool on_cpu) {
-  if (dims.fsdp_enabled() || dims.tp_enabled() || dims.pp_enabled()) return std::nullopt;
-  if (device.is_cpu() && !on_cpu) return std::nullopt;
-  if (mixed_precision_param == "bfloat16") return at::kBFloat16;
-  if (mixed_precision_param == "float16") return at::kHalf;
-  return std::nullopt;
-}
-
 AutocastGuard::AutocastGuard(const c10::Device& device, std::optional<at::ScalarType> dtype) {
   if (!dtype) return;
   active_ = true;

@@ -1,11 +1,8 @@
 #pragma once
 /// @file
-/// @brief Mixed precision without FSDP: torchtitan's `maybe_enable_amp`.
-/// FSDP casts its gathered weights to [training] mixed_precision_param
-/// itself; single-device and DDP training instead run forward and loss
-/// under autocast to that dtype (torch.autocast), weights and optimizer in
-/// fp32. With TP or PP but no FSDP, torchtitan trains in fp32, and so does
-/// titan.
+/// @brief Mixed precision without FSDP: torchtitan's `maybe_enable_amp`,
+/// the scope that autocasts forward and loss to the dtype
+/// parallel::autocast_dtype picks for the layout.
 
 #include <ATen/core/ATen_fwd.h>
 #include <c10/core/Device.h>
@@ -14,18 +11,11 @@
 #include <optional>
 #include <string>
 
-#include "titan/parallel/parallel_dims.hpp"
+#include "titan/parallel/mixed_precision.hpp"
 
 namespace titan::train {
 
-/// @brief The dtype forward and loss autocast to, or none: none under FSDP
-/// (it casts), with TP or PP (torchtitan's rule), for a float32
-/// mixed_precision_param, and on the CPU unless `on_cpu` (the CPU's
-/// bf16 kernels are slow where it lacks bf16 instructions, and its runs
-/// are there to be compared in fp32; TrainerOptions::autocast_on_cpu).
-std::optional<at::ScalarType> autocast_dtype(const parallel::ParallelDims& dims,
-                                             const std::string& mixed_precision_param, const c10::Device& device,
-                                             bool on_cpu = false);
+using parallel::autocast_dtype;
 
 /// @brief Autocast to `dtype` on `device`'s type for this scope (nothing
 /// when dtype is none), as `with torch.autocast(...)`: the previous state

@@ -119,7 +119,8 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // Mixed precision without FSDP: torchtitan's AMP for one device and DDP.
   autocast_ = autocast_dtype(dims_, cfg_.training.mixed_precision_param, device_, options_.autocast_on_cpu);
 
-  args_ = options_.model_args ? *options_.model_args : models::llama3::flavor_args(cfg_.model.flavor);
+  args_ = options_.model_args ? *options_.model_args
+                              : models::llama3::flavor_args(cfg_.model.flavor, cfg_.model.n_layers);
   args_.max_seq_len = cfg_.training.seq_len;
   args_.attn_type = cfg_.model.attn_type;
   // block_causal from the config, or from a flavor that is block-causal by

@@ -118,4 +118,11 @@ ModelArgs flavor_args(const std::string& flavor) {
   return a;
 }
 
+ModelArgs flavor_args(const std::string& flavor, int64_t n_layers) {
+  TITAN_CHECK(n_layers >= 0, "[model] n_layers must be 0 (the flavor's) or a number of blocks, got ", n_layers);
+  ModelArgs a = flavor_args(flavor);
+  if (n_layers > 0) a.n_layers = n_layers;
+  return a;
+}
+
 }  // namespace titan::models::llama3

@@ -72,4 +72,8 @@ const std::vector<std::string>& flavor_names();
 /// lists the valid names for an unknown one.
 ModelArgs flavor_args(const std::string& flavor);
 
+/// @brief flavor_args(flavor) with `n_layers` transformer blocks when it is
+/// positive ([model] n_layers); a negative count is a one-line titan::Error.
+ModelArgs flavor_args(const std::string& flavor, int64_t n_layers);
+
 }  // namespace titan::models::llama3
