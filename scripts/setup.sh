@@ -55,4 +55,13 @@ if ((${#need[@]})); then
 else
   say "Python packages: all present ($VENV)"
 fi
+# torchtitan's own model code, without its dependencies (datasets, tyro,
+# torchdata...): bench/torchtitan_eager imports only the model and stubs the
+# rest, as on a GPU machine without network (a test checks that it runs).
+TORCHTITAN=0.2.2
+have=$("$VENV/bin/python" -c "import importlib.metadata as m; print(m.version('torchtitan'))" 2>/dev/null || true)
+if [ "$have" != "$TORCHTITAN" ]; then
+  say "installing torchtitan==$TORCHTITAN (no dependencies)"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps "torchtitan==$TORCHTITAN"
+fi
 say "done"

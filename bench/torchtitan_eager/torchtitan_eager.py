@@ -8,7 +8,7 @@ divided by the batch's target count, fused AdamW with torchtitan's defaults
 one loss.item() per step. The reference titan's capstone is measured
 against (scripts/gpu_check.sh, step 9).
 
-torchtitan is imported from --torchtitan: its wheel (unpacked to a
+torchtitan is imported from --torchtitan (else the installed one): its wheel (unpacked to a
 temporary folder: some of its packages have no __init__.py, which a zip
 import does not find) or a source folder. Only its model code runs; the modules its
 packages import on the way that this machine lacks (datasets, tyro,
@@ -121,7 +121,7 @@ def install_stubs(forced):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--torchtitan", required=True, help="torchtitan's wheel or source folder")
+    p.add_argument("--torchtitan", default="", help="torchtitan's wheel or source folder (default: the installed one)")
     p.add_argument("--stub", default="", help="comma-separated modules to stub even when installed")
     p.add_argument("--dim", type=int, default=4096)
     p.add_argument("--n-layers", type=int, default=4)
@@ -146,7 +146,8 @@ def main():
     if where.endswith(".whl"):
         where = tempfile.mkdtemp(prefix="torchtitan_")
         zipfile.ZipFile(a.torchtitan).extractall(where)
-    sys.path.insert(0, where)
+    if where:
+        sys.path.insert(0, where)
     import torch
 
     from torchtitan.models.llama3.model.args import TransformerModelArgs
