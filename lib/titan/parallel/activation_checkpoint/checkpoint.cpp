@@ -1,6 +1,7 @@
 #include "titan/parallel/activation_checkpoint/checkpoint.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/core/Generator.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/function.h>
@@ -37,12 +38,51 @@ void restore_rng(RngState r) {  // a copy: Generator handles share their impl
   r.gen.set_state(at::Tensor(r.state));
 }
 
+// Whether the forward ran under autocast (mixed precision without FSDP),
+// and to which dtype: the recompute, which runs in backward outside the
+// autocast scope, must compute as the forward did (torch's checkpoint
+// keeps the autocast state the same way).
+struct AutocastState {
+  c10::DeviceType device = c10::DeviceType::CPU;
+  bool enabled = false;
+  at::ScalarType dtype = at::kFloat;
+};
+
+AutocastState capture_autocast(const c10::Device& device) {
+  return {device.type(), at::autocast::is_autocast_enabled(device.type()),
+          at::autocast::get_autocast_dtype(device.type())};
+}
+
+// Puts `s` in force for a scope, then what was there before. Like
+// torch.autocast it counts as a nesting level, so that the weights it casts
+// are dropped from autocast's cache at its end: the optimizer updates them
+// in place before the next forward, which must not find stale copies.
+class AutocastRestore {
+ public:
+  explicit AutocastRestore(const AutocastState& s) : before_(capture_autocast(c10::Device(s.device))) {
+    set(s);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastRestore() {
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    set(before_);
+  }
+
+ private:
+  static void set(const AutocastState& s) {
+    at::autocast::set_autocast_enabled(s.device, s.enabled);
+    at::autocast::set_autocast_dtype(s.device, s.dtype);
+  }
+  AutocastState before_;
+};
+
 // The grad_fn of a checkpointed output: recompute, then backward.
 struct CheckpointBackward : torch::autograd::Node {
   std::function<at::Tensor(const at::Tensor&)> fn;
   at::Tensor input;  // detached
   bool input_requires_grad = false;
   RngState rng;
+  AutocastState amp;
   std::string name() const override { return "titan::ac::CheckpointBackward"; }
 
   variable_list apply(variable_list&& grads) override {
@@ -57,6 +97,7 @@ struct CheckpointBackward : torch::autograd::Node {
     {
       ops::RecomputeScope recompute;
       at::AutoGradMode grad_on(true);
+      const AutocastRestore as_in_forward(amp);
       y = fn(x);
     }
     restore_rng(now);
@@ -75,6 +116,7 @@ at::Tensor checkpoint(std::function<at::Tensor(const at::Tensor&)> fn, const at:
   if (!at::GradMode::is_enabled()) return fn(input);
   auto node = std::shared_ptr<CheckpointBackward>(new CheckpointBackward(), torch::autograd::deleteNode);
   node->rng = capture_rng(input.device());
+  node->amp = capture_autocast(input.device());
   at::Tensor out;
   {
     at::NoGradGuard no_grad;
@@ -141,7 +183,10 @@ class CacheScope {
 };
 
 // y = x Wᵀ whose value is given (kept from the forward) and whose backward
-// is linear's: grad_x = g W, grad_W = gᵀ x.
+// is linear's: grad_x = g W, grad_W = gᵀ x. Under autocast the forward
+// multiplied in y's dtype (bf16) with W cast to it: so does the backward,
+// and each gradient goes back in its input's dtype (the fp32 weight's
+// gradient through the cast, as autograd's own cast node would).
 struct CachedLinear : public torch::autograd::Function<CachedLinear> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
                             const at::Tensor& y) {
@@ -153,8 +198,10 @@ struct CachedLinear : public torch::autograd::Function<CachedLinear> {
     const at::Tensor& x = saved[0];
     const at::Tensor& w = saved[1];
     const at::Tensor g = grads[0];
-    at::Tensor grad_x = at::matmul(g, w);
-    at::Tensor grad_w = at::matmul(g.reshape({-1, g.size(-1)}).t(), x.reshape({-1, x.size(-1)}));
+    const at::ScalarType compute = g.scalar_type();
+    at::Tensor grad_x = at::matmul(g, w.to(compute)).to(x.scalar_type());
+    at::Tensor grad_w =
+        at::matmul(g.reshape({-1, g.size(-1)}).t(), x.to(compute).reshape({-1, x.size(-1)})).to(w.scalar_type());
     return {grad_x, grad_w, at::Tensor()};
   }
 };
