@@ -44,9 +44,6 @@ at::Tensor cast_scaled(const at::Tensor& x, const at::Tensor& scale, at::ScalarT
   return (x.detach().to(at::kFloat) * scale).clamp(-fmax, fmax).to(dtype);
 }
 
-// _scaled_mm wants its second operand column-major.
-at::Tensor column_major(const at::Tensor& m) { return m.t().contiguous().t(); }
-
 // cuBLASLt's float8 GEMMs (and so _scaled_mm) need every dimension to be a
 // multiple of 16. The features are (convert_to_float8_training skips other
 // Linears); the token count is the forward's M and grad_W's K, so a batch x
@@ -269,6 +266,8 @@ std::vector<Float8Hook*> hooks_under(torch::nn::Module& root) {
 // path: the float8 configs of train_configs/ took 209 s (llama3_405b) and
 // over 600 s (llama3_8b_h100x8) where they take 9-11 s on a CPU without
 // AMX. Computing it here gives every CPU the same speed and the same bits.
+
+at::Tensor column_major(const at::Tensor& m) { return m.t().contiguous().t(); }
 
 at::Tensor scaled_mm(const Scaled& a, const Scaled& b_colmajor, at::ScalarType out, bool fast_accum) {
   const at::Tensor inv_a = a.scale.reciprocal(), inv_b = b_colmajor.scale.reciprocal();

@@ -74,6 +74,10 @@ at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const dist::P
 /// ones (CUDA only; the CPU has one exact fp32 way).
 at::Tensor scaled_mm(const Scaled& a, const Scaled& b_colmajor, at::ScalarType out, bool fast_accum);
 
+/// @brief `m` [K, N] with the same values laid out column-major (the
+/// layout scaled_mm's second operand needs).
+at::Tensor column_major(const at::Tensor& m);
+
 /// @brief A float8 Linear as code that runs its GEMMs itself sees it
 /// (async TP's ring): the group its amaxes are taken over and its weight in
 /// e4m3 with its scale, as its own forward would cast it.

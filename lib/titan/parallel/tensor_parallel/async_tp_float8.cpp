@@ -37,12 +37,10 @@
 namespace titan::tp {
 namespace {
 
+using float8::column_major;
 using float8::Scaled;
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
-
-// _scaled_mm takes its second operand column-major.
-at::Tensor column_major(const at::Tensor& m) { return m.t().contiguous().t(); }
 
 // [b, c, k] float8 rows times the column-major [k, o] weight: [b, c, o].
 at::Tensor chunk_mm(const at::Tensor& rows, const at::Tensor& rows_scale, const Scaled& b_colmajor,
