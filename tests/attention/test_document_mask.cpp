@@ -153,7 +153,7 @@ TEST(DocumentMask, ModelEqualsEachDocumentAlone) {
   }
 }
 
-// Issue 27: a batch's doc_start is checked (on a GPU: copied to the host)
+// A batch's doc_start is checked (on a GPU: copied to the host)
 // once, not in every layer's forward and backward. The same unchanged
 // tensor hits the cache; an in-place change (its version moves) or another
 // tensor is checked again, and bad bounds still throw every time.

@@ -525,7 +525,7 @@ TEST(TorchtitanConfig, UnknownNestedSectionsAndKeysStillFail) {
   EXPECT_NE(error_of([] { load_text("[quantize]\nfoo = 1\n"); }).find("unknown"), std::string::npos);
 }
 
-TEST(TorchtitanConfig, SeedConfigsStillLoadAndPassTheGates) {
+TEST(TorchtitanConfig, TheRepositorysTrainConfigsLoadAndPassTheGates) {
   for (const char* f : {"train_configs/llama3_8b.toml", "train_configs/llama3_70b.toml",
                         "train_configs/llama3_405b.toml", "train_configs/debug_model.toml"}) {
     JobConfig c;

@@ -195,7 +195,7 @@ TEST(CpuPeak, OldSchemaIsRemeasured) {
   EXPECT_TRUE(cpu_peak_flops(small(cache)).from_cache);
 }
 
-// Issue 12's cache: 43 GFLOP/s for 1 thread next to 186 for 2 threads. Two
+// A cache once held 43 GFLOP/s for 1 thread next to 186 for 2 threads. Two
 // threads cannot do more than twice one thread's work (15 % allowed), so
 // the 1-thread figure was measured under contention and is re-measured.
 TEST(CpuPeak, InconsistentNeighbourIsRemeasured) {

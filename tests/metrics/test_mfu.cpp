@@ -55,7 +55,7 @@ TEST(PeakFlops, Fp32UsesTf32OrCudaCorePeaks) {
             "fp32 (no tensor cores)");
 }
 
-// Issue 27: the trainer looked the peak up for fp32 whatever the run, so a
+// The trainer once looked the peak up for fp32 whatever the run, so a
 // bf16 FSDP run on an H200 was measured against 67 TFLOP/s, not 989.
 TEST(PeakFlops, ComputeDtypeIsTheFsdpParamDtypeElseFp32) {
   EXPECT_EQ(compute_dtype_for_peak(true, "bfloat16"), at::kBFloat16);

@@ -1,4 +1,4 @@
-// Issue 12: `titan train --nproc 4` on a 2-core machine from an empty
+// `titan train --nproc 4` on a 2-core machine from an empty
 // calibration cache must never log an MFU above 100 %. Four emulated ranks
 // on two cores is the case that broke: the ranks all calibrated the CPU
 // peak at once, each saw half a core, the cache kept that figure, and the

@@ -145,7 +145,7 @@ TEST(GradClipSharded, WithoutTheGroupEachRankSeesOnlyItsShard) {
   EXPECT_NEAR(std::sqrt(partial.item<double>()), global, 1e-9 * global);
 }
 
-// Issue 27: the trainer's step clips on the device (total_grad_norm_tensor,
+// The trainer's step clips on the device (total_grad_norm_tensor,
 // scale_grads by a tensor) so that the norm reaches the host only in the
 // step's one copy. Same norm and same clipped gradients, bit for bit, as
 // the host path, sharded or not, below and above the limit, and NaN/inf

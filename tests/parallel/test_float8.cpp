@@ -235,7 +235,7 @@ TEST(Float8Rowwise, RecipeNamesAndCombinationsAreChecked) {
 }  // namespace rowwise
 }  // namespace
 
-// Issue 27: on CUDA, _scaled_mm needs grad_W's K, the token count, to be a
+// On CUDA, _scaled_mm needs grad_W's K, the token count, to be a
 // multiple of 16; the float8 Linear says so in one line naming a batch x seq
 // that fits, instead of failing inside cuBLAS in backward. (The check runs on
 // CUDA only; its message is pure arithmetic, tested here.)

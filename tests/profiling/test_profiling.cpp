@@ -87,7 +87,7 @@ TEST(ProfilingTrainer, TraceHoldsTheStepsRangesNested) {
               events.size(), step->dur, fwd.dur, mm_in_forward);
 }
 
-// Issue 27: CUDA's allocator history records no C++ stacks unless asked
+// CUDA's allocator history records no C++ stacks unless asked
 // (unwinding per allocation and symbolising at the snapshot cost minutes).
 TEST(MemorySnapshot, CudaHistoryStacksAreCheapByDefault) {
   using titan::profiling::detail::cuda_history_stacks;

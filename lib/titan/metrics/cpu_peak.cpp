@@ -105,8 +105,8 @@ bool usable(const json& e) {
 // Why the figure `f` for `t` threads cannot be right next to `f2` for `t2`
 // threads ("" = they agree): more threads reaching a higher rate *per
 // thread* (by more than 15 %, room for clocks and noise) is what a too-low
-// figure for fewer threads looks like — issue 12's 43 GFLOP/s for 1 thread
-// next to 186 for 2. (More threads being slower is no such evidence: SMT
+// figure for fewer threads looks like — a cache once held 43 GFLOP/s for 1
+// thread next to 186 for 2. (More threads being slower is no such evidence: SMT
 // siblings and thread counts above the core count are legitimately slower.)
 std::string conflict(int t, double f, int t2, double f2) {
   std::ostringstream why;

@@ -11,7 +11,7 @@
 /// The way to get one is to calibrate while something else computes on the
 /// same cores: four emulated ranks on two cores that all calibrate at once
 /// each see about half a core, and a cache that keeps that figure poisons
-/// every later run (issue 12: "mfu: 118%"). So:
+/// every later run (it once logged "mfu: 118%"). So:
 ///
 /// 1. **One calibration at a time per machine.** cpu_peak_flops() holds an
 ///    exclusive flock(2) on `<cache>.lock` while it reads, measures and
