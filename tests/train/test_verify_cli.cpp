@@ -48,7 +48,7 @@ TEST(VerifyCli, FsdpAndFsdpTimesTpTrainAsOneProcess) {
   ScratchDir dir("verify_ok");
   auto r = run_command(verify_run(dir, 2));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_HAS(r.output, "titan verify: dp_shard=2 on 2 ranks against one process");
+  EXPECT_HAS(r.output, "titan verify: dp_shard=2 on 2 ranks against one process reading the batches of 2 data-parallel ranks");
   EXPECT_HAS(r.output, "verdict: the layout trains as one process does (2 steps within the bounds)");
   EXPECT_HAS(r.output, "dp_shard");  // its bytes per step
   EXPECT_HAS(r.output, "layers.0.attention");

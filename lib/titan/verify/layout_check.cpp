@@ -155,11 +155,12 @@ LayoutCheckReport check_layout(const config::JobConfig& job, const LayoutCheckOp
 
 std::string format_layout_check(const LayoutCheckReport& r) {
   std::string out = strprintf(
-      "titan verify: %s on %d ranks against one process reading the %lld data-parallel ranks' batches, %zu steps, "
-      "fp32\n"
+      "titan verify: %s on %d rank%s against one process reading the batches of %lld data-parallel rank%s, %zu "
+      "steps, fp32\n"
       "  bounds: loss and gradient norm %.1e relative, weights %.1e absolute (fp32 rounding: the equivalence "
       "matrix measured 1.4e-7 and 7.0e-5 at worst)\n\n",
-      r.layout.c_str(), r.world_size, static_cast<long long>(r.emulated_ranks), r.steps.size(), r.options.rel_tol,
+      r.layout.c_str(), r.world_size, r.world_size == 1 ? "" : "s", static_cast<long long>(r.emulated_ranks),
+      r.emulated_ranks == 1 ? "" : "s", r.steps.size(), r.options.rel_tol,
       r.options.weight_tol);
   out += strprintf("  %4s  %12s  %12s  %9s  %9s  %9s  %-34s  %s\n", "step", "loss", "1 process", "rel diff",
                    "norm diff", "max |dw|", "where", "verdict");
