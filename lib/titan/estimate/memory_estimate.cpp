@@ -244,6 +244,14 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
     const double flow = block.grad_transient * tokens;
 
     auto gathered = [&](const Block& b) { return fsdp ? static_cast<double>(param_bytes * b.unit.gathered_numel) : 0.0; };
+    // Under autocast each matmul's weight is cast to the compute dtype and
+    // autograd keeps the cast until that matmul's backward: a block's casts
+    // live from its forward to its backward (a checkpointed block's only
+    // during its recompute), the LM head's until the loss's backward. The
+    // embedding is not cast (a lookup).
+    const double amp_bytes = amp ? static_cast<double>(c10::elementSize(*amp)) : 0.0;
+    auto cast = [&](const Block& b) { return amp_bytes * static_cast<double>(b.unit.gathered_numel); };
+    const double head_cast = has_last ? amp_bytes * static_cast<double>(root.output_and_norm_numel) : 0.0;
     const double root_gathered = fsdp ? static_cast<double>(param_bytes * root.gathered_numel) : 0.0;
     auto local_grads = [&](const Block& b) { return offload ? 0.0 : 4.0 * static_cast<double>(b.unit.shard_numel); };
     // Gradients of the norm and LM head come first in backward; under FSDP
@@ -289,8 +297,9 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
       start.phase = "start of backward";
       start.activations = head_in + head_saved;
       for (const Block& b : blocks) start.activations += kept(b);
-      start.gathered = root_gathered;
+      start.gathered = root_gathered + head_cast;
       for (const Block& b : blocks) start.gathered += blocks_reshard && &b != &blocks.back() ? 0.0 : gathered(b);
+      for (const Block& b : blocks) start.gathered += b.wrapped ? 0.0 : cast(b);
       start.grads = accumulating ? all_grads : 0.0;
       start.transient = head_transient;
       moments.push_back(start);
@@ -306,7 +315,8 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
         double done = head_grads;
         for (size_t j = i + 1; j < blocks.size(); ++j) done += local_grads(blocks[j]);
         m.grads = accumulating ? all_grads + (fsdp ? head_grads : 0.0) : done;
-        m.gathered = root_gathered + gathered(blocks[i]);
+        m.gathered = root_gathered + gathered(blocks[i]) + cast(blocks[i]);
+        for (size_t j = 0; j < i; ++j) m.gathered += blocks[j].wrapped ? 0.0 : cast(blocks[j]);
         // The next block to run backward was freed after forward and is prefetched now.
         if (fsdp && blocks_reshard && i > 0) m.gathered += gathered(blocks[i - 1]);
         m.transient = flow;

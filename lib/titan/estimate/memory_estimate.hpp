@@ -50,7 +50,9 @@ struct RankMemory {
   int64_t ddp_buckets = 0;      ///< DDP's flat gradient buckets (DDP only)
   /// At the peak: activations kept for backward (all micro-batches in flight).
   int64_t activations = 0;
-  int64_t fsdp_gathered = 0;    ///< at the peak: unsharded weights alive (param dtype)
+  /// At the peak: weights alive in the compute dtype besides the fp32 ones:
+  /// FSDP's unsharded (param dtype), or autocast's casts without FSDP.
+  int64_t fsdp_gathered = 0;
   int64_t gradients_at_peak = 0;  ///< at the peak: gradients already made (incl. unsharded ones)
   int64_t transient = 0;        ///< at the peak: backward's gradients in flight, reduce-scatter buffers
   int64_t peak = 0;             ///< the sum: the estimated peak of tensor memory
