@@ -55,6 +55,23 @@ TEST(Llama3Flavors, DimensionsAndFfnHidden) {
   }
 }
 
+// [model] n_layers: the flavor's shape with fewer (or more) blocks, e.g. an
+// 8B-shaped model that fits one GPU; 0 keeps the flavor's; negative is one line.
+TEST(Llama3Flavors, NLayersOverridesOnlyTheBlockCount) {
+  const ModelArgs full = flavor_args("8B"), cut = flavor_args("8B", 4), same = flavor_args("8B", 0);
+  EXPECT_EQ(cut.n_layers, 4);
+  EXPECT_EQ(same.n_layers, full.n_layers);
+  EXPECT_EQ(cut.dim, full.dim);
+  EXPECT_EQ(cut.ffn_hidden_dim(), full.ffn_hidden_dim());
+  EXPECT_EQ(cut.vocab_size, full.vocab_size);
+  try {
+    flavor_args("8B", -1);
+    FAIL() << "no error";
+  } catch (const titan::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[model] n_layers"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Llama3Flavors, UnknownFlavorIsOneLineErrorListingValidOnes) {
   try {
     flavor_args("7B");
