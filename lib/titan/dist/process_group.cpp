@@ -257,6 +257,28 @@ at::Tensor ProcessGroup::all_gather(const at::Tensor& tensor, int64_t dim) const
   return output.movedim(0, dim).contiguous();
 }
 
+std::shared_ptr<PendingWork> ProcessGroup::all_gather_async(const at::Tensor& input, at::Tensor output) const {
+  TITAN_CHECK(input.is_contiguous() && output.is_contiguous(), "all_gather on ", describe(),
+              " needs contiguous tensors");
+  TITAN_CHECK(output.numel() == input.numel() * size() && input.scalar_type() == output.scalar_type(),
+              "all_gather on ", describe(), ": output of ", output.numel(), " elements (", output.scalar_type(),
+              ") is not ", size(), " inputs of ", input.numel(), " (", input.scalar_type(), ")");
+  CommRecord record = start_record(CommOp::AllGather, nbytes(output));
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    c10d::AllgatherOptions opts;
+    opts.timeout = timeout_;
+    at::Tensor in = input;  // the backend takes non-const references
+    work = backend_->_allgather_base(output, in, opts);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail("all_gather", e.what(), 0.0);
+  }
+  // The lambda holds both buffers until the collective is done.
+  return std::make_shared<PendingWork>(this, std::move(record), std::move(work), [input, output]() {});
+}
+
 at::Tensor ProcessGroup::all_gather_uneven(const at::Tensor& tensor, int64_t dim) const {
   dim = at::maybe_wrap_dim(dim, tensor.dim());
   at::Tensor my_size = at::full({1}, tensor.size(dim), at::TensorOptions().dtype(at::kLong).device(tensor.device()));

@@ -111,6 +111,12 @@ class ProcessGroup {
   /// a contiguous tensor whatever `dim` (one copy when dim != 0, instead of
   /// one per consumer).
   at::Tensor all_gather(const at::Tensor& tensor, int64_t dim = 0) const;
+  /// Starts an all-gather of the contiguous, flat `input` into the
+  /// contiguous `output` (output.numel() == size() · input.numel(), same
+  /// dtype; rank-major) and returns at once: FSDP prefetches a unit's
+  /// weights this way while the unit before computes. `output` is valid
+  /// after wait(); both tensors are kept alive until then.
+  std::shared_ptr<PendingWork> all_gather_async(const at::Tensor& input, at::Tensor output) const;
   /// Like all_gather, but members may differ in size along `dim`: sizes are
   /// exchanged first, shards padded to the largest, the padding dropped.
   at::Tensor all_gather_uneven(const at::Tensor& tensor, int64_t dim = 0) const;

@@ -170,29 +170,12 @@ void FsdpUnit::issue_all_gather(bool prefetch) {
   gather_in_ = shard_send_buffer();
   gather_out_ = at::empty({g.size() * gather_numel_}, gather_in_.options());
   // One all-gather for the whole unit (FSDP2 groups a unit's parameters the
-  // same way): fewer, larger messages. Issued without waiting, so compute
-  // can run while it is in flight; unshard() waits.
-  dist::CommRecord rec;
-  rec.op = dist::CommOp::AllGather;
-  rec.group = g.name();
-  rec.group_size = g.size();
-  rec.payload_bytes = gather_out_.numel() * gather_out_.element_size();
-  rec.wire_bytes = static_cast<int64_t>(dist::all_gather_bytes(double(rec.payload_bytes), g.size()));
-  rec.step = dist::CommLog::instance().current_step();
-  rec.start_us = now_us();
-  gather_issued_us_ = rec.start_us;
+  // same way): fewer, larger messages. Issued without waiting, through the
+  // ProcessGroup like every collective (its record, its failure message),
+  // so compute can run while it is in flight; unshard() waits.
+  gather_issued_us_ = now_us();
   gather_prefetched_ = prefetch;
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    c10d::AllgatherOptions opts;
-    opts.timeout = g.timeout();
-    work = g.backend()->_allgather_base(gather_out_, gather_in_, opts);
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    g.fail("all_gather", e.what(), 0.0);
-  }
-  pending_ = std::make_shared<dist::PendingWork>(&g, rec, std::move(work), nullptr);
+  pending_ = g.all_gather_async(gather_in_, gather_out_);
 }
 
 void FsdpUnit::unshard() {
