@@ -7,8 +7,14 @@
 #include <cstdlib>
 #include <regex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "support/run_command.hpp"
+#include "titan/config/job_config.hpp"
+#include "titan/models/llama3/model_args.hpp"
+#include "titan/parallel/parallel_dims.hpp"
+#include "titan/verify/comm_count.hpp"
 #include "titan/verify/layout_check.hpp"
 #include "train_test_util.hpp"
 
@@ -51,6 +57,7 @@ TEST(VerifyCli, FsdpAndFsdpTimesTpTrainAsOneProcess) {
   EXPECT_HAS(r.output, "titan verify: dp_shard=2 on 2 ranks against one process reading the batches of 2 data-parallel ranks");
   EXPECT_HAS(r.output, "verdict: the layout trains as one process does (2 steps within the bounds)");
   EXPECT_HAS(r.output, "dp_shard");  // its bytes per step
+  EXPECT_HAS(r.output, "communication: every dimension sent what the analytic count says, every step");
   EXPECT_HAS(r.output, "layers.0.attention");
   // The table's own numbers, against the default bounds (measured here:
   // losses ~6e-8, weights ~1e-6).
@@ -62,6 +69,90 @@ TEST(VerifyCli, FsdpAndFsdpTimesTpTrainAsOneProcess) {
   ASSERT_EQ(tp.exit_code, 0) << tp.output;
   EXPECT_HAS(tp.output, "verdict: the layout trains as one process does");
   EXPECT_HAS(tp.output, "tp ");
+  EXPECT_HAS(tp.output, "communication: every dimension sent what the analytic count says, every step");
+}
+
+// The analytic count of verify/comm_count.hpp against what the CommLog
+// measured, over layouts that exercise each of its terms: DDP with
+// accumulation (one all-reduce per step), HSDP (the shards all-reduced
+// over dp_replicate), CP's ring with TP and full AC (recomputed
+// collectives), an interleaved pipeline over FSDP (stages on one rank,
+// the shape handshake of step 1), PP x TP with loss parallelism, plain TP
+// without SP with selective AC, and ZBV (stages handed over on one rank).
+// Each run is 2 steps; every dimension's ops and bytes must match.
+TEST(VerifyCli, EveryModelledLayoutSendsWhatTheCountSays) {
+  ScratchDir dir("verify_comm");
+  const std::vector<std::pair<int, std::string>> layouts = {
+      {2, "--training.data_parallel_replicate_degree 2 --training.global_batch_size 8"},
+      {4, "--training.data_parallel_replicate_degree 2"},
+      {4, "--training.context_parallel_degree 2 --training.tensor_parallel_degree 2 "
+          "--training.context_parallel_rotate_method alltoall --activation_checkpoint.mode full"},
+      {4, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule Interleaved1F1B"},
+      {4, "--experimental.pipeline_parallel_degree 2 --training.tensor_parallel_degree 2 "
+          "--training.enable_loss_parallel true"},
+      {2, "--training.tensor_parallel_degree 2 --training.enable_sequence_parallel false "
+          "--activation_checkpoint.mode selective"},
+      {2, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule ZBVZeroBubble"},
+  };
+  for (const auto& [nproc, flags] : layouts) {
+    auto r = run_command(verify_run(dir, nproc, flags));
+    ASSERT_EQ(r.exit_code, 0) << flags << "\n" << r.output;
+    EXPECT_HAS(r.output, "communication: every dimension sent what the analytic count says, every step");
+    const size_t at = r.output.find("bytes rank 0 sent");
+    std::printf("%s:\n%s\n", flags.c_str(), r.output.substr(at, r.output.find("largest", at) - at).c_str());
+  }
+}
+
+// A layout the count does not cover says so and compares nothing.
+TEST(VerifyCli, Float8IsNotCounted) {
+  titan::config::JobConfig cfg;
+  cfg.float8.enable_float8_linear = true;
+  const auto dims = titan::parallel::ParallelDims::from_config(cfg, 2);
+  const auto e = titan::verify::expected_step_comm(cfg, dims, titan::models::llama3::flavor_args("debugmodel"), true);
+  EXPECT_FALSE(e.modelled);
+  EXPECT_EQ(e.not_modelled_because, "float8 linears");
+}
+
+// FSDP 2 on the debug model (dim 256, 16 heads of 16, FFN 768, vocab
+// 2048, 6 blocks), 2 sequences of 32 tokens, by hand: a block's weights
+// are 4·256·256 (wq, wk, wv, wo) + 3·768·256 (w1, w2, w3) + 2·256 (norms)
+// = 852,480 floats = 3,409,920 bytes; the root's 2·2048·256 + 256 =
+// 1,048,832 floats = 4,195,328 bytes. Over 2 ranks each all-gather and
+// reduce-scatter sends half its payload and an all-reduce all of it.
+// Blocks 0-4 gather twice (freed after forward), block 5 and the root
+// once; every unit reduce-scatters once; the scalars are the target
+// count, the loss and tokens, the largest loss and the gradient norm.
+TEST(VerifyCli, TheCountOfFsdpTwoByHand) {
+  titan::config::JobConfig cfg;
+  cfg.training.seq_len = 32;
+  cfg.training.batch_size = 2;
+  cfg.training.mixed_precision_param = "float32";
+  const auto dims = titan::parallel::ParallelDims::from_config(cfg, 2);
+  const auto e = titan::verify::expected_step_comm(cfg, dims, titan::models::llama3::flavor_args("debugmodel"), true);
+  ASSERT_TRUE(e.modelled) << e.not_modelled_because;
+  ASSERT_EQ(e.comm.size(), 1u);
+  const auto& g = e.comm.at("dp_shard");
+  using titan::verify::CommKind;
+  EXPECT_EQ(g.at(CommKind::AllGather).ops, 12);
+  EXPECT_DOUBLE_EQ(g.at(CommKind::AllGather).bytes, 11 * 1704960.0 + 2097664.0);
+  EXPECT_EQ(g.at(CommKind::ReduceScatter).ops, 7);
+  EXPECT_DOUBLE_EQ(g.at(CommKind::ReduceScatter).bytes, 6 * 1704960.0 + 2097664.0);
+  EXPECT_EQ(g.at(CommKind::AllReduce).ops, 4);
+  EXPECT_DOUBLE_EQ(g.at(CommKind::AllReduce).bytes, 8 + 16 + 8 + 8);
+}
+
+// A difference names the group, the kind, and both counts.
+TEST(VerifyCli, ADifferenceIsNamed) {
+  using titan::verify::CommKind;
+  titan::verify::StepComm want, got;
+  want["dp_shard"][CommKind::AllGather] = {11, 11 * 1024.0};
+  got["dp_shard"][CommKind::AllGather] = {12, 12 * 1024.0};
+  got["tp"][CommKind::AllReduce] = {1, 8};
+  want["tp"][CommKind::AllReduce] = {1, 8.4};  // within the rounding of one op
+  const auto d = titan::verify::comm_differences(got, want);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0], "dp_shard all_gather: 12 ops, 12.00 KiB measured; 11 ops, 11.00 KiB by the count");
+  EXPECT_TRUE(titan::verify::comm_differences(want, want).empty());
 }
 
 // Rank 1 flips the sign of its gradient shards (TITAN_FAULT_SCALE_GRADS):

@@ -59,7 +59,6 @@ CommLog& CommLog::instance() {
 void CommLog::record(CommRecord r) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!enabled_) return;
-  r.step = step_;
   records_.push_back(std::move(r));
 }
 

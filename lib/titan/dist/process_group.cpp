@@ -194,6 +194,9 @@ CommRecord ProcessGroup::start_record(CommOp op, int64_t payload_bytes) const {
   r.payload_bytes = payload_bytes;
   r.wire_bytes = static_cast<int64_t>(analytic_bytes(op, double(payload_bytes), size()));
   r.start_us = CommLog::instance().now_us();
+  // The step it starts in: an asynchronous op is recorded when it is
+  // waited for, which may be after the next begin_step.
+  r.step = CommLog::instance().current_step();
   return r;
 }
 

@@ -31,17 +31,17 @@ train::TrainerOptions quiet_options() {
   return o;
 }
 
-std::map<std::string, int64_t> comm_bytes_of_step(int64_t step) {
-  std::map<std::string, int64_t> out;
-  for (const dist::CommRecord& r : dist::CommLog::instance().records_of_step(step)) out[r.group] += r.wire_bytes;
-  return out;
-}
-
 }  // namespace
 
 int64_t LayoutCheckReport::first_failed_step() const {
   for (const LayoutCheckStep& s : steps)
     if (!s.passed) return s.step;
+  return 0;
+}
+
+int64_t LayoutCheckReport::first_comm_difference_step() const {
+  for (const LayoutCheckStep& s : steps)
+    if (!s.comm_differences.empty()) return s.step;
   return 0;
 }
 
@@ -87,7 +87,8 @@ LayoutCheckReport check_layout(const config::JobConfig& job, const LayoutCheckOp
   // (collective), kept on rank 0 for the reference to meet.
   std::vector<train::StepResult> parallel_steps;
   std::vector<std::map<std::string, at::Tensor>> parallel_weights;
-  std::map<int64_t, std::map<std::string, int64_t>> comm;
+  std::map<int64_t, StepComm> comm;
+  std::map<int64_t, ExpectedComm> expected;
   bool on_rank0 = true;
   {
     config::JobConfig pc = cfg;
@@ -107,7 +108,9 @@ LayoutCheckReport check_layout(const config::JobConfig& job, const LayoutCheckOp
       if (on_rank0) {
         for (auto& [name, t] : w) t = t.to(at::kCPU, at::kDouble);
         parallel_weights.push_back(std::move(w));
-        comm[s] = comm_bytes_of_step(s);
+        comm[s] = measured_step_comm(s);
+        expected[s] = expected_step_comm(trainer.config(), dims, trainer.model()->args(),
+                                         /*first_step=*/s == 1);
       }
     }
   }
@@ -145,7 +148,14 @@ LayoutCheckReport check_layout(const config::JobConfig& job, const LayoutCheckOp
       g = std::max(g, d);
       if (d > row.max_weight_diff || std::isnan(d)) row.max_weight_diff = d, row.worst_parameter = name;
     }
-    row.comm_bytes = comm[s];
+    row.comm = comm[s];
+    const ExpectedComm& e = expected[s];
+    if (e.modelled) {
+      row.expected_comm = e.comm;
+      row.comm_differences = comm_differences(row.comm, row.expected_comm);
+    } else {
+      report.comm_not_modelled_because = e.not_modelled_because;
+    }
     row.passed = within(row.loss_rel, options.rel_tol) && within(row.grad_norm_rel, options.rel_tol) &&
                  within(row.max_weight_diff, options.weight_tol);
     report.steps.push_back(std::move(row));
@@ -168,14 +178,24 @@ std::string format_layout_check(const LayoutCheckReport& r) {
     out += strprintf("  %4lld  %12.8f  %12.8f  %9.2e  %9.2e  %9.2e  %-34s  %s\n", static_cast<long long>(s.step),
                      s.loss, s.ref_loss, s.loss_rel, s.grad_norm_rel, s.max_weight_diff, s.worst_parameter.c_str(),
                      s.passed ? "ok" : "DIVERGES");
-  // What each mesh dimension carried per step (rank 0's sends).
-  out += "\n  bytes rank 0 sent per step, by process group:\n";
+  // What each mesh dimension carried per step (rank 0's sends), against
+  // the analytic count.
+  const bool modelled = r.comm_not_modelled_because.empty();
+  out += modelled ? "\n  bytes rank 0 sent per step, by process group: measured / analytic count\n"
+                  : "\n  bytes rank 0 sent per step, by process group (no analytic count with " +
+                        r.comm_not_modelled_because + ")\n";
   for (const LayoutCheckStep& s : r.steps) {
     out += strprintf("  %4lld ", static_cast<long long>(s.step));
-    if (s.comm_bytes.empty()) out += " none";
-    for (const auto& [group, bytes] : s.comm_bytes)
-      out += strprintf("  %s %s", group.c_str(), metrics::human_bytes(static_cast<double>(bytes)).c_str());
-    out += "\n";
+    std::map<std::string, std::pair<double, double>> groups;
+    for (const auto& [g, kinds] : s.comm) groups[g].first = total_bytes(kinds);
+    for (const auto& [g, kinds] : s.expected_comm) groups[g].second = total_bytes(kinds);
+    if (groups.empty()) out += " none";
+    for (const auto& [g, b] : groups) {
+      out += strprintf("  %s %s", g.c_str(), metrics::human_bytes(b.first).c_str());
+      if (modelled) out += " / " + metrics::human_bytes(b.second);
+    }
+    out += modelled ? (s.comm_differences.empty() ? "  (as counted)\n" : "  DIFFERS\n") : "\n";
+    for (const std::string& d : s.comm_differences) out += "         " + d + "\n";
   }
   out += "\n  largest |dw| per parameter group, over the steps:\n";
   std::map<std::string, std::pair<double, int64_t>> worst;
@@ -191,6 +211,14 @@ std::string format_layout_check(const LayoutCheckReport& r) {
     out += strprintf("\nverdict: the layout trains as one process does (%zu steps within the bounds)\n",
                      r.steps.size());
   }
+  if (!modelled) return out;
+  const int64_t differs = r.first_comm_difference_step();
+  if (differs == 0)
+    out += "communication: every dimension sent what the analytic count says, every step\n";
+  else
+    out += strprintf(
+        "communication: step %lld differs from the analytic count (above); the numbers are judged apart from it\n",
+        static_cast<long long>(differs));
   return out;
 }
 

@@ -16,6 +16,12 @@
 /// weights to 7.0e-5 absolute at worst, so the default bounds are 1e-6 and
 /// 2.5e-4. A layout that drops an average, a micro-batch or a shard moves
 /// them by 1e-3 and more.
+///
+/// Beside the numbers, each step's communication on rank 0, per mesh
+/// dimension, is set against the analytic count of verify/comm_count.hpp.
+/// A difference is reported (it is about titan's algorithms, not the
+/// user's config) but does not fail the check: the verdict is about the
+/// numbers.
 
 #include <cstdint>
 #include <map>
@@ -23,6 +29,7 @@
 #include <vector>
 
 #include "titan/config/job_config.hpp"
+#include "titan/verify/comm_count.hpp"
 
 namespace titan::verify {
 
@@ -44,10 +51,15 @@ struct LayoutCheckStep {
   /// Largest |weight difference| per parameter group ("tok_embeddings",
   /// "layers.0.attention", "layers.0.ffn_norm", "norm", "output", ...).
   std::map<std::string, double> group_diff;
-  /// Bytes this rank (rank 0) sent per mesh dimension (ProcessGroup name)
-  /// in the step, under the analytic algorithm of each collective (dist::CommLog).
-  std::map<std::string, int64_t> comm_bytes;
-  bool passed = false;
+  /// What rank 0 sent per mesh dimension (ProcessGroup name) and kind of
+  /// op in the step, as the CommLog recorded it.
+  StepComm comm;
+  /// The analytic count of the same (verify/comm_count.hpp); empty when
+  /// the layout is not modelled.
+  StepComm expected_comm;
+  /// Where the two differ, one line each (comm_differences).
+  std::vector<std::string> comm_differences;
+  bool passed = false;  ///< the numbers: loss, gradient norm, weights
 };
 
 /// @brief The whole comparison.
@@ -57,8 +69,12 @@ struct LayoutCheckReport {
   int64_t emulated_ranks = 1;  ///< data-parallel ranks the reference reads for
   std::vector<LayoutCheckStep> steps;  ///< filled on rank 0 only
   LayoutCheckOptions options;
+  /// Why no analytic count of the communication was made ("" when it was).
+  std::string comm_not_modelled_because;
   /// The first step that failed, 0 when all passed (rank 0 only).
   int64_t first_failed_step() const;
+  /// The first step whose communication differs from the analytic count, 0 when none.
+  int64_t first_comm_difference_step() const;
 };
 
 /// @brief The group a parameter's difference is reported under:
@@ -78,8 +94,9 @@ config::JobConfig layout_check_config(config::JobConfig cfg, const LayoutCheckOp
 LayoutCheckReport check_layout(const config::JobConfig& cfg, const LayoutCheckOptions& options);
 
 /// @brief The report as printed: the layout, one row per step (losses,
-/// gradient norms, the worst weight, the bytes per dimension, the verdict),
-/// then every parameter group's largest difference, then the verdict line.
+/// gradient norms, the worst weight, the verdict), the bytes per dimension
+/// against the analytic count, every parameter group's largest
+/// difference, then the verdict lines.
 std::string format_layout_check(const LayoutCheckReport& report);
 
 }  // namespace titan::verify

@@ -1,0 +1,333 @@
+#include "titan/verify/comm_count.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "titan/config/job_config.hpp"
+#include "titan/config/validate.hpp"
+#include "titan/metrics/format.hpp"
+#include "titan/models/llama3/model_args.hpp"
+#include "titan/models/llama3/pipeline.hpp"
+#include "titan/parallel/activation_checkpoint/checkpoint.hpp"
+#include "titan/parallel/parallel_dims.hpp"
+#include "titan/util/strprintf.hpp"
+
+namespace titan::verify {
+namespace {
+
+constexpr double kFloat = 4;  // bytes of an fp32 element
+constexpr double kLong = 8;   // bytes of a double or int64 scalar
+
+// Accumulates a step's expected traffic on rank 0.
+class Count {
+ public:
+  void add(const std::string& group, CommKind kind, int64_t ops, double bytes_each) {
+    if (ops == 0) return;
+    CommVolume& v = comm_[group][kind];
+    v.ops += ops;
+    v.bytes += static_cast<double>(ops) * bytes_each;
+  }
+  // `ops` collectives of payload S over n ranks, at their wire volumes.
+  void all_gather(const std::string& g, int64_t ops, double S, int n) {
+    add(g, CommKind::AllGather, ops, dist::all_gather_bytes(S, n));
+  }
+  void reduce_scatter(const std::string& g, int64_t ops, double S, int n) {
+    add(g, CommKind::ReduceScatter, ops, dist::reduce_scatter_bytes(S, n));
+  }
+  void all_reduce(const std::string& g, int64_t ops, double S, int n) {
+    add(g, CommKind::AllReduce, ops, dist::ring_all_reduce_bytes(S, n));
+  }
+  // Sends carry their bytes; receives are ops that send nothing.
+  void sends(const std::string& g, int64_t ops, double S) { add(g, CommKind::PointToPoint, ops, S); }
+  void receives(const std::string& g, int64_t ops) { add(g, CommKind::PointToPoint, ops, 0); }
+  void broadcast(const std::string& g, int64_t ops, double S, int n) {
+    add(g, CommKind::Broadcast, ops, dist::analytic_bytes(dist::CommOp::Broadcast, S, n));
+  }
+  StepComm take() { return std::move(comm_); }
+
+ private:
+  StepComm comm_;
+};
+
+// Elements of a [rows, cols] weight as FSDP gathers it over n shards: the
+// rows padded up to a multiple of n.
+double padded(int64_t rows, int64_t cols, int64_t n) {
+  return static_cast<double>((rows + n - 1) / n * n * cols);
+}
+
+// The layout's facts the count needs, from the config and the mesh.
+struct Layout {
+  int64_t dp_replicate, fsdp_n, tp, cp, pp;
+  std::string fsdp_group, loss_group;
+  bool fsdp, ddp, sp, loss_parallel;
+};
+
+Layout layout_of(const config::JobConfig& cfg, const parallel::ParallelDims& d) {
+  Layout l{};
+  l.dp_replicate = d.dp_replicate, l.tp = d.tp, l.cp = d.cp, l.pp = d.pp;
+  l.fsdp = d.fsdp_enabled();
+  l.ddp = d.ddp_enabled();
+  l.fsdp_n = d.dp_shard * d.cp;
+  l.fsdp_group = !d.cp_enabled() ? "dp_shard" : (d.dp_shard_enabled() ? "dp_shard_cp" : "cp");
+  const std::string dp = d.dp_mesh_name();
+  l.loss_group = !d.cp_enabled() ? dp : (d.dp_degree() > 1 ? "dp_cp" : "cp");
+  l.sp = d.tp_enabled() && cfg.training.enable_sequence_parallel;
+  l.loss_parallel = d.tp_enabled() && cfg.training.enable_loss_parallel;
+  return l;
+}
+
+// What one rank's pipeline stage (or the whole model) holds.
+struct StagePart {
+  int64_t first_block = 0, blocks = 0;
+  bool has_embedding = true, has_output = true;  // the first / last stage
+};
+
+// Bytes of one block's weights as this rank's FSDP unit gathers them
+// (TP-local shapes: wq, wk, wv, w1, w3 split on their rows, wo and w2 on
+// their columns, the norms whole).
+double block_unit_bytes(const models::llama3::ModelArgs& a, const Layout& l) {
+  const int64_t n = l.fsdp_n, hd = a.head_dim(), f = a.ffn_hidden_dim();
+  double e = padded(a.n_heads * hd / l.tp, a.dim, n) + 2 * padded(a.kv_heads() * hd / l.tp, a.dim, n) +
+             padded(a.dim, a.n_heads * hd / l.tp, n) + 2 * padded(f / l.tp, a.dim, n) + padded(a.dim, f / l.tp, n) +
+             2 * padded(a.dim, 1, n);
+  return e * kFloat;
+}
+
+// Bytes of the root unit of a stage: embedding, final norm, output.
+double root_unit_bytes(const models::llama3::ModelArgs& a, const Layout& l, const StagePart& s) {
+  const int64_t n = l.fsdp_n;
+  double e = 0;
+  if (s.has_embedding) e += padded(a.vocab_size / l.tp, a.dim, n);
+  if (s.has_output) {
+    e += padded(a.dim, 1, n);
+    if (!(a.tie_word_embeddings && s.has_embedding)) e += padded(a.vocab_size / l.tp, a.dim, n);
+  }
+  return e * kFloat;
+}
+
+// Every parameter's bytes (TP-local), for DDP's all-reduce.
+double stage_param_bytes(const models::llama3::ModelArgs& a, const Layout& l, const StagePart& s) {
+  Layout whole = l;
+  whole.fsdp_n = 1;
+  return static_cast<double>(s.blocks) * block_unit_bytes(a, whole) + root_unit_bytes(a, whole, s);
+}
+
+}  // namespace
+
+const char* comm_kind_name(CommKind kind) {
+  switch (kind) {
+    case CommKind::AllGather: return "all_gather";
+    case CommKind::ReduceScatter: return "reduce_scatter";
+    case CommKind::AllReduce: return "all_reduce";
+    case CommKind::PointToPoint: return "send/recv";
+    case CommKind::Broadcast: return "broadcast";
+    case CommKind::Other: return "other";
+  }
+  return "other";
+}
+
+StepComm measured_step_comm(int64_t step) {
+  StepComm out;
+  for (const dist::CommRecord& r : dist::CommLog::instance().records_of_step(step)) {
+    CommKind k = CommKind::Other;
+    switch (r.op) {
+      case dist::CommOp::AllGather: k = CommKind::AllGather; break;
+      case dist::CommOp::ReduceScatter: k = CommKind::ReduceScatter; break;
+      case dist::CommOp::AllReduce: k = CommKind::AllReduce; break;
+      case dist::CommOp::Send:
+      case dist::CommOp::Recv: k = CommKind::PointToPoint; break;
+      case dist::CommOp::Broadcast: k = CommKind::Broadcast; break;
+      default: break;
+    }
+    CommVolume& v = out[r.group][k];
+    v.ops += 1;
+    v.bytes += static_cast<double>(r.wire_bytes);
+  }
+  return out;
+}
+
+ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::ParallelDims& dims,
+                                const models::llama3::ModelArgs& args, bool first_step) {
+  ExpectedComm out;
+  auto refuse = [&](const std::string& why) {
+    out.not_modelled_because = why;
+    return out;
+  };
+  if (cfg.float8.enable_float8_linear) return refuse("float8 linears");
+  if (dims.tp_enabled() && cfg.training.enable_async_tensor_parallel) return refuse("async tensor parallelism");
+  if (cfg.training.mixed_precision_param != "float32" || cfg.training.mixed_precision_reduce != "float32")
+    return refuse("mixed precision");
+  const std::vector<bool> recomputed =
+      ac::blocks_to_checkpoint(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option,
+                               args.n_layers);
+  const bool any_ac = std::find(recomputed.begin(), recomputed.end(), true) != recomputed.end();
+  if (dims.pp_enabled() && dims.fsdp_enabled() && any_ac)
+    return refuse("FSDP with activation checkpointing under pipeline parallelism");
+  if (dims.pp_enabled() && dims.ddp_enabled()) return refuse("DDP under pipeline parallelism");
+
+  const Layout l = layout_of(cfg, dims);
+  const config::BatchPlan batches = config::plan_batches(cfg, dims.dp_degree());
+  const int64_t T = cfg.training.seq_len / l.cp;  // this rank's tokens per sequence
+
+  // The step as micro-batches and stages: without PP the accumulation
+  // steps, each of batch_size sequences, through the whole model; with PP
+  // a schedule step per accumulation step, each of m micro-batches, through
+  // this rank's stages.
+  int64_t schedule_steps = 1, micro_batches = batches.accumulation_steps, seqs = batches.local_batch;
+  std::vector<StagePart> parts;
+  std::vector<int> stage_ids;
+  models::llama3::PipelinePlan plan;
+  if (dims.pp_enabled()) {
+    plan = models::llama3::plan_pipeline(cfg, args.n_layers, batches.local_batch);
+    schedule_steps = batches.accumulation_steps;
+    micro_batches = plan.spec.microbatches;
+    seqs = cfg.experimental.pipeline_parallel_microbatch_size;
+    stage_ids = plan.spec.stages_of_rank(0);
+    for (int s : stage_ids) {
+      const pp::LayerRange r = plan.layers[static_cast<size_t>(s)];
+      parts.push_back({r.begin, r.size(), s == 0, s + 1 == plan.spec.num_stages()});
+    }
+  } else {
+    parts.push_back({0, args.n_layers, true, true});
+  }
+  const int64_t M = schedule_steps * micro_batches;  // micro-batches through each stage per step
+  Count c;
+
+  // FSDP / HSDP / DDP.
+  if (l.fsdp) {
+    const int n = static_cast<int>(l.fsdp_n);
+    const std::string& policy = cfg.training.fsdp_reshard_after_forward;
+    const double block = block_unit_bytes(args, l);
+    for (const StagePart& s : parts) {
+      const double root = root_unit_bytes(args, l, s);
+      int64_t block_gathers = 0;
+      for (int64_t b = s.first_block; b < s.first_block + s.blocks; ++b) {
+        if (dims.pp_enabled()) {
+          block_gathers += schedule_steps;  // gathered once, kept over the micro-batches
+        } else {
+          const bool freed = recomputed[static_cast<size_t>(b)] || policy == "always" ||
+                             (policy == "default" && b + 1 < args.n_layers);
+          block_gathers += M * (freed ? 2 : 1);
+        }
+      }
+      // A middle stage's root holds no weights: nothing to gather.
+      const int64_t roots = root > 0 ? 1 : 0;
+      const int64_t root_gathers = roots * (dims.pp_enabled() ? schedule_steps : M);
+      const int64_t scatters = dims.pp_enabled() ? schedule_steps : M;  // per unit
+      c.all_gather(l.fsdp_group, block_gathers, block, n);
+      c.all_gather(l.fsdp_group, root_gathers, root, n);
+      c.reduce_scatter(l.fsdp_group, scatters * s.blocks, block, n);
+      c.reduce_scatter(l.fsdp_group, scatters * roots, root, n);
+      if (l.dp_replicate > 1) {
+        const int r = static_cast<int>(l.dp_replicate);
+        c.all_reduce("dp_replicate", scatters * s.blocks, block / n, r);
+        c.all_reduce("dp_replicate", scatters * roots, root / n, r);
+      }
+    }
+  } else if (l.ddp) {
+    c.all_reduce("dp_replicate", 1, stage_param_bytes(args, l, parts.front()), static_cast<int>(l.dp_replicate));
+  }
+
+  // TP, per micro-batch.
+  if (dims.tp_enabled()) {
+    const int n = static_cast<int>(l.tp);
+    const double A = static_cast<double>(seqs * T * args.dim) * kFloat;
+    const double tokens = static_cast<double>(seqs * T);
+    for (const StagePart& s : parts) {
+      int64_t again = 0;  // recomputed blocks of the stage
+      for (int64_t b = s.first_block; b < s.first_block + s.blocks; ++b) again += recomputed[static_cast<size_t>(b)];
+      const int64_t ends = (s.has_embedding ? 1 : 0) + (s.has_output ? 1 : 0);
+      if (l.sp) {
+        const int64_t each = 4 * s.blocks + 2 * again + ends;
+        c.all_gather("tp", M * each, A, n);
+        c.reduce_scatter("tp", M * each, A, n);
+        const int64_t norms = 2 * s.blocks + (s.has_output ? 1 : 0);
+        c.all_reduce("tp", M * norms, static_cast<double>(args.dim) * kFloat, n);
+      } else {
+        c.all_reduce("tp", M * (4 * s.blocks + 2 * again + ends), A, n);
+      }
+      if (s.has_output) {
+        if (l.loss_parallel) c.all_reduce("tp", 3 * M, tokens * kFloat, n);
+        else c.all_gather("tp", M, tokens * static_cast<double>(args.vocab_size) * kFloat, n);
+      }
+    }
+  }
+
+  // CP: ring attention per micro-batch and block.
+  if (dims.cp_enabled()) {
+    const int n = static_cast<int>(l.cp);
+    const double P = static_cast<double>(seqs * (args.kv_heads() / l.tp) * T * args.head_dim()) * kFloat;
+    const bool all_gather = cfg.training.context_parallel_rotate_method == "allgather";
+    for (const StagePart& s : parts)
+      for (int64_t b = s.first_block; b < s.first_block + s.blocks; ++b) {
+        const int64_t forwards = recomputed[static_cast<size_t>(b)] ? 2 : 1;
+        if (all_gather) {
+          c.all_gather("cp", M * (2 * forwards + 2), n * P, n);
+          c.reduce_scatter("cp", M * 2, n * P, n);
+        } else {
+          const int64_t pieces = forwards * 2 * (n - 1) + 2 * (n - 1) + 2 * n;
+          c.sends("cp", M * pieces, P);
+          c.receives("cp", M * pieces);
+        }
+      }
+  }
+
+  // PP: activations forward, their gradients backward, between ranks.
+  if (dims.pp_enabled()) {
+    const double act = static_cast<double>(seqs * (T / (l.sp ? l.tp : 1)) * args.dim) * kFloat;
+    for (int s : stage_ids) {
+      const bool sends_forward = s + 1 < plan.spec.num_stages() && plan.spec.rank_of_stage(s + 1) != 0;
+      const bool receives_forward = s > 0 && plan.spec.rank_of_stage(s - 1) != 0;
+      // Forward out and its gradient back in; forward in and its gradient back out.
+      if (sends_forward) c.sends("pp", M, act), c.receives("pp", M);
+      if (receives_forward) c.receives("pp", M), c.sends("pp", M, act);
+      if (first_step && sends_forward) c.sends("pp", 1, 6 * kLong);
+      if (first_step && receives_forward) c.receives("pp", 1);
+    }
+    c.broadcast("pp", schedule_steps, kLong, static_cast<int>(l.pp));
+  }
+
+  // The step's scalars.
+  if (dims.dp_degree() * dims.cp > 1) {
+    const int n = static_cast<int>(dims.dp_degree() * dims.cp);
+    c.all_reduce(l.loss_group, 1, kLong, n);      // targets that count
+    c.all_reduce(l.loss_group, 1, 2 * kLong, n);  // loss sum and tokens
+    c.all_reduce(l.loss_group, 1, kLong, n);      // largest loss
+  }
+  if (cfg.training.max_norm > 0) {
+    if (l.fsdp) c.all_reduce(l.fsdp_group, 1, kLong, static_cast<int>(l.fsdp_n));
+    if (dims.tp_enabled()) c.all_reduce("tp", 1, kLong, static_cast<int>(l.tp));
+    if (dims.pp_enabled()) c.all_reduce("pp", 1, kLong, static_cast<int>(l.pp));
+  }
+  out.modelled = true;
+  out.comm = c.take();
+  return out;
+}
+
+double total_bytes(const std::map<CommKind, CommVolume>& group) {
+  double b = 0;
+  for (const auto& [kind, v] : group) b += v.bytes;
+  return b;
+}
+
+std::vector<std::string> comm_differences(const StepComm& measured, const StepComm& expected) {
+  std::vector<std::string> out;
+  std::map<std::pair<std::string, CommKind>, std::pair<CommVolume, CommVolume>> both;
+  for (const auto& [g, kinds] : measured)
+    for (const auto& [k, v] : kinds) both[{g, k}].first = v;
+  for (const auto& [g, kinds] : expected)
+    for (const auto& [k, v] : kinds) both[{g, k}].second = v;
+  for (const auto& [key, pair] : both) {
+    const auto& [got, want] = pair;
+    // Records hold whole bytes: up to half a byte of rounding per op.
+    const bool same = got.ops == want.ops && std::abs(got.bytes - want.bytes) <= 0.5 * static_cast<double>(got.ops + 1);
+    if (same) continue;
+    out.push_back(strprintf("%s %s: %lld ops, %s measured; %lld ops, %s by the count", key.first.c_str(),
+                            comm_kind_name(key.second), static_cast<long long>(got.ops),
+                            metrics::human_bytes(got.bytes).c_str(), static_cast<long long>(want.ops),
+                            metrics::human_bytes(want.bytes).c_str()));
+  }
+  return out;
+}
+
+}  // namespace titan::verify
