@@ -292,14 +292,18 @@ TEST(Fsdp, ReshardAfterForwardFreesAndBackwardRegathers) {
   shard_model(model, mesh, {});
   auto [tokens, labels] = global_batch(0);
   at::Tensor loss = titan::ops::cross_entropy(model->forward(tokens), labels);
+  using fsdp::ShardedState;
+  using fsdp::TrainingState;
   // Between forward and backward: blocks freed, root kept (FSDP2's rule).
   for (auto& block : model->blocks()) {
     auto unit = fsdp::unit_of(*block);
     ASSERT_TRUE(unit);
-    EXPECT_TRUE(unit->full_storage_freed()) << unit->name();
+    EXPECT_EQ(unit->sharded_state(), ShardedState::ShardedPostForward) << unit->name();
+    EXPECT_EQ(unit->training_state(), TrainingState::Idle) << unit->name();
     for (const auto& t : unit->full()) EXPECT_EQ(t.storage().nbytes(), 0u) << unit->name();
   }
-  EXPECT_FALSE(fsdp::unit_of(*model)->full_storage_freed());
+  EXPECT_EQ(fsdp::unit_of(*model)->sharded_state(), ShardedState::Unsharded);
+  EXPECT_EQ(fsdp::unit_of(*model)->training_state(), TrainingState::Idle);
   // Outside forward the module exposes the shards only.
   auto dts = fsdp::sharded_parameters(*model);
   for (const auto& item : model->named_parameters(true)) {
@@ -307,7 +311,15 @@ TEST(Fsdp, ReshardAfterForwardFreesAndBackwardRegathers) {
     EXPECT_TRUE(item.value().is_same(dts.at(item.key()).local())) << item.key();
   }
   loss.backward();
-  for (auto& block : model->blocks()) EXPECT_TRUE(fsdp::unit_of(*block)->full().empty());
+  for (auto& block : model->blocks()) {
+    auto unit = fsdp::unit_of(*block);
+    EXPECT_TRUE(unit->full().empty()) << unit->name();
+    // The end of backward's callback returns every unit to Idle, Sharded.
+    EXPECT_EQ(unit->sharded_state(), ShardedState::Sharded) << unit->name();
+    EXPECT_EQ(unit->training_state(), TrainingState::Idle) << unit->name();
+  }
+  EXPECT_EQ(fsdp::unit_of(*model)->sharded_state(), ShardedState::Sharded);
+  EXPECT_EQ(fsdp::unit_of(*model)->training_state(), TrainingState::Idle);
   for (const auto& p : model->parameters()) EXPECT_TRUE(p.grad().defined());
 }
 

@@ -162,8 +162,27 @@ at::Tensor FsdpUnit::shard_send_buffer() const {
   return buf;
 }
 
+const char* state_name(ShardedState s) {
+  switch (s) {
+    case ShardedState::Sharded: return "Sharded";
+    case ShardedState::ShardedPostForward: return "ShardedPostForward";
+    case ShardedState::Unsharded: return "Unsharded";
+  }
+  return "?";
+}
+
+const char* state_name(TrainingState s) {
+  switch (s) {
+    case TrainingState::Idle: return "Idle";
+    case TrainingState::Forward: return "Forward";
+    case TrainingState::PreBackward: return "PreBackward";
+    case TrainingState::PostBackward: return "PostBackward";
+  }
+  return "?";
+}
+
 void FsdpUnit::issue_all_gather(bool prefetch) {
-  if (pending_ || live_ || params_.empty()) return;
+  if (pending_ || sharded_state_ == ShardedState::Unsharded || params_.empty()) return;
   TITAN_PROFILE_RANGE((prefetch ? "fsdp::all_gather (prefetch) " : "fsdp::all_gather ") + name_);
   at::NoGradGuard no_grad;
   const auto& g = *shard_group_;
@@ -179,7 +198,7 @@ void FsdpUnit::issue_all_gather(bool prefetch) {
 }
 
 void FsdpUnit::unshard() {
-  if (live_ || params_.empty()) return;
+  if (sharded_state_ == ShardedState::Unsharded || params_.empty()) return;
   if (!pending_) issue_all_gather(/*prefetch=*/false);
   TITAN_PROFILE_RANGE("fsdp::unshard " + name_);  // waits for the all-gather, copies the weights out
   pending_->wait();
@@ -191,8 +210,7 @@ void FsdpUnit::unshard() {
   gathered_versions_.clear();
   for (const FsdpParam& p : params_) gathered_versions_.push_back(static_cast<int64_t>(p.shard._version()));
   record_event({name_, "all_gather", gather_issued_us_, now_us(), gather_prefetched_});
-  live_ = true;
-  freed_ = false;
+  sharded_state_ = ShardedState::Unsharded;
 }
 
 // gathered = [n, flat] rank-major; parameter j is rows of every rank's
@@ -200,7 +218,7 @@ void FsdpUnit::unshard() {
 void FsdpUnit::copy_out(const at::Tensor& gathered) {
   const int64_t n = shard_group_->size();
   at::Tensor by_rank = gathered.view({n, gather_numel_});
-  const bool refill = freed_ && full_.size() == params_.size();
+  const bool refill = sharded_state_ == ShardedState::ShardedPostForward && full_.size() == params_.size();
   if (!refill) full_.assign(params_.size(), at::Tensor());
   for (size_t j = 0; j < params_.size(); ++j) {
     const FsdpParam& p = params_[j];
@@ -224,8 +242,7 @@ void FsdpUnit::copy_out(const at::Tensor& gathered) {
 void FsdpUnit::free_full_storage() {
   for (const at::Tensor& t : full_)
     if (t.defined()) free_storage(t);
-  live_ = false;
-  freed_ = true;
+  sharded_state_ = ShardedState::ShardedPostForward;
 }
 
 bool FsdpUnit::shards_unchanged() const {
@@ -236,13 +253,12 @@ bool FsdpUnit::shards_unchanged() const {
 }
 
 void FsdpUnit::release_full() {
-  if (freed_ || live_) {
+  if (sharded_state_ != ShardedState::Sharded) {
     for (const at::Tensor& t : full_)
       if (t.defined()) free_storage(t);  // the graph may still hold aliases
   }
   full_.clear();
-  live_ = false;
-  freed_ = false;
+  sharded_state_ = ShardedState::Sharded;
   graphs_in_flight_ = 0;
 }
 

@@ -4,19 +4,29 @@
 /// things FSDP does to them — shard, unshard (all-gather), reshard (free),
 /// reduce-scatter the gradients.
 ///
-/// Lifecycle of one unit in a training step (reshard_after_forward on):
+/// Lifecycle of one unit in a training step (reshard_after_forward on),
+/// with its TrainingState / ShardedState after each hook:
 ///
 /// ```
-///  forward   pre_forward:  wait all-gather (or run it) ─ prefetch next unit ─ install full params
+///  forward   pre_forward:  wait all-gather (or run it) ─ prefetch next unit    Forward / Unsharded
+///            ─ install full params
 ///            compute
-///            post_forward: put the shards back in the module ─ free the full storage
-///  backward  PreBackward node (on the unit's output): all-gather into the same storage
-///                           ─ prefetch the unit before it
+///            post_forward: put the shards back in the module                  Idle / ShardedPostForward
+///                          ─ free the full storage
+///  backward  PreBackward node (on the unit's output): all-gather into the    PreBackward / Unsharded
+///                          same storage ─ prefetch the unit before it
 ///            the unit's backward (uses the saved full params)
-///            UnshardBackward node: stage the full grads ─ issue their reduce-scatter
-///                           (async) ─ free; the unit before it computes meanwhile
-///  end of backward (engine final callback): wait what is still in flight ─ shard.grad
+///            UnshardBackward node: stage the full grads ─ issue their        PostBackward / Sharded
+///                          reduce-scatter (async) ─ free; the unit before
+///                          it computes meanwhile
+///  end of backward (engine final callback): wait what is still in flight    Idle / Sharded
+///                          ─ shard.grad
 /// ```
+///
+/// The root never reshards after forward (its output layer's backward comes
+/// first), and neither does any unit under a pipeline schedule or
+/// reshard_after_forward = false: they stay Unsharded from forward to the
+/// end of their last backward. A forward without autograd releases at once.
 ///
 /// Gradient reduction is asynchronous, as in FSDP2: unit k's reduce-scatter
 /// runs while unit k−1 computes its backward. At most one reduce-scatter is
@@ -51,6 +61,26 @@
 #include "titan/parallel/fsdp/fully_shard.hpp"
 
 namespace titan::fsdp {
+
+/// @brief Where a unit's full parameters are (FSDP2's ShardedState).
+enum class ShardedState {
+  Sharded,             ///< only the shards: no full parameters (never gathered, or released)
+  ShardedPostForward,  ///< resharded after forward: the full tensors live on in the autograd
+                       ///< graph that saved them, their storage freed until backward refills it
+  Unsharded,           ///< the full parameters hold valid data
+};
+
+/// @brief Which of its hooks a unit ran last (FSDP2's TrainingState).
+enum class TrainingState {
+  Idle,          ///< outside forward and backward (also after a forward without autograd)
+  Forward,       ///< between pre_forward and post_forward
+  PreBackward,   ///< its backward started (the PreBackward node ran)
+  PostBackward,  ///< its gradients are in and their reduction issued; Idle when the backward ends
+};
+
+/// @brief "Sharded", "ShardedPostForward", "Unsharded" / "Idle", "Forward", ...
+const char* state_name(ShardedState s);
+const char* state_name(TrainingState s);
 
 /// @brief One sharded parameter.
 struct FsdpParam {
@@ -140,9 +170,10 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
   FsdpUnit* next_forward = nullptr;   ///< all-gathered ahead when this unit's forward starts
   FsdpUnit* next_backward = nullptr;  ///< all-gathered ahead when this unit's backward starts
 
-  /// The full parameters of the current step (empty when sharded).
+  /// The full parameters of the current step (empty when Sharded).
   std::vector<at::Tensor>& full() { return full_; }
-  bool full_storage_freed() const { return freed_; }
+  ShardedState sharded_state() const { return sharded_state_; }
+  TrainingState training_state() const { return training_state_; }
   /// Called by the PreBackward node: refill, prefetch the next unit in
   /// backward order.
   void pre_backward();
@@ -195,8 +226,8 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
   bool gather_prefetched_ = false;
 
   std::vector<at::Tensor> full_;
-  bool live_ = false;   // full_ holds valid data
-  bool freed_ = false;  // full_ exist but their storage was freed after forward
+  ShardedState sharded_state_ = ShardedState::Sharded;
+  TrainingState training_state_ = TrainingState::Idle;
   // Forwards whose backward has not reached this unit yet: a pipeline
   // schedule runs several micro-batches' forwards before their backwards,
   // and they all share one set of full parameters (FSDP2 with

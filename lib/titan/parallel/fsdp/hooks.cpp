@@ -70,6 +70,7 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
   // root: a block's forward may some day be recomputed inside backward
   // (activation checkpointing), where waiting would cost the overlap.
   if (is_root) finish_gradient_reductions();
+  training_state_ = TrainingState::Forward;
   // Backward releases the full parameters, so any still here come from a
   // forward whose backward never ran (a discarded graph): the shards may have
   // changed since, start from them.
@@ -79,8 +80,11 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
   // as long as the shards did not change since the gather.
   // Likewise after a backward without gradient sync: the next micro-batch
   // of the step reuses what it gathered.
-  const bool reuse = live_ && (graphs_in_flight_ > 0 || holds_unsynced_gradients()) && shards_unchanged();
-  TITAN_CHECK(reuse || !freed_ || graphs_in_flight_ == 0 || !shards_unchanged(), "FSDP unit ", name_,
+  const bool reuse = sharded_state_ == ShardedState::Unsharded &&
+                     (graphs_in_flight_ > 0 || holds_unsynced_gradients()) && shards_unchanged();
+  TITAN_CHECK(reuse || sharded_state_ != ShardedState::ShardedPostForward || graphs_in_flight_ == 0 ||
+                  !shards_unchanged(),
+              "FSDP unit ", name_,
               ": a second forward before the first one's backward, with the parameters resharded after forward: "
               "pipeline micro-batches need reshard_after_forward = false ([training] fsdp_reshard_after_forward "
               "\"default\" or \"never\" with pipeline parallelism)");
@@ -88,7 +92,7 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
     // Backward releases the full parameters, so any still here come from a
     // forward whose backward never ran (a discarded graph): the shards may
     // have changed since, start from them.
-    if (live_ || freed_ || !full_.empty()) release_full();
+    if (sharded_state_ != ShardedState::Sharded || !full_.empty()) release_full();
     // Unsynced gradients still here belong to weights the optimizer has
     // changed since: a step that never reached its synced backward (it
     // failed part-way). They must not leak into this one.
@@ -149,6 +153,7 @@ at::Tensor FsdpUnit::post_forward(const at::Tensor& output) {
   // The module holds the shards again outside its forward, so parameters()
   // (and the optimizer) always see shards.
   install_shards();
+  training_state_ = TrainingState::Idle;
   if (!at::GradMode::is_enabled() || !output.requires_grad()) {
     // Pending graphs, or the micro-batches still to come of a step without
     // gradient sync, share them.
@@ -168,8 +173,10 @@ at::Tensor FsdpUnit::post_forward(const at::Tensor& output) {
 
 void FsdpUnit::pre_backward() {
   const double t0 = now_us();
-  if (freed_) unshard();  // refill the storage the graph saved
-  if (next_backward && next_backward->full_storage_freed()) next_backward->issue_all_gather(/*prefetch=*/true);
+  training_state_ = TrainingState::PreBackward;
+  if (sharded_state_ == ShardedState::ShardedPostForward) unshard();  // refill the storage the graph saved
+  if (next_backward && next_backward->sharded_state() == ShardedState::ShardedPostForward)
+    next_backward->issue_all_gather(/*prefetch=*/true);
   backward_start_us_ = now_us();
   record_event({name_, "pre_backward", t0, backward_start_us_, false});
 }
@@ -182,6 +189,14 @@ void FsdpUnit::post_backward(const std::vector<at::Tensor>& full_grads) {
   record_event({name_, "backward", backward_start_us_ > 0 ? backward_start_us_ : t, t, false});
   backward_start_us_ = 0;
   --graphs_in_flight_;
+  training_state_ = TrainingState::PostBackward;
+  // Idle again when this backward ends (FSDP2 resets every state in its
+  // final callback). Weak: a unit dropped meanwhile needs nothing.
+  torch::autograd::Engine::get_default_engine().queue_callback(
+      [weak = std::weak_ptr<FsdpUnit>(shared_from_this())] {
+        if (auto unit = weak.lock(); unit && unit->training_state_ == TrainingState::PostBackward)
+          unit->training_state_ = TrainingState::Idle;
+      });
   if (!requires_gradient_sync_) {
     // No reduction yet: sum, and keep the full parameters for the next
     // micro-batch (FSDP2 under torch's pipelining: no reshard after backward).
