@@ -24,6 +24,7 @@
 //   ./build/bin/ch10_mfu
 //   ./build/bin/ch10_mfu --seq-len 512 --dim 512
 //   ./build/bin/ch10_mfu --quick      # CTest
+//   ./build/bin/ch10_mfu --nproc 2    # FSDP over 2 ranks: rank 0's step and memory
 //
 // Last, it checks `titan estimate`'s memory model (lib/titan/estimate) on
 // the same step: the estimated peak against the peak the trainer's memory
@@ -42,6 +43,7 @@
 #include <nlohmann/json.hpp>
 
 #include "titan/util/files.hpp"
+#include "titan/dist/world.hpp"
 #include "titan/estimate/memory_estimate.hpp"
 #include "titan/launch/options.hpp"
 #include "titan/launch/program.hpp"
@@ -72,14 +74,21 @@ int main(int argc, char** argv) {
     models::llama3::ModelArgs a = models::llama3::flavor_args("debugmodel");
     a.dim = dim, a.n_layers = layers;
     a.max_seq_len = seq_len;
-    const std::string dump = files::temp_dir() + "/titan_ch10";
-    files::remove_all(dump);
+    // With --nproc N the trainer runs FSDP over the N ranks; each computes
+    // its own batch (the FLOPs per token do not change) and holds 1/N of the
+    // weights and moments (the memory estimate must see N ranks too).
+    const dist::World& world = dist::init_distributed({.device = "cpu"});
+    const int rank = world.rank(), ranks = world.size();
+    const std::string dump = files::temp_dir() + "/titan_ch10_np" + std::to_string(ranks);
+    if (rank == 0) files::remove_all(dump);
+    world.group()->barrier();
     config::JobConfig cfg;
     cfg.job.dump_folder = dump;
     cfg.training.device = "cpu";
     cfg.training.seq_len = seq_len;
     cfg.training.batch_size = batch;
     cfg.training.steps = 3;
+    cfg.training.mixed_precision_param = "float32";  // one rank and N alike: fp32 weights
     cfg.metrics.log_freq = 3;
     cfg.profiling.enable_profiling = true;
     cfg.profiling.profile_freq = 3, cfg.profiling.profiler_warmup = 1, cfg.profiling.profiler_active = 1;
@@ -90,6 +99,8 @@ int main(int argc, char** argv) {
     o.handle_signals = false;
     train::Trainer trainer(cfg, o);
     const train::TrainSummary summary = trainer.train();
+    // Rank 0 reads its trace and memory timeline and reports; the others are done.
+    if (rank != 0) return 0;
 
     // ------------------------------------------------ (1) the formula
     const double n = static_cast<double>(models::llama3::count_parameters(trainer.model()->args()));
@@ -97,6 +108,9 @@ int main(int argc, char** argv) {
     const double H = static_cast<double>(a.n_heads), Q = static_cast<double>(dim / a.n_heads);
     const double linear = 6 * (n - n_emb), attention = 12 * layers * H * Q * seq_len;
     const double per_token = models::llama3::flops_per_token(trainer.model()->args(), seq_len);
+    if (ranks > 1)
+      std::printf("%d ranks, FSDP: rank 0's step (its own %lld sequences) and memory (1/%d of the weights)\n\n",
+                  ranks, static_cast<long long>(batch), ranks);
     std::printf("1. the formula, per token (N = %s parameters, of which embedding %s; T = %lld):\n",
                 metrics::with_thousands(n).c_str(), metrics::with_thousands(n_emb).c_str(),
                 static_cast<long long>(seq_len));
@@ -146,7 +160,7 @@ int main(int argc, char** argv) {
     // saved activation, the loss end) against what the counting allocator
     // saw: the largest peak of step 3's phases.
     auto mib = [](int64_t bytes) { return strprintf("%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0)); };
-    const estimate::JobEstimate est = estimate::estimate_job(cfg, 1, a);
+    const estimate::JobEstimate est = estimate::estimate_job(cfg, ranks, a);
     const estimate::RankMemory& r = est.worst();
     const std::string timeline = dump + "/memory_snapshot/iteration_3/rank0_memory_timeline.json";
     std::ifstream timeline_file(timeline);

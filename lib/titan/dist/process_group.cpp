@@ -200,19 +200,34 @@ CommRecord ProcessGroup::start_record(CommOp op, int64_t payload_bytes) const {
   return r;
 }
 
-void ProcessGroup::run(CommRecord record,
-                       const std::function<c10::intrusive_ptr<c10d::Work>()>& launch) const {
-  // A blocking collective, launch to completion, as one range of the trace.
-  TITAN_PROFILE_RANGE(std::string("c10d::") + comm_op_name(record.op) + " " + name_);
+namespace {
+
+// Launches one backend call of `group` and returns its pending work, with
+// `record` for the CommLog and `on_done` run after the wait (it may hold
+// the buffers alive). A backend exception becomes the group's one-line
+// error; a titan::Error passes through. Every collective and P2P op goes
+// through here.
+std::shared_ptr<PendingWork> start_async(const ProcessGroup& group, CommRecord record,
+                                         const std::function<c10::intrusive_ptr<c10d::Work>()>& launch,
+                                         std::function<void()> on_done) {
   c10::intrusive_ptr<c10d::Work> work;
   try {
     work = launch();
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    fail(comm_op_name(record.op), e.what(), (CommLog::instance().now_us() - record.start_us) / 1e6);
+    group.fail(comm_op_name(record.op), e.what(), (CommLog::instance().now_us() - record.start_us) / 1e6);
   }
-  PendingWork(this, std::move(record), std::move(work), nullptr).wait();
+  return std::make_shared<PendingWork>(&group, std::move(record), std::move(work), std::move(on_done));
+}
+
+}  // namespace
+
+void ProcessGroup::run(CommRecord record,
+                       const std::function<c10::intrusive_ptr<c10d::Work>()>& launch) const {
+  // A blocking collective, launch to completion, as one range of the trace.
+  TITAN_PROFILE_RANGE(std::string("c10d::") + comm_op_name(record.op) + " " + name_);
+  start_async(*this, std::move(record), launch, nullptr)->wait();
 }
 
 void ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) const {
@@ -223,20 +238,18 @@ void ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) const {
 std::shared_ptr<PendingWork> ProcessGroup::all_reduce_async(at::Tensor tensor, ReduceOp op) const {
   TITAN_PROFILE_RANGE("c10d::all_reduce_start " + name_);  // the launch; the wait is the caller's
   TITAN_CHECK(tensor.is_contiguous(), "all_reduce on ", describe(), " needs a contiguous tensor");
-  CommRecord record = start_record(CommOp::AllReduce, nbytes(tensor));
   std::vector<at::Tensor> tensors{tensor};
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    c10d::AllreduceOptions opts;
-    opts.reduceOp = to_c10d(op);
-    opts.timeout = timeout_;
-    work = backend_->allreduce(tensors, opts);
-  } catch (const std::exception& e) {
-    fail("all_reduce", e.what(), 0.0);
-  }
-  int n = size();
-  return std::make_shared<PendingWork>(this, std::move(record), std::move(work),
-                                       [tensor, op, n]() mutable { finish_avg(tensor, op, n); });
+  const int n = size();
+  return start_async(
+      *this,
+      start_record(CommOp::AllReduce, nbytes(tensor)),
+      [&] {
+        c10d::AllreduceOptions opts;
+        opts.reduceOp = to_c10d(op);
+        opts.timeout = timeout_;
+        return backend_->allreduce(tensors, opts);
+      },
+      [tensor, op, n]() mutable { finish_avg(tensor, op, n); });
 }
 
 at::Tensor ProcessGroup::all_gather(const at::Tensor& tensor, int64_t dim) const {
@@ -266,20 +279,16 @@ std::shared_ptr<PendingWork> ProcessGroup::all_gather_async(const at::Tensor& in
   TITAN_CHECK(output.numel() == input.numel() * size() && input.scalar_type() == output.scalar_type(),
               "all_gather on ", describe(), ": output of ", output.numel(), " elements (", output.scalar_type(),
               ") is not ", size(), " inputs of ", input.numel(), " (", input.scalar_type(), ")");
-  CommRecord record = start_record(CommOp::AllGather, nbytes(output));
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    c10d::AllgatherOptions opts;
-    opts.timeout = timeout_;
-    at::Tensor in = input;  // the backend takes non-const references
-    work = backend_->_allgather_base(output, in, opts);
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    fail("all_gather", e.what(), 0.0);
-  }
-  // The lambda holds both buffers until the collective is done.
-  return std::make_shared<PendingWork>(this, std::move(record), std::move(work), [input, output]() {});
+  at::Tensor in = input;  // the backend takes non-const references
+  return start_async(
+      *this,
+      start_record(CommOp::AllGather, nbytes(output)),
+      [&] {
+        c10d::AllgatherOptions opts;
+        opts.timeout = timeout_;
+        return backend_->_allgather_base(output, in, opts);
+      },
+      [input, output]() {});  // holds both buffers until the collective is done
 }
 
 at::Tensor ProcessGroup::all_gather_uneven(const at::Tensor& tensor, int64_t dim) const {
@@ -321,24 +330,20 @@ std::shared_ptr<PendingWork> ProcessGroup::reduce_scatter_async(const at::Tensor
   TITAN_CHECK(input.numel() == output.numel() * size() && input.scalar_type() == output.scalar_type(),
               "reduce_scatter on ", describe(), ": input of ", input.numel(), " elements (", input.scalar_type(),
               ") does not split into ", size(), " outputs of ", output.numel(), " (", output.scalar_type(), ")");
-  CommRecord record = start_record(CommOp::ReduceScatter, nbytes(input));
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    c10d::ReduceScatterOptions opts;
-    opts.reduceOp = to_c10d(op);
-    opts.timeout = timeout_;
-    at::Tensor in = input;  // the backend takes non-const references
-    work = backend_->_reduce_scatter_base(output, in, opts);
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    fail("reduce_scatter", e.what(), 0.0);
-  }
+  at::Tensor in = input;  // the backend takes non-const references
   const int n = size();
-  // The lambda holds both buffers until the collective is done (the caller
+  // on_done holds both buffers until the collective is done (the caller
   // may drop its own references right after issuing).
-  return std::make_shared<PendingWork>(this, std::move(record), std::move(work),
-                                       [input, output, op, n]() mutable { finish_avg(output, op, n); });
+  return start_async(
+      *this,
+      start_record(CommOp::ReduceScatter, nbytes(input)),
+      [&] {
+        c10d::ReduceScatterOptions opts;
+        opts.reduceOp = to_c10d(op);
+        opts.timeout = timeout_;
+        return backend_->_reduce_scatter_base(output, in, opts);
+      },
+      [input, output, op, n]() mutable { finish_avg(output, op, n); });
 }
 
 at::Tensor ProcessGroup::all_to_all(const at::Tensor& tensor, int64_t split_dim,
@@ -399,29 +404,19 @@ void ProcessGroup::recv(at::Tensor& tensor, int src, int tag) const {
 
 std::shared_ptr<PendingWork> ProcessGroup::send_async(const at::Tensor& tensor, int dst, int tag) const {
   TITAN_CHECK(tensor.is_contiguous(), "send on ", describe(), " needs a contiguous tensor");
-  CommRecord record = start_record(CommOp::Send, nbytes(tensor));
   std::vector<at::Tensor> tensors{tensor};
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    work = backend_->send(tensors, dst, tag);
-  } catch (const std::exception& e) {
-    fail("send", e.what(), 0.0);
-  }
-  // The lambda keeps the buffer alive while the transfer runs.
-  return std::make_shared<PendingWork>(this, std::move(record), std::move(work), [tensor] {});
+  // on_done keeps the buffer alive while the transfer runs.
+  return start_async(
+      *this,
+      start_record(CommOp::Send, nbytes(tensor)), [&] { return backend_->send(tensors, dst, tag); }, [tensor] {});
 }
 
 std::shared_ptr<PendingWork> ProcessGroup::recv_async(at::Tensor& tensor, int src, int tag) const {
   TITAN_CHECK(tensor.is_contiguous(), "recv on ", describe(), " needs a contiguous tensor");
-  CommRecord record = start_record(CommOp::Recv, nbytes(tensor));
   std::vector<at::Tensor> tensors{tensor};
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    work = backend_->recv(tensors, src, tag);
-  } catch (const std::exception& e) {
-    fail("recv", e.what(), 0.0);
-  }
-  return std::make_shared<PendingWork>(this, std::move(record), std::move(work), [tensor] {});
+  return start_async(
+      *this,
+      start_record(CommOp::Recv, nbytes(tensor)), [&] { return backend_->recv(tensors, src, tag); }, [tensor] {});
 }
 
 std::vector<std::shared_ptr<PendingWork>> ProcessGroup::batch_p2p(const std::vector<P2POp>& ops) const {
@@ -469,20 +464,19 @@ std::vector<std::shared_ptr<PendingWork>> ProcessGroup::batch_p2p_async(const st
     if (op.is_send) sent += nbytes(op.tensor);
     keep.push_back(op.tensor);
   }
-  CommRecord record = start_record(CommOp::Send, sent);
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    backend_->startCoalescing();
-    for (const P2POp& op : ops) {
-      std::vector<at::Tensor> t{op.tensor};
-      if (op.is_send) backend_->send(t, op.peer, op.tag);
-      else backend_->recv(t, op.peer, op.tag);
-    }
-    work = backend_->endCoalescing();
-  } catch (const std::exception& e) {
-    fail("batch_p2p", e.what(), 0.0);
-  }
-  works.push_back(std::make_shared<PendingWork>(this, std::move(record), std::move(work), [keep] {}));
+  works.push_back(start_async(
+      *this,
+      start_record(CommOp::Send, sent),
+      [&] {
+        backend_->startCoalescing();
+        for (const P2POp& op : ops) {
+          std::vector<at::Tensor> t{op.tensor};
+          if (op.is_send) backend_->send(t, op.peer, op.tag);
+          else backend_->recv(t, op.peer, op.tag);
+        }
+        return backend_->endCoalescing();
+      },
+      [keep] {}));
   return works;
 }
 
