@@ -338,8 +338,8 @@ int main(int argc, char** argv) {
         std::printf("   %-22s F %.2f  B %.2f  (B = %.2f F)\n", r.variant.name.c_str(), c.forward, c.backward,
                     c.backward / c.forward);
     }
-    std::printf("   In eager LibTorch the zero-bubble W re-runs the stage's backward graph with the weights as\n"
-                "   targets (stage.hpp), so I + W costs more than one B: the bubble W fills is paid for in extra work.\n"
+    std::printf("   I runs the backward to the stage's input only; W then runs each matmul's and norm's weight half\n"
+                "   from the gradient I left there (split_backward.hpp), so I + W does the work of one B.\n"
                 "   %d emulated ranks share this machine's cores, so measured times are noisy (printed, not checked).\n\n",
                 n);
 

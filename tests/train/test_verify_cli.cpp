@@ -78,7 +78,10 @@ TEST(VerifyCli, FsdpAndFsdpTimesTpTrainAsOneProcess) {
 // over dp_replicate), CP's ring with TP and full AC (recomputed
 // collectives), an interleaved pipeline over FSDP (stages on one rank,
 // the shape handshake of step 1), PP x TP with loss parallelism, plain TP
-// without SP with selective AC, and ZBV (stages handed over on one rank).
+// without SP with selective AC, ZBV (stages handed over on one rank), and
+// InterleavedZeroBubble x TP (its split backward must run each TP
+// collective once: a weight pass that re-ran the stage's backward sent
+// 26 all-gathers where the count says 22).
 // Each run is 2 steps; every dimension's ops and bytes must match.
 TEST(VerifyCli, EveryModelledLayoutSendsWhatTheCountSays) {
   ScratchDir dir("verify_comm");
@@ -93,6 +96,8 @@ TEST(VerifyCli, EveryModelledLayoutSendsWhatTheCountSays) {
       {2, "--training.tensor_parallel_degree 2 --training.enable_sequence_parallel false "
           "--activation_checkpoint.mode selective"},
       {2, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule ZBVZeroBubble"},
+      {4, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule InterleavedZeroBubble "
+          "--training.tensor_parallel_degree 2"},
   };
   for (const auto& [nproc, flags] : layouts) {
     auto r = run_command(verify_run(dir, nproc, flags));

@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 
 #include "titan/ops/cross_entropy.hpp"
+#include "titan/parallel/pipeline/split_backward.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::pp {
@@ -67,18 +68,18 @@ at::Tensor PipelineStage::backward_input(int mb, const at::Tensor& grad_output) 
   Held& h = held(mb, "input backward");
   h.grad_output = grad_output;
   if (is_first()) return {};  // tokens have no gradient: W does the whole backward
-  std::vector<at::Tensor> grads = is_last() ? torch::autograd::grad({h.target}, {h.input}, {}, /*retain_graph=*/true)
-                                            : torch::autograd::grad({h.target}, {h.input}, {grad_output},
-                                                                    /*retain_graph=*/true);
-  return grads.at(0);
+  h.split = std::make_shared<SplitBackward>(h.target, h.input);
+  return h.split->input_backward(is_last() ? at::Tensor() : grad_output);
 }
 
 void PipelineStage::backward_weight(int mb) {
   Held h = std::move(held(mb, "weight backward"));
   held_.erase(mb);
   weight_hook();
-  // Only the weights need gradients now; the input's was taken by I.
-  if (h.input.defined()) h.input.requires_grad_(false);
+  if (h.split) {
+    h.split->weight_backward();
+    return;
+  }
   if (is_last())
     torch::autograd::backward({h.target});
   else

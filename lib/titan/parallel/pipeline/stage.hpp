@@ -10,12 +10,15 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "titan/parallel/pipeline/microbatch.hpp"
 
 namespace titan::pp {
+
+class SplitBackward;
 
 /// @brief How a stage computes and what it exchanges.
 struct StageOptions {
@@ -68,8 +71,8 @@ class PipelineStage {
   /// the first stage), keeping the graph for backward_weight.
   at::Tensor backward_input(int mb, const at::Tensor& grad_output);
   /// Zero-bubble second half: the weights' gradients of `mb`, then frees it.
-  /// (In eager LibTorch it runs the stage's backward graph again with the
-  /// weights as targets, so I + W cost more than one B: see the chapter.)
+  /// I and W together do the work of one B (split_backward.hpp); on the
+  /// first stage, which has no input gradient, W is the whole backward.
   void backward_weight(int mb);
 
   /// Losses (unscaled) of the micro-batches this last stage ran since the
@@ -92,6 +95,7 @@ class PipelineStage {
     at::Tensor input;   // leaf whose gradient is the one to send back (not on the first stage)
     at::Tensor target;  // output, or the scaled loss on the last stage
     at::Tensor grad_output;
+    std::shared_ptr<SplitBackward> split;  // I's handover to W
   };
   Held& held(int mb, const char* what);
   void weight_hook();
