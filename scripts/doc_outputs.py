@@ -37,6 +37,9 @@ CH05_ROWS = r"^(1\. equivalence|   schedule +last loss|   reference|   (naive|GP
             r"InterleavedZeroBubble|ZBVZeroBubble) +\d\.\d{8}|   tolerance|OK: every schedule)"
 
 BLOCKS = {
+    "ch02-results": dict(page="docs/chapters/02-fsdp2.md", cmd=["ch02_fsdp2", "--nproc", "4"], start="FSDP2 on 4 ranks",
+                         compare=r"^(FSDP2 on|step  loss|\d +\d\.\d{6} |tolerance|reference \(|fsdp rank|"
+                                 r"peak gathered|communication per rank|all-gather|reduce-scatter)"),
     "ch05-results": dict(page="docs/chapters/05-pipeline-parallel.md",
                          cmd=["ch05_pipeline_parallel", "--nproc", "4"],
                          start="1. equivalence", compare=CH05_ROWS),
@@ -61,7 +64,7 @@ MARK = re.compile(r"^<!-- output: ([a-z0-9-]+) -->$")
 
 def normalise(line):
     # The launcher's prefix, and the machine's temp folder.
-    line = re.sub(r"^\[rank 0\] ?", "", line)
+    line = re.sub(r"^\[rank 0\] ?", "", line).rstrip()
     return re.sub(r"(?<![\w.])/\S*?/(titan_ch\d\d)", r"/tmp/\1", line)
 
 
