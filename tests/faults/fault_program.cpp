@@ -1,10 +1,16 @@
 // A program that misbehaves on purpose, for the fault tests:
-//   fault_program MODE RANK [TIMEOUT_S]
-// runs ten all-reduces on every rank; at the fourth, rank RANK
+//   fault_program MODE RANK [TIMEOUT_S [TRACE_FOLDER]]
+// runs ten all-reduces on every rank (the i-th of 1024 + i floats); at the
+// fourth, rank RANK
 //   throw: throws a titan::Error ("injected failure"),
 //   exit:  calls std::exit(3) without shutting down,
 //   hang:  sleeps for ten minutes,
+//   skip:  skips it (its fourth all-reduce is the others' fifth),
+//   size:  all-reduces 2048 floats instead,
 //   ok:    does nothing special.
+// With TRACE_FOLDER, the flight recorder keeps the ops and every rank
+// writes TRACE_FOLDER/rank_<r>.json when a collective fails and when it
+// finishes (a rank that skipped one may finish without an error).
 //   pipeline: instead of all-reduces, trains one 1F1B pipeline step over all
 //          ranks, and rank RANK throws at its fourth action (mid-schedule,
 //          while its neighbours wait on a send or receive).
@@ -17,6 +23,7 @@
 #include <string>
 #include <thread>
 
+#include "titan/dist/flight_recorder.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/util/error.hpp"
@@ -30,6 +37,10 @@ int main(int argc, char** argv) {
     titan::dist::InitOptions options;
     options.device = "cpu";
     options.timeout = std::chrono::milliseconds(static_cast<int64_t>((argc > 3 ? std::atof(argv[3]) : 30.0) * 1000));
+    if (argc > 4) {
+      options.flight_recorder_entries = 100;
+      options.flight_recorder_folder = argv[4];
+    }
     const auto& world = titan::dist::init_distributed(options);
     if (mode == "pipeline") {
       titan::verify::RunSpec spec;
@@ -52,10 +63,13 @@ int main(int argc, char** argv) {
         if (mode == "throw") throw titan::Error("injected failure");
         if (mode == "exit") std::exit(3);
         if (mode == "hang") std::this_thread::sleep_for(std::chrono::minutes(10));
+        if (mode == "skip") continue;
       }
-      at::Tensor x = at::ones({1024});
+      const int64_t n = i == 3 && mode == "size" && world.rank() == bad_rank ? 2048 : 1024 + i;
+      at::Tensor x = at::ones({n});
       world.group()->all_reduce(x);
     }
+    titan::dist::FlightRecorder::instance().dump_to_target();
     std::printf("rank %d finished\n", world.rank());
     return 0;
   });

@@ -190,10 +190,13 @@ struct ValidationSection {
   int64_t steps = -1;                     ///< batches per validation; -1 = one pass over the split
 };
 
-/// @brief [comm]: collective timeouts.
+/// @brief [comm]: collective timeouts and the flight recorder.
 struct CommSection {
   int64_t init_timeout_seconds = 300;  ///< rendezvous and first collective
   int64_t timeout_seconds = 300;       ///< every later collective
+  int64_t trace_buf_size = 20000;      ///< flight-recorder entries per rank; 0 = off
+  std::string save_traces_folder = "comm_traces";  ///< flight-recorder dumps, under dump_folder
+  std::string save_traces_file_prefix = "rank_";   ///< a dump is PREFIX<rank>.json
 };
 
 /// @brief The whole configuration of a training job.

@@ -180,6 +180,11 @@ std::vector<Field> make_fields() {
 
       TITAN_FIELD(comm, init_timeout_seconds, "timeout of rendezvous and the first collective (> 0)"),
       TITAN_FIELD(comm, timeout_seconds, "timeout of every later collective (> 0)"),
+      TITAN_FIELD(comm, trace_buf_size,
+                  "flight recorder: the last N collectives and P2P ops each rank keeps (>= 0; 0 = off), "
+                  "dumped when a collective fails or times out, on a fatal signal and on SIGUSR1"),
+      TITAN_FIELD(comm, save_traces_folder, "flight-recorder dumps, under dump_folder (read with titan flight-recorder)"),
+      TITAN_FIELD(comm, save_traces_file_prefix, "a rank's dump is PREFIX<rank>.json"),
   };
 }
 #undef TITAN_FIELD

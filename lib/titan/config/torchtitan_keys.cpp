@@ -195,9 +195,9 @@ std::vector<TorchtitanKey> make_table() {
 
       row("comm", "init_timeout_seconds", I(300), kTitan),
       row("comm", "train_timeout_seconds", I(100), kTitan),
-      row("comm", "trace_buf_size", I(20000), kCosmetic, "NCCL flight-recorder buffer (debugging)"),
-      row("comm", "save_traces_folder", S("comm_traces"), kCosmetic, "NCCL flight-recorder output (debugging)"),
-      row("comm", "save_traces_file_prefix", S("rank_"), kCosmetic, "NCCL flight-recorder output (debugging)"),
+      row("comm", "trace_buf_size", I(20000), kTitan),
+      row("comm", "save_traces_folder", S("comm_traces"), kTitan),
+      row("comm", "save_traces_file_prefix", S("rank_"), kTitan),
       row("comm", "mode", S("default"), kDefault, "fake or local-tensor backends; use titan estimate"),
 
       row("memory_estimation", "enable", B(false), kDefault, "memory estimation in the trainer; use titan estimate"),

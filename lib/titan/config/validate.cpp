@@ -123,6 +123,10 @@ void validate(const JobConfig& cfg) {
           "<= [training] seq_len (the model's RoPE table is that long)");
   require(cfg, "comm.init_timeout_seconds", cfg.comm.init_timeout_seconds > 0, "> 0");
   require(cfg, "comm.timeout_seconds", cfg.comm.timeout_seconds > 0, "> 0");
+  require(cfg, "comm.trace_buf_size", cfg.comm.trace_buf_size >= 0, ">= 0");
+  require(cfg, "comm.save_traces_folder", !cfg.comm.save_traces_folder.empty(), "non-empty");
+  require(cfg, "comm.save_traces_file_prefix",
+          cfg.comm.save_traces_file_prefix.find('/') == std::string::npos, "a file-name prefix without '/'");
 }
 
 BatchPlan plan_batches(const JobConfig& cfg, int64_t dp_degree) {

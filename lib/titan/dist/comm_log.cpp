@@ -60,6 +60,9 @@ void CommLog::record(CommRecord r) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!enabled_) return;
   records_.push_back(std::move(r));
+  // A long training job issues thousands of ops per step: keep a window,
+  // not all of them (the programs that read the log look at recent steps).
+  if (records_.size() > kMaxRecords) records_.pop_front();
 }
 
 void CommLog::begin_step(int64_t step) {
@@ -78,7 +81,7 @@ double CommLog::now_us() const {
 
 std::vector<CommRecord> CommLog::records() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return records_;
+  return {records_.begin(), records_.end()};
 }
 
 std::vector<CommRecord> CommLog::records_of_step(int64_t step) const {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -30,6 +31,7 @@ struct CommRecord {
   double start_us = 0;       ///< microseconds since the log's epoch (process start)
   double end_us = 0;
   int64_t step = 0;          ///< the step number current when it ran
+  std::vector<int64_t> flight_ids;  ///< its FlightRecorder entries (none when the recorder is off)
 };
 
 /// @name Analytic per-rank send volumes (bytes), as nccl-tests defines them.
@@ -62,8 +64,11 @@ struct CommTotals {
 ///
 /// Programs call begin_step(k) at the start of step k and read step_totals()
 /// or records() afterwards; tests use the start/end times to show overlap.
+/// It keeps the last kMaxRecords records (a training job runs for days).
 class CommLog {
  public:
+  static constexpr size_t kMaxRecords = size_t{1} << 18;
+
   /// The process-wide log every ProcessGroup writes to.
   static CommLog& instance();
 
@@ -85,7 +90,7 @@ class CommLog {
  private:
   CommLog();
   mutable std::mutex mu_;
-  std::vector<CommRecord> records_;
+  std::deque<CommRecord> records_;
   int64_t step_ = 0;
   bool enabled_ = true;
   std::chrono::steady_clock::time_point epoch_;

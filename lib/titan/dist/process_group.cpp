@@ -6,9 +6,16 @@
 #include <sstream>
 #include <thread>
 
+#include "titan/dist/flight_recorder.hpp"
 #include "titan/dist/work_wait.hpp"
 #include "titan/util/range.hpp"
 #include "titan/util/error.hpp"
+
+// The group's own ranges in profiler traces. Unlike TITAN_PROFILE_RANGE
+// they do not replace the caller's range as the flight recorder's label of
+// the op (that label should say what the op was for, not that it is one),
+// and their name is built only while a profiler records.
+#define TITAN_COMM_RANGE(name) RECORD_USER_SCOPE(name)
 
 namespace titan::dist {
 namespace {
@@ -125,8 +132,7 @@ void PendingWork::wait() {
     work_->wait(work_wait_timeout(group_->backend()->getBackendName(), group_->timeout()));
   } catch (const std::exception& e) {
     done_ = true;
-    group_->fail(comm_op_name(record_.op), e.what(),
-                 (CommLog::instance().now_us() - record_.start_us) / 1e6);
+    group_->fail(record_, e.what());
   }
   done_ = true;
   // Gloo's worker thread marks the work complete and only then drops its
@@ -144,6 +150,7 @@ void PendingWork::wait() {
     while (work_.use_count() > 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
   }
   if (on_done_) on_done_();
+  for (int64_t id : record_.flight_ids) FlightRecorder::instance().completed(id);
   record_.end_us = CommLog::instance().now_us();
   CommLog::instance().record(record_);
 }
@@ -159,7 +166,9 @@ ProcessGroup::ProcessGroup(std::string name, std::vector<int> global_ranks, int 
       rank_(group_rank),
       backend_(std::move(backend)),
       job_store_(std::move(job_store)),
-      timeout_(timeout) {}
+      timeout_(timeout) {
+  FlightRecorder::instance().register_group(name_, ranks_);
+}
 
 std::string ProcessGroup::describe() const {
   std::ostringstream os;
@@ -169,24 +178,106 @@ std::string ProcessGroup::describe() const {
   return os.str();
 }
 
-void ProcessGroup::fail(const char* op, const std::string& backend_message, double elapsed_s) const {
+namespace {
+
+constexpr const char* kArrivedPrefix = "titan/flight/";
+
+// The flight recorder's part of a failed collective's error: this rank's
+// buffer goes to disk, and it leaves word in the job's store of the
+// collective (group, sequence number) it was waiting in, so that peers
+// failing on the same collective can tell who was with them.
+struct FlightWord {
+  int64_t seq = 0;  // 0: not a recorded collective
+  std::string op;
+  std::string dump;
+};
+
+FlightWord leave_flight_word(const c10::intrusive_ptr<c10d::Store>& store, const std::string& group, int global_rank,
+                             const CommRecord& record) {
+  FlightWord word;
+  auto& recorder = FlightRecorder::instance();
+  word.dump = recorder.dump_to_target();
+  FlightEntry entry;
+  if (record.flight_ids.empty() || !recorder.find(record.flight_ids.front(), entry) || entry.p2p) return word;
+  word.seq = entry.seq;
+  word.op = comm_op_name(entry.op);
+  if (!store) return word;
+  QuietC10Logs quiet;
+  try {
+    store->set(kArrivedPrefix + group + "/" + std::to_string(global_rank), std::to_string(word.seq));
+  } catch (...) {
+  }
+  return word;
+}
+
+// "collective #57 (all_reduce) of this group: ranks 1, 3 waited in it too;
+// rank 2 never reported reaching it", from the peers' words in the store.
+std::string flight_summary(const c10::intrusive_ptr<c10d::Store>& store, const std::string& group,
+                           const std::vector<int>& peers, const FlightWord& word) {
+  if (word.seq == 0) return "";
+  std::vector<int> with_us, missing;
+  std::vector<std::string> elsewhere;
+  bool heard = store != nullptr;  // false when the store (on rank 0) is gone: then nobody can be named
+  if (store) {
+    QuietC10Logs quiet;
+    try {
+      for (int r : peers) {
+        const std::string key = kArrivedPrefix + group + "/" + std::to_string(r);
+        if (!store->check({key})) {
+          missing.push_back(r);
+          continue;
+        }
+        auto bytes = store->get(key);
+        const std::string seq(bytes.begin(), bytes.end());
+        if (seq == std::to_string(word.seq)) with_us.push_back(r);
+        else elsewhere.push_back("rank " + std::to_string(r) + " failed in #" + seq);
+      }
+    } catch (...) {
+      heard = false;
+    }
+  }
+  if (!heard) with_us.clear(), elsewhere.clear(), missing.clear();
+  auto list = [](const std::vector<int>& ranks) {
+    std::string s;
+    for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
+    return s;
+  };
+  std::ostringstream os;
+  os << "flight recorder: this group's collective #" << word.seq << " (" << word.op << ")";
+  if (!with_us.empty()) os << "; rank" << (with_us.size() > 1 ? "s " : " ") << list(with_us) << " waited in it too";
+  for (const auto& e : elsewhere) os << "; " << e;
+  if (!missing.empty())
+    os << "; rank" << (missing.size() > 1 ? "s " : " ") << list(missing) << " never reported reaching it";
+  if (!word.dump.empty()) os << " (this rank's trace: " << word.dump << ")";
+  return os.str();
+}
+
+}  // namespace
+
+void ProcessGroup::fail(const CommRecord& record, const std::string& backend_message) const {
+  const double elapsed_s = (CommLog::instance().now_us() - record.start_us) / 1e6;
   std::vector<int> peers;
   for (int r : ranks_)
     if (r != ranks_[rank_]) peers.push_back(r);
+  const FlightWord word = leave_flight_word(job_store_, name_, ranks_[rank_], record);
   // A peer that failed writes its reason before its sockets close, but give
-  // the store a moment in case our error raced ahead of its report.
+  // the store a moment in case our error raced ahead of its report (and
+  // peers waiting in the same collective time to leave their flight word).
   std::string who = FailureBoard::describe(job_store_, peers, std::chrono::milliseconds(2000));
   std::ostringstream os;
-  os << op << " on " << describe() << " failed after " << elapsed_s << " s (timeout "
+  os << comm_op_name(record.op) << " on " << describe() << " failed after " << elapsed_s << " s (timeout "
      << timeout_.count() / 1000.0 << " s): ";
   if (!who.empty())
     os << who << " [backend: " << first_line(backend_message) << "]";
   else
     os << first_line(backend_message) << " (no peer reported a failure: one may have been killed or be stuck)";
+  const std::string flight = flight_summary(job_store_, name_, peers, word);
+  if (!flight.empty()) os << "; " << flight;
   throw CommError(os.str());
 }
 
-CommRecord ProcessGroup::start_record(CommOp op, int64_t payload_bytes) const {
+CommRecord ProcessGroup::start_record(CommOp op, int64_t payload_bytes, const at::Tensor& input,
+                                      const at::Tensor& output, int peer) const {
   CommRecord r;
   r.op = op;
   r.group = name_;
@@ -197,6 +288,11 @@ CommRecord ProcessGroup::start_record(CommOp op, int64_t payload_bytes) const {
   // The step it starts in: an asynchronous op is recorded when it is
   // waited for, which may be after the next begin_step.
   r.step = CommLog::instance().current_step();
+  // Issued now, for the flight recorder (a batch of P2P ops adds its own).
+  const bool p2p = op == CommOp::Send || op == CommOp::Recv;
+  if (input.defined() || !p2p)
+    r.flight_ids.push_back(FlightRecorder::instance().scheduled(name_, op, p2p, peer >= 0 ? global_rank(peer) : -1,
+                                                                input, output));
   return r;
 }
 
@@ -216,7 +312,7 @@ std::shared_ptr<PendingWork> start_async(const ProcessGroup& group, CommRecord r
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    group.fail(comm_op_name(record.op), e.what(), (CommLog::instance().now_us() - record.start_us) / 1e6);
+    group.fail(record, e.what());
   }
   return std::make_shared<PendingWork>(&group, std::move(record), std::move(work), std::move(on_done));
 }
@@ -226,23 +322,23 @@ std::shared_ptr<PendingWork> start_async(const ProcessGroup& group, CommRecord r
 void ProcessGroup::run(CommRecord record,
                        const std::function<c10::intrusive_ptr<c10d::Work>()>& launch) const {
   // A blocking collective, launch to completion, as one range of the trace.
-  TITAN_PROFILE_RANGE(std::string("c10d::") + comm_op_name(record.op) + " " + name_);
+  TITAN_COMM_RANGE(std::string("c10d::") + comm_op_name(record.op) + " " + name_);
   start_async(*this, std::move(record), launch, nullptr)->wait();
 }
 
 void ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) const {
-  TITAN_PROFILE_RANGE("c10d::all_reduce " + name_);
+  TITAN_COMM_RANGE("c10d::all_reduce " + name_);
   all_reduce_async(tensor, op)->wait();
 }
 
 std::shared_ptr<PendingWork> ProcessGroup::all_reduce_async(at::Tensor tensor, ReduceOp op) const {
-  TITAN_PROFILE_RANGE("c10d::all_reduce_start " + name_);  // the launch; the wait is the caller's
+  TITAN_COMM_RANGE("c10d::all_reduce_start " + name_);  // the launch; the wait is the caller's
   TITAN_CHECK(tensor.is_contiguous(), "all_reduce on ", describe(), " needs a contiguous tensor");
   std::vector<at::Tensor> tensors{tensor};
   const int n = size();
   return start_async(
       *this,
-      start_record(CommOp::AllReduce, nbytes(tensor)),
+      start_record(CommOp::AllReduce, nbytes(tensor), tensor),
       [&] {
         c10d::AllreduceOptions opts;
         opts.reduceOp = to_c10d(op);
@@ -258,7 +354,7 @@ at::Tensor ProcessGroup::all_gather(const at::Tensor& tensor, int64_t dim) const
   std::vector<int64_t> out_shape = input.sizes().vec();
   out_shape[0] *= size();
   at::Tensor output = at::empty(out_shape, input.options());
-  run(start_record(CommOp::AllGather, nbytes(output)), [&] {
+  run(start_record(CommOp::AllGather, nbytes(output), input, output), [&] {
     c10d::AllgatherOptions opts;
     opts.timeout = timeout_;
     return backend_->_allgather_base(output, input, opts);
@@ -282,7 +378,7 @@ std::shared_ptr<PendingWork> ProcessGroup::all_gather_async(const at::Tensor& in
   at::Tensor in = input;  // the backend takes non-const references
   return start_async(
       *this,
-      start_record(CommOp::AllGather, nbytes(output)),
+      start_record(CommOp::AllGather, nbytes(output), input, output),
       [&] {
         c10d::AllgatherOptions opts;
         opts.timeout = timeout_;
@@ -336,7 +432,7 @@ std::shared_ptr<PendingWork> ProcessGroup::reduce_scatter_async(const at::Tensor
   // may drop its own references right after issuing).
   return start_async(
       *this,
-      start_record(CommOp::ReduceScatter, nbytes(input)),
+      start_record(CommOp::ReduceScatter, nbytes(input), input, output),
       [&] {
         c10d::ReduceScatterOptions opts;
         opts.reduceOp = to_c10d(op);
@@ -357,7 +453,7 @@ at::Tensor ProcessGroup::all_to_all(const at::Tensor& tensor, int64_t split_dim,
   at::Tensor input =
       tensor.unflatten(split_dim, {n, tensor.size(split_dim) / n}).movedim(split_dim, 0).contiguous();
   at::Tensor output = at::empty_like(input);
-  run(start_record(CommOp::AllToAll, nbytes(input)), [&] {
+  run(start_record(CommOp::AllToAll, nbytes(input), input, output), [&] {
     c10d::AllToAllOptions opts;
     opts.timeout = timeout_;
     std::vector<int64_t> even;  // empty split sizes: equal chunks along dim 0
@@ -370,7 +466,7 @@ at::Tensor ProcessGroup::all_to_all(const at::Tensor& tensor, int64_t split_dim,
 void ProcessGroup::broadcast(at::Tensor& tensor, int root) const {
   TITAN_CHECK(tensor.is_contiguous(), "broadcast on ", describe(), " needs a contiguous tensor");
   std::vector<at::Tensor> tensors{tensor};
-  run(start_record(CommOp::Broadcast, nbytes(tensor)), [&] {
+  run(start_record(CommOp::Broadcast, nbytes(tensor), tensor), [&] {
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
     opts.timeout = timeout_;
@@ -381,7 +477,7 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) const {
 void ProcessGroup::reduce(at::Tensor& tensor, int root, ReduceOp op) const {
   TITAN_CHECK(tensor.is_contiguous(), "reduce on ", describe(), " needs a contiguous tensor");
   std::vector<at::Tensor> tensors{tensor};
-  run(start_record(CommOp::Reduce, nbytes(tensor)), [&] {
+  run(start_record(CommOp::Reduce, nbytes(tensor), tensor), [&] {
     c10d::ReduceOptions opts;
     opts.rootRank = root;
     opts.reduceOp = to_c10d(op);
@@ -393,13 +489,13 @@ void ProcessGroup::reduce(at::Tensor& tensor, int root, ReduceOp op) const {
 
 void ProcessGroup::send(const at::Tensor& tensor, int dst, int tag) const {
   std::vector<at::Tensor> tensors{tensor.contiguous()};
-  run(start_record(CommOp::Send, nbytes(tensor)), [&] { return backend_->send(tensors, dst, tag); });
+  run(start_record(CommOp::Send, nbytes(tensor), tensor, {}, dst), [&] { return backend_->send(tensors, dst, tag); });
 }
 
 void ProcessGroup::recv(at::Tensor& tensor, int src, int tag) const {
   TITAN_CHECK(tensor.is_contiguous(), "recv on ", describe(), " needs a contiguous tensor");
   std::vector<at::Tensor> tensors{tensor};
-  run(start_record(CommOp::Recv, nbytes(tensor)), [&] { return backend_->recv(tensors, src, tag); });
+  run(start_record(CommOp::Recv, nbytes(tensor), tensor, {}, src), [&] { return backend_->recv(tensors, src, tag); });
 }
 
 std::shared_ptr<PendingWork> ProcessGroup::send_async(const at::Tensor& tensor, int dst, int tag) const {
@@ -408,7 +504,7 @@ std::shared_ptr<PendingWork> ProcessGroup::send_async(const at::Tensor& tensor, 
   // on_done keeps the buffer alive while the transfer runs.
   return start_async(
       *this,
-      start_record(CommOp::Send, nbytes(tensor)), [&] { return backend_->send(tensors, dst, tag); }, [tensor] {});
+      start_record(CommOp::Send, nbytes(tensor), tensor, {}, dst), [&] { return backend_->send(tensors, dst, tag); }, [tensor] {});
 }
 
 std::shared_ptr<PendingWork> ProcessGroup::recv_async(at::Tensor& tensor, int src, int tag) const {
@@ -416,7 +512,7 @@ std::shared_ptr<PendingWork> ProcessGroup::recv_async(at::Tensor& tensor, int sr
   std::vector<at::Tensor> tensors{tensor};
   return start_async(
       *this,
-      start_record(CommOp::Recv, nbytes(tensor)), [&] { return backend_->recv(tensors, src, tag); }, [tensor] {});
+      start_record(CommOp::Recv, nbytes(tensor), tensor, {}, src), [&] { return backend_->recv(tensors, src, tag); }, [tensor] {});
 }
 
 std::vector<std::shared_ptr<PendingWork>> ProcessGroup::batch_p2p(const std::vector<P2POp>& ops) const {
@@ -424,7 +520,7 @@ std::vector<std::shared_ptr<PendingWork>> ProcessGroup::batch_p2p(const std::vec
   if (ops.empty()) return sends;
   // Pipeline stages exchange activations and gradients here: one range per
   // batch (sends issued, receives waited), e.g. "c10d::batch_p2p pp".
-  TITAN_PROFILE_RANGE("c10d::batch_p2p " + name_);
+  TITAN_COMM_RANGE("c10d::batch_p2p " + name_);
   for (const P2POp& op : ops)
     TITAN_CHECK(op.tensor.is_contiguous(), (op.is_send ? "send" : "recv"), " on ", describe(),
                 " needs a contiguous tensor");
@@ -464,9 +560,15 @@ std::vector<std::shared_ptr<PendingWork>> ProcessGroup::batch_p2p_async(const st
     if (op.is_send) sent += nbytes(op.tensor);
     keep.push_back(op.tensor);
   }
+  // The flight recorder keeps each op with its peer; the group's one work
+  // completes them all.
+  CommRecord record = start_record(CommOp::Send, sent, {});
+  for (const P2POp& op : ops)
+    record.flight_ids.push_back(FlightRecorder::instance().scheduled(
+        name_, op.is_send ? CommOp::Send : CommOp::Recv, /*p2p=*/true, global_rank(op.peer), op.tensor, {}));
   works.push_back(start_async(
       *this,
-      start_record(CommOp::Send, sent),
+      std::move(record),
       [&] {
         backend_->startCoalescing();
         for (const P2POp& op : ops) {
@@ -481,7 +583,7 @@ std::vector<std::shared_ptr<PendingWork>> ProcessGroup::batch_p2p_async(const st
 }
 
 void ProcessGroup::barrier() const {
-  run(start_record(CommOp::Barrier, 0), [&] {
+  run(start_record(CommOp::Barrier, 0, {}), [&] {
     c10d::BarrierOptions opts;
     opts.timeout = timeout_;
     return backend_->barrier(opts);

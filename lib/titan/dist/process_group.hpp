@@ -165,13 +165,18 @@ class ProcessGroup {
   std::vector<std::shared_ptr<PendingWork>> batch_p2p_async(const std::vector<P2POp>& ops) const;
   void barrier() const;
 
-  /// Throws the titan::Error this group reports for a failed `op` (shared by
-  /// every path that waits on the backend).
-  [[noreturn]] void fail(const char* op, const std::string& backend_message,
-                         double elapsed_s) const;
+  /// Throws the titan::Error this group reports for the failed op of
+  /// `record` (shared by every path that waits on the backend), after the
+  /// flight recorder has dumped this rank's buffer and the ranks waiting
+  /// in the same collective have been told apart from those that never
+  /// reached it.
+  [[noreturn]] void fail(const CommRecord& record, const std::string& backend_message) const;
 
  private:
-  CommRecord start_record(CommOp op, int64_t payload_bytes) const;
+  /// The CommLog record of an op about to be issued, entered in the flight
+  /// recorder with its tensors and (P2P) peer, a group rank.
+  CommRecord start_record(CommOp op, int64_t payload_bytes, const at::Tensor& input,
+                          const at::Tensor& output = {}, int peer = -1) const;
   void run(CommRecord record, const std::function<c10::intrusive_ptr<c10d::Work>()>& launch) const;
 
   std::string name_;

@@ -12,6 +12,7 @@
 #include <c10/util/Logging.h>
 
 #include "titan/dist/backend.hpp"
+#include "titan/dist/flight_recorder.hpp"
 #include "titan/util/error.hpp"
 
 #ifdef TITAN_HAS_CUDA
@@ -191,6 +192,13 @@ const World& init_distributed(const InitOptions& options) {
   if (const char* s = std::getenv("TITAN_RENDEZVOUS_TIMEOUT"); s && *s)
     rdzv_timeout = std::chrono::milliseconds(static_cast<int64_t>(std::atof(s) * 1000));
   c10::Device device = pick_device(options.device, env);
+  FlightRecorder& recorder = FlightRecorder::instance();
+  recorder.configure(options.flight_recorder_entries);
+  if (options.flight_recorder_entries > 0 && !options.flight_recorder_folder.empty()) {
+    recorder.set_dump_target(options.flight_recorder_folder, options.flight_recorder_prefix, env.rank,
+                             env.world_size);
+    recorder.install_signal_dumps();
+  }
 #ifdef TITAN_HAS_CUDA
   if (device.is_cuda()) c10::cuda::set_device(device.index());
 #endif

@@ -29,6 +29,13 @@ struct InitOptions {
   /// How long ranks wait for each other at rendezvous (TITAN_RENDEZVOUS_TIMEOUT
   /// in seconds overrides it).
   std::chrono::milliseconds rendezvous_timeout{std::chrono::seconds(120)};
+  /// The flight recorder (flight_recorder.hpp): the last N ops each rank
+  /// keeps (0 = off), and the folder a rank writes PREFIX<rank>.json into
+  /// when a collective fails, on a fatal signal or on SIGUSR1 ("" = kept
+  /// in memory only).
+  int64_t flight_recorder_entries = 0;
+  std::string flight_recorder_folder;
+  std::string flight_recorder_prefix = "rank_";
 };
 
 /// @brief The job as this rank sees it, after init_distributed().

@@ -17,6 +17,7 @@
 #include "titan/config/supported.hpp"
 #include "titan/util/files.hpp"
 #include "titan/dist/device_mesh.hpp"
+#include "titan/dist/flight_recorder.hpp"
 #include "titan/dist/launch_env.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/dist/world.hpp"
@@ -155,6 +156,9 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
     init.device = device_.is_cuda() ? "cuda" : "cpu";
     init.timeout = std::chrono::seconds(cfg_.comm.timeout_seconds);
     init.rendezvous_timeout = std::chrono::seconds(cfg_.comm.init_timeout_seconds);
+    init.flight_recorder_entries = cfg_.comm.trace_buf_size;
+    init.flight_recorder_folder = files::join(cfg_.job.dump_folder, cfg_.comm.save_traces_folder);
+    init.flight_recorder_prefix = cfg_.comm.save_traces_file_prefix;
     const dist::World& world = dist::init_distributed(init);
     mesh_ = std::make_unique<dist::DeviceMesh>(dims_.build_mesh(world));
     const std::string dp_name = dims_.dp_mesh_name();
@@ -531,6 +535,7 @@ StepResult Trainer::train_step() {
 
   optimizer_->zero_grad(/*set_to_none=*/true);
   if (memory_) memory_->mark(r.step, "step start", params_, optimizer_.get());
+  dist::FlightRecorder::instance().set_step(r.step);
   // The step's batches are read first: its loss is normalised by the
   // number of counted targets in the whole global batch, which the first
   // backward already needs (torchtitan's train_step reads them first too).
