@@ -86,8 +86,25 @@ bool FailureBoard::all_reported(const c10::intrusive_ptr<c10d::Store>& store, co
   return true;
 }
 
+namespace {
+
+// FailureBoard::describe, optionally without knock-on reports: a rank
+// whose flight word names the collective it waited in says more than its
+// peers' own timeouts would (which repeat its error, one per peer).
+std::string peer_reports(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+                         std::chrono::milliseconds wait, bool with_knock_on);
+
+}  // namespace
+
 std::string FailureBoard::describe(const c10::intrusive_ptr<c10d::Store>& store,
                                    const std::vector<int>& ranks, std::chrono::milliseconds wait) {
+  return peer_reports(store, ranks, wait, /*with_knock_on=*/true);
+}
+
+namespace {
+
+std::string peer_reports(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+                         std::chrono::milliseconds wait, bool with_knock_on) {
   if (!store) return "";
   QuietC10Logs quiet;
   auto deadline = std::chrono::steady_clock::now() + wait;
@@ -107,10 +124,12 @@ std::string FailureBoard::describe(const c10::intrusive_ptr<c10d::Store>& store,
       return "the rendezvous store on rank 0 is gone (rank 0 exited)";
     }
     if (!own.empty()) return own;
-    if (std::chrono::steady_clock::now() >= deadline) return knock_on;
+    if (std::chrono::steady_clock::now() >= deadline) return with_knock_on ? knock_on : "";
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
+
+}  // namespace
 
 // ----------------------------------------------------------------- PendingWork
 
@@ -263,7 +282,8 @@ void ProcessGroup::fail(const CommRecord& record, const std::string& backend_mes
   // A peer that failed writes its reason before its sockets close, but give
   // the store a moment in case our error raced ahead of its report (and
   // peers waiting in the same collective time to leave their flight word).
-  std::string who = FailureBoard::describe(job_store_, peers, std::chrono::milliseconds(2000));
+  std::string who = peer_reports(job_store_, peers, std::chrono::milliseconds(2000),
+                                 /*with_knock_on=*/word.seq == 0);
   std::ostringstream os;
   os << comm_op_name(record.op) << " on " << describe() << " failed after " << elapsed_s << " s (timeout "
      << timeout_.count() / 1000.0 << " s): ";

@@ -145,6 +145,12 @@ int launch_local(const LaunchOptions& options) {
   int failed_status = 0;
   bool stopping = false;
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
+  // After the first failure the others get a moment before SIGTERM: a
+  // rank that fails too writes its own error, naming its peers through the
+  // store that rank 0 hosts (the failure board's 2 s wait, the flight
+  // recorder's words), and that store must not be stopped under it.
+  constexpr auto kReportMoment = std::chrono::milliseconds(3000);
+  auto first_failure_at = std::chrono::steady_clock::time_point::max();
   auto signal_all = [&](int sig) {
     for (auto& c : children)
       if (c.running) kill(c.pid, sig);
@@ -194,7 +200,10 @@ int launch_local(const LaunchOptions& options) {
       stop_deadline = std::chrono::steady_clock::now() +
                       std::chrono::milliseconds(static_cast<int64_t>(options.grace_seconds * 1000));
     }
-    if (failed_rank >= 0 && !stopping && options.stop_on_failure) {
+    if (failed_rank >= 0 && first_failure_at == std::chrono::steady_clock::time_point::max())
+      first_failure_at = std::chrono::steady_clock::now();
+    if (failed_rank >= 0 && !stopping && options.stop_on_failure &&
+        std::chrono::steady_clock::now() >= first_failure_at + kReportMoment) {
       signal_all(SIGTERM);
       stopping = true;
       stop_deadline = std::chrono::steady_clock::now() +
