@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "titan/util/error.hpp"
+#include "titan/util/internal_assert.hpp"
 
 namespace titan::pp {
 
@@ -145,7 +146,7 @@ std::vector<RankActions> zero_bubble(const ScheduleSpec& spec) {
   int remaining = 3 * S * m;
   auto rank_stages = [&](int r) { return spec.stages_of_rank(r); };
   for (int t = 0; remaining > 0; ++t) {
-    TITAN_CHECK(t < 100 * (S * m + p), "zero-bubble list scheduling made no progress (internal error)");
+    TITAN_INTERNAL_ASSERT(t < 100 * (S * m + p), "zero-bubble list scheduling made no progress");
     for (int r = 0; r < p; ++r) {
       if (busy_until[r] > t) continue;
       const std::vector<int> stages = rank_stages(r);
