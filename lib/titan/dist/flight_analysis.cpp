@@ -191,11 +191,10 @@ FlightAnalysis analyse_flight_traces(const std::vector<FlightDump>& dumps) {
           if (sig == majority->first) continue;
           os << "; " << ranks_phrase(ranks) << " " << describe_entry(*seqs[ranks.front()][s]);
           // A rank that skipped one: its #s is what the others call #s+1.
-          const int odd = ranks.front(), usual = majority->second.front();
+          const int usual = majority->second.front();
           auto next = seqs[usual].find(s + 1);
           if (next != seqs[usual].end() && signature(*next->second) == sig)
             os << " (the others' #" << s + 1 << ": " << ranks_phrase(ranks) << " skipped #" << s << ")";
-          (void)odd;
           f.behind.insert(f.behind.end(), ranks.begin(), ranks.end());
         }
       } else if (!never.empty()) {

@@ -40,12 +40,6 @@ void FlightRecorder::set_dump_target(std::string folder, std::string prefix, int
   world_size_ = world_size;
 }
 
-std::string FlightRecorder::dump_path() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (folder_.empty()) return "";
-  return (std::filesystem::path(folder_) / (prefix_ + std::to_string(rank_) + ".json")).string();
-}
-
 void FlightRecorder::register_group(const std::string& name, const std::vector<int>& global_ranks) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& g : groups_)

@@ -63,8 +63,6 @@ class FlightRecorder {
   /// Where dump_to_target() writes: `folder`/`prefix`RANK.json. Until this
   /// is called, dumps on failure go nowhere.
   void set_dump_target(std::string folder, std::string prefix, int rank, int world_size);
-  /// The file dump_to_target() writes ("" when no target is set).
-  std::string dump_path() const;
 
   /// Registers a group's members (global ranks) for the dumps.
   void register_group(const std::string& name, const std::vector<int>& global_ranks);
