@@ -15,7 +15,9 @@
 # Environment: TITAN_BUNDLE (the bundle folder), TITAN_PYTHON (a python whose
 # torch is the one to run against; default: the first python3 on PATH that
 # imports torch), TITAN_GPU_BUDGET_S (seconds after which the remaining steps
-# are skipped; default 500).
+# are skipped; default 500), TITAN_GPU_ONLY (an extended regular expression:
+# only the steps whose names match run, e.g. 'capstone|tensor_parallel' for a
+# second, shorter visit).
 set -uo pipefail
 START=$SECONDS
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -132,6 +134,7 @@ CFG="$BUNDLE/train_configs/debug_model.toml"
 step() {
   local name="$1" secs="$2" pattern="$3"
   shift 3
+  if [ -n "${TITAN_GPU_ONLY:-}" ] && ! [[ "$name" =~ $TITAN_GPU_ONLY ]]; then return 0; fi
   local elapsed=$((SECONDS - START))
   if [ "$elapsed" -ge "$BUDGET" ]; then
     say "SKIP    $name (time budget of ${BUDGET}s spent)"
@@ -161,70 +164,8 @@ for attn in sdpa flash; do
   step "train_$attn" 60 "$LOSS" "${TRAIN[@]}" --model.attn_type "$attn" --training.steps 20 --metrics.log_freq 5 \
     --job.dump_folder "$WORK/attn_$attn"
 done
-# 3. The flash kernel against SDPA, bf16, causal, head_dim 128 (goal >= 0.6x
-#    SDPA fwd+bwd at 4096), with GQA and with documents.
-B="$BUNDLE/bin/bench_attention_cuda"
-step bench_attention 60 'RESULT|speed|seq' "$B" --seqs 1024,4096 --reps 10
-step bench_attention_gqa 45 'RESULT|speed|seq' "$B" --seqs 4096 --heads 32 --kv-heads 8 --reps 10
-step bench_attention_docs 45 'RESULT|speed|seq' "$B" --seqs 4096 --doc-len 512 --reps 10
-# 4. The multi-process tests as one NCCL rank on the GPU (run directly: the
-#    CTest files of the build machine hold its absolute paths).
-for t in test_collectives test_device_mesh test_dtensor test_grad_clip test_tensor_parallel test_data_parallel \
-         test_activation_checkpoint test_parallel_dims test_pipeline; do
-  [ -x "$BUNDLE/bin/$t" ] || { say "SKIP    $t (not in the bundle)"; continue; }
-  step "${t#test_}_np1_cuda" 60 '^\[  (PASSED|FAILED) |tests ran' env TITAN_TEST_DEVICE=cuda "$BUNDLE/bin/$t" --nproc 1
-done
-# 5. Float8 on the tensor cores: tokens/s without, tensorwise, rowwise
-#    (at::_scaled_mm with per-row scales needs sm_90 and cuBLAS >= 12.9).
-F8='parallel|float8|tokens/s|loss  |error|Error'
-step float8_off 45 "$F8" "${TRAIN[@]}" --training.steps 30 --metrics.log_freq 10 --job.dump_folder "$WORK/float8_off"
-step float8_tensorwise 45 "$F8" "${TRAIN[@]}" --float8.enable_float8_linear --training.steps 30 --metrics.log_freq 10 \
-  --job.dump_folder "$WORK/float8_tensorwise"
-step float8_rowwise 45 "$F8" "${TRAIN[@]}" --float8.enable_float8_linear --float8.recipe_name rowwise --training.steps 30 \
-  --metrics.log_freq 10 --job.dump_folder "$WORK/float8_rowwise"
-if [ "${GPUS:-1}" -ge 2 ]; then
-  # The float8 FSDP all-gather needs one GPU per rank: losses must be equal.
-  for ag in false true; do
-    step "float8_allgather_$ag" 60 'parallel|loss  ' "$T" train --nproc 2 --job.config_file "$CFG" \
-      --training.device cuda --float8.enable_float8_linear --float8.enable_fsdp_float8_all_gather=$ag \
-      --float8.precompute_float8_dynamic_scale_for_fsdp=$ag --training.steps 10 --metrics.log_freq 5 \
-      --job.dump_folder "$WORK/float8_ag_$ag"
-  done
-fi
-# 6. An async_with_pinned_mem checkpoint and the resume from it; a CUDA
-#    Kineto trace and the allocator's memory snapshot (docs/checkpoint.md,
-#    docs/profiling.md).
-step checkpoint_async_profile 60 'checkpoint|profil|memory|error|Error' "${TRAIN[@]}" --metrics.log_freq 5 \
-  --training.steps 10 --checkpoint.enable_checkpoint --checkpoint.interval 5 \
-  --checkpoint.async_mode async_with_pinned_mem --profiling.enable_profiling --profiling.profile_freq 5 \
-  --profiling.enable_memory_snapshot --job.dump_folder "$WORK/ckpt"
-step checkpoint_resume 45 'resum|training done|loss  |error|Error' "${TRAIN[@]}" --metrics.log_freq 5 --training.steps 12 \
-  --checkpoint.enable_checkpoint --checkpoint.interval 5 --job.dump_folder "$WORK/ckpt"
-step profile_files 10 'trace|snapshot|timeline' \
-  bash -c "ls -la '$WORK/ckpt/profile_trace/iteration_5' '$WORK/ckpt/memory_snapshot/iteration_5'"
-# 7. titan estimate against CUDA's allocator: the memory timeline's peak
-#    beside the estimate, for batch 8 x 1024 so that activations dominate.
-cat >"$WORK/estimate_vs_cuda.sh" <<EOF_ESTIMATE
-# estimate_vs_cuda.sh AC TIMELINE_JSON TITAN_ARGS...: the estimate's total
-# beside the measured peak of a run's CUDA memory timeline.
-ac="\$1" timeline="\$2"
-shift 2
-est="\$("$T" estimate "\$@" | grep "Total estimated")" || { echo "titan estimate printed no total"; exit 1; }
-"$PY" - "\$timeline" "\$ac" "\$est" <<'EOF_PY'
-import json, sys
-m = json.load(open(sys.argv[1]))
-print("estimate vs CUDA, AC", sys.argv[2] + ": measured peak", max(x["peak_in_phase"] for x in m), "bytes;", sys.argv[3])
-EOF_PY
-EOF_ESTIMATE
-for ac in none full; do
-  E=(--job.config_file "$CFG" --training.batch_size 8 --training.seq_len 1024 --activation_checkpoint.mode "$ac")
-  step "estimate_run_ac_$ac" 60 'error|Error' "$T" train "${E[@]}" --training.device cuda --training.steps 2 \
-    --profiling.enable_memory_snapshot --profiling.profile_freq 2 --job.dump_folder "$WORK/estimate_$ac"
-  step "estimate_vs_cuda_ac_$ac" 30 'estimate vs CUDA' bash "$WORK/estimate_vs_cuda.sh" "$ac" \
-    "$WORK/estimate_$ac/memory_snapshot/iteration_2/rank0_memory_timeline.json" "${E[@]}"
-done
-
-# 8. The capstone on one GPU: an 8B-shaped Llama 3 cut to 4 blocks (1.9B
+# 3. The capstone on one GPU (early: it is the measurement this machine is
+#    for, and the steps after it are checks a failure would only repeat): an 8B-shaped Llama 3 cut to 4 blocks (1.9B
 #    parameters: fp32 weights, gradients and AdamW take 31 GB) in bf16
 #    autocast (one device: torchtitan's AMP), batch 1 x 8192 tokens, AC off:
 #    tokens/s, MFU against the bf16 peak and peak memory against `titan
@@ -233,10 +174,14 @@ done
 #    bundle's torchtitan/, bench/torchtitan_eager/torchtitan_eager.py) and
 #    the ratio. Goal: titan >= 1.0x torchtitan eager, MFU >= 45 %.
 CAP=(--job.config_file "$CFG" --training.device cuda --training.seq_len 8192 --training.batch_size 1
-     --activation_checkpoint.mode none --lr_scheduler.warmup_steps 2)
+     --training.mixed_precision_param bfloat16 --activation_checkpoint.mode none --lr_scheduler.warmup_steps 2)
 CAP8=("${CAP[@]}" --model.flavor 8B --model.n_layers 4)
 step capstone_8b_4blocks 150 'tokens/s|memory|loss  |error|Error' "$T" train "${CAP8[@]}" --training.steps 12 \
   --metrics.log_freq 4 --job.dump_folder "$WORK/cap8b"
+# One profiled step of the same run (a Kineto trace of step 10), to see where
+# the step's time goes beside torchtitan's.
+step capstone_8b_profile 90 'tokens/s|profiling|error|Error' "$T" train "${CAP8[@]}" --training.steps 10 \
+  --metrics.log_freq 5 --profiling.enable_profiling --profiling.profile_freq 10 --job.dump_folder "$WORK/cap8b_profile"
 step capstone_8b_estimate 30 'Total estimated|error|Error' "$T" estimate "${CAP8[@]}"
 step capstone_1b 120 'tokens/s|memory|loss  |error|Error' "$T" train "${CAP[@]}" --model.flavor 1B --training.steps 12 \
   --metrics.log_freq 4 --job.dump_folder "$WORK/cap1b"
@@ -266,6 +211,69 @@ EOF_RATIO
 else
   say "SKIP    torchtitan_eager_8b_4blocks (no torchtitan wheel in the bundle)"
 fi
+
+# 4. The flash kernel against SDPA, bf16, causal, head_dim 128 (goal >= 0.6x
+#    SDPA fwd+bwd at 4096), with GQA and with documents.
+B="$BUNDLE/bin/bench_attention_cuda"
+step bench_attention 60 'RESULT|speed|seq' "$B" --seqs 1024,4096 --reps 10
+step bench_attention_gqa 45 'RESULT|speed|seq' "$B" --seqs 4096 --heads 32 --kv-heads 8 --reps 10
+step bench_attention_docs 45 'RESULT|speed|seq' "$B" --seqs 4096 --doc-len 512 --reps 10
+# 5. The multi-process tests as one NCCL rank on the GPU (run directly: the
+#    CTest files of the build machine hold its absolute paths).
+for t in test_collectives test_device_mesh test_dtensor test_grad_clip test_tensor_parallel test_data_parallel \
+         test_activation_checkpoint test_parallel_dims test_pipeline; do
+  [ -x "$BUNDLE/bin/$t" ] || { say "SKIP    $t (not in the bundle)"; continue; }
+  step "${t#test_}_np1_cuda" 45 '^\[  (PASSED|FAILED) |tests ran' env TITAN_TEST_DEVICE=cuda "$BUNDLE/bin/$t" --nproc 1
+done
+# 6. Float8 on the tensor cores: tokens/s without, tensorwise, rowwise
+#    (at::_scaled_mm with per-row scales needs sm_90 and cuBLAS >= 12.9).
+F8='parallel|float8|tokens/s|loss  |error|Error'
+step float8_off 45 "$F8" "${TRAIN[@]}" --training.steps 30 --metrics.log_freq 10 --job.dump_folder "$WORK/float8_off"
+step float8_tensorwise 45 "$F8" "${TRAIN[@]}" --float8.enable_float8_linear --training.steps 30 --metrics.log_freq 10 \
+  --job.dump_folder "$WORK/float8_tensorwise"
+step float8_rowwise 45 "$F8" "${TRAIN[@]}" --float8.enable_float8_linear --float8.recipe_name rowwise --training.steps 30 \
+  --metrics.log_freq 10 --job.dump_folder "$WORK/float8_rowwise"
+if [ "${GPUS:-1}" -ge 2 ]; then
+  # The float8 FSDP all-gather needs one GPU per rank: losses must be equal.
+  for ag in false true; do
+    step "float8_allgather_$ag" 60 'parallel|loss  ' "$T" train --nproc 2 --job.config_file "$CFG" \
+      --training.device cuda --float8.enable_float8_linear --float8.enable_fsdp_float8_all_gather=$ag \
+      --float8.precompute_float8_dynamic_scale_for_fsdp=$ag --training.steps 10 --metrics.log_freq 5 \
+      --job.dump_folder "$WORK/float8_ag_$ag"
+  done
+fi
+# 7. An async_with_pinned_mem checkpoint and the resume from it; a CUDA
+#    Kineto trace and the allocator's memory snapshot (docs/checkpoint.md,
+#    docs/profiling.md).
+step checkpoint_async_profile 60 'checkpoint|profil|memory|error|Error' "${TRAIN[@]}" --metrics.log_freq 5 \
+  --training.steps 10 --checkpoint.enable_checkpoint --checkpoint.interval 5 \
+  --checkpoint.async_mode async_with_pinned_mem --profiling.enable_profiling --profiling.profile_freq 5 \
+  --profiling.enable_memory_snapshot --job.dump_folder "$WORK/ckpt"
+step checkpoint_resume 45 'resum|training done|loss  |error|Error' "${TRAIN[@]}" --metrics.log_freq 5 --training.steps 12 \
+  --checkpoint.enable_checkpoint --checkpoint.interval 5 --job.dump_folder "$WORK/ckpt"
+step profile_files 10 'trace|snapshot|timeline' \
+  bash -c "ls -la '$WORK/ckpt/profile_trace/iteration_5' '$WORK/ckpt/memory_snapshot/iteration_5'"
+# 8. titan estimate against CUDA's allocator: the memory timeline's peak
+#    beside the estimate, for batch 8 x 1024 so that activations dominate.
+cat >"$WORK/estimate_vs_cuda.sh" <<EOF_ESTIMATE
+# estimate_vs_cuda.sh AC TIMELINE_JSON TITAN_ARGS...: the estimate's total
+# beside the measured peak of a run's CUDA memory timeline.
+ac="\$1" timeline="\$2"
+shift 2
+est="\$("$T" estimate "\$@" | grep "Total estimated")" || { echo "titan estimate printed no total"; exit 1; }
+"$PY" - "\$timeline" "\$ac" "\$est" <<'EOF_PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+print("estimate vs CUDA, AC", sys.argv[2] + ": measured peak", max(x["peak_in_phase"] for x in m), "bytes;", sys.argv[3])
+EOF_PY
+EOF_ESTIMATE
+for ac in none full; do
+  E=(--job.config_file "$CFG" --training.batch_size 8 --training.seq_len 1024 --activation_checkpoint.mode "$ac")
+  step "estimate_run_ac_$ac" 60 'error|Error' "$T" train "${E[@]}" --training.device cuda --training.steps 2 \
+    --profiling.enable_memory_snapshot --profiling.profile_freq 2 --job.dump_folder "$WORK/estimate_$ac"
+  step "estimate_vs_cuda_ac_$ac" 30 'estimate vs CUDA' bash "$WORK/estimate_vs_cuda.sh" "$ac" \
+    "$WORK/estimate_$ac/memory_snapshot/iteration_2/rank0_memory_timeline.json" "${E[@]}"
+done
 
 say "gpu_check: status $status after $((SECONDS - START)) s (whole logs and dumps: $WORK)"
 exit $status

@@ -40,6 +40,7 @@ RunSpec spec_with(int64_t grad_accum = 1, int64_t steps = 3) {
   RunSpec s;
   s.grad_accum = grad_accum;
   s.steps = steps;
+  s.device = world().device();  // the GPU twins (TITAN_TEST_DEVICE=cuda) train on it
   return s;
 }
 

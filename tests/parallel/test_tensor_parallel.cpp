@@ -82,6 +82,16 @@ double rel_diff(const at::Tensor& a, const at::Tensor& ref) {
 
 constexpr double kStyleTol = 1e-6;
 
+// Modules are built on the CPU; the GPU twins (TITAN_TEST_DEVICE=cuda) move
+// them to the job's device, where the inputs are.
+template <typename... M>
+void to_test_device(M&... modules) {
+  (modules->to(world().device()), ...);
+}
+
+// Token ids drawn on the CPU (the same on every device), on the job's device.
+at::Tensor on_device(const at::Tensor& t) { return t.to(world().device()); }
+
 // ------------------------------------------------------------------ styles
 
 TEST(TensorParallelStyles, ColwiseThenRowwiseIsTheFfnWithOneAllReduce) {
@@ -89,6 +99,7 @@ TEST(TensorParallelStyles, ColwiseThenRowwiseIsTheFfnWithOneAllReduce) {
   const int64_t n = mesh.size(0);
   const int64_t d = 6, hidden = 4 * n + 2;  // hidden uneven on purpose
   titan::ops::Linear up(d, hidden), down(hidden, d), up_ref(d, hidden), down_ref(hidden, d);
+  to_test_device(up, down, up_ref, down_ref);
   {
     at::NoGradGuard g;
     up->weight.copy_(seeded(1, {hidden, d}));
@@ -135,6 +146,7 @@ TEST(TensorParallelStyles, ColwiseWithReplicatedOutputAndSequenceShardedInput) {
   const int64_t n = mesh.size(0);
   const int64_t d = 5, out = 3 * n + 1, seq = 2 * n;
   titan::ops::Linear lin(d, out), ref(d, out);
+  to_test_device(lin, ref);
   {
     at::NoGradGuard g;
     lin->weight.copy_(seeded(5, {out, d}));
@@ -165,6 +177,7 @@ TEST(TensorParallelStyles, RowwiseEmbeddingOnAnUnevenVocabulary) {
   const int64_t n = mesh.size(0);
   const int64_t vocab = 4 * n + 3, d = 4, seq = 2 * n;
   titan::ops::Embedding emb(vocab, d), ref(vocab, d);
+  to_test_device(emb, ref);
   {
     at::NoGradGuard g;
     emb->weight.copy_(seeded(8, {vocab, d}));
@@ -172,6 +185,7 @@ TEST(TensorParallelStyles, RowwiseEmbeddingOnAnUnevenVocabulary) {
   }
   for (bool seq_out : {false, true}) {
     titan::ops::Embedding e(vocab, d);
+    to_test_device(e);
     {
       at::NoGradGuard g;
       e->weight.copy_(ref->weight);
@@ -181,7 +195,7 @@ TEST(TensorParallelStyles, RowwiseEmbeddingOnAnUnevenVocabulary) {
     r.output_layouts = seq_out ? Placement::shard(1) : Placement::replicate();
     tp::parallelize_module(*e, mesh, {{"", style(r)}});
     auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
-    at::Tensor ids = at::randint(vocab, {2, seq}, gen, at::TensorOptions().dtype(at::kLong));
+    at::Tensor ids = on_device(at::randint(vocab, {2, seq}, gen, at::TensorOptions().dtype(at::kLong)));
     at::Tensor y = e(ids), y_ref = ref(ids);
     at::Tensor w = seeded(10, {2, seq, d});
     ref->weight.mutable_grad() = at::Tensor();
@@ -201,6 +215,7 @@ TEST(TensorParallelStyles, SequenceParallelNormSumsItsWeightGradient) {
   const int64_t n = mesh.size(0);
   const int64_t d = 6, seq = 3 * n;
   titan::ops::RMSNorm norm(d, 1e-5), ref(d, 1e-5);
+  to_test_device(norm, ref);
   {
     at::NoGradGuard g;
     norm->weight.copy_(seeded(11, {d}));
@@ -248,6 +263,7 @@ TEST(TensorParallelStyles, RowwiseDTensorOutputIntoColwiseKeepsTheGradientRight)
   const int64_t d = 4 * n, h = 4 * n;
   for (bool local : {true, false}) {
     titan::ops::Linear a(h, d), b(d, h), a_ref(h, d), b_ref(d, h);
+    to_test_device(a, b, a_ref, b_ref);
     {
       at::NoGradGuard g;
       a->weight.copy_(seeded(31, {d, h}));
@@ -285,7 +301,7 @@ TEST(LossParallel, EqualsCrossEntropyOnGatheredLogitsInValueAndGradient) {
   const int64_t vocab = 5 * n + 3, b = 3, s = 4;  // uneven vocabulary slices
   at::Tensor logits = (seeded(14, {b, s, vocab}) * 3.0).requires_grad_(true);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(15);
-  at::Tensor labels = at::randint(vocab, {b, s}, gen, at::TensorOptions().dtype(at::kLong));
+  at::Tensor labels = on_device(at::randint(vocab, {b, s}, gen, at::TensorOptions().dtype(at::kLong)));
   at::Tensor ref = titan::ops::cross_entropy(logits, labels);
   ref.backward();
   auto [len, off] = titan::shard_size_and_offset(vocab, n, mesh.coordinate()[0]);
@@ -336,7 +352,7 @@ Transformer build(uint64_t seed, bool tied = false) {
 
 std::pair<at::Tensor, at::Tensor> batch(int64_t step) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(2000 + step);
-  at::Tensor t = at::randint(61, {kBatch, kSeq + 1}, gen, at::TensorOptions().dtype(at::kLong));
+  at::Tensor t = on_device(at::randint(61, {kBatch, kSeq + 1}, gen, at::TensorOptions().dtype(at::kLong)));
   return {t.narrow(1, 0, kSeq), t.narrow(1, 1, kSeq)};
 }
 
