@@ -1,5 +1,6 @@
 // `titan`: the one command-line program of titan.cpp. Each subcommand lives
 // in its own cmd_*.cpp and registers itself; this file only dispatches.
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 
@@ -25,6 +26,11 @@ int main(int argc, char** argv) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  // A file that outgrows the file-size limit (`ulimit -f`, a quota) makes
+  // write() fail with EFBIG, which the checkpoint writer turns into one
+  // error naming the file; left at its default, SIGXFSZ would kill the
+  // process with no word about what it was writing.
+  std::signal(SIGXFSZ, SIG_IGN);
   auto& table = titan::cli::commands();
   auto it = table.find(argv[1]);
   if (it == table.end()) {

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "../train/train_test_util.hpp"
 #include "titan/checkpoint/dcp.hpp"
@@ -199,6 +200,28 @@ TEST(CheckpointFormat, ListsCompleteCheckpointsAndPrunes) {
   const auto t = ck::read_model_tensors(dir.path() + "/step-8");
   EXPECT_EQ(t.size(), 1u);
   EXPECT_TRUE(t.count("v"));
+}
+
+// keep_latest_k counts weights-only saves too, but never removes the newest
+// full checkpoint: a final model_weights_only export after it must not take
+// away the last state a run can resume from.
+TEST(CheckpointFormat, PruningKeepsTheNewestFullCheckpoint) {
+  ScratchDir dir("ckpt_keep_full");
+  auto save = [&](int step, const char* content) {
+    const std::string d = dir.path() + "/step-" + std::to_string(step);
+    ck::write_model_checkpoint(d, {{"w", at::ones({2})}}, step);
+    auto meta = nlohmann::json::parse(titan::files::read_file(d + "/metadata.json"));
+    meta["state"]["content"] = content;
+    std::ofstream(d + "/metadata.json") << meta.dump();
+  };
+  save(2, "full");
+  save(4, "full");
+  save(6, "model");
+  ck::prune_checkpoints(dir.path(), 1, 6);
+  EXPECT_EQ(ck::list_checkpoints(dir.path()), (std::vector<int64_t>{4, 6}));
+  save(8, "full");
+  ck::prune_checkpoints(dir.path(), 1, 8);
+  EXPECT_EQ(ck::list_checkpoints(dir.path()), (std::vector<int64_t>{8}));
 }
 
 TEST(CheckpointFormat, DurableFileReportsAFullDisk) {

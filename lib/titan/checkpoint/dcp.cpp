@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <set>
 
 #include "titan/checkpoint/file_io.hpp"
@@ -184,11 +185,41 @@ std::vector<int64_t> list_checkpoints(const std::string& folder) {
   return steps;
 }
 
+namespace {
+
+// Whether a complete checkpoint holds the whole training state (a run can
+// resume from it) rather than the weights alone. An unreadable one counts
+// as not resumable: the loader would refuse it too.
+bool holds_full_state(const std::string& dir) {
+  try {
+    const auto meta = nlohmann::json::parse(files::read_file(dir + "/" + kMetadataFile, "checkpoint metadata"));
+    return meta.at("state").value("content", "") == "full";
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// metadata.json goes first: a removal cut short by a kill leaves a folder the
+// loader ignores (no metadata), never one that looks complete but lacks files.
+void remove_checkpoint(const std::string& dir) {
+  std::remove((dir + "/" + kMetadataFile).c_str());
+  fsync_directory(dir);
+  files::remove_all(dir);
+}
+
+}  // namespace
+
 void prune_checkpoints(const std::string& folder, int64_t keep, int64_t newest) {
   if (keep > 0) {
     const std::vector<int64_t> steps = list_checkpoints(folder);
+    // The newest full checkpoint stays even when weights-only saves after it
+    // (a final model_weights_only export) push it out of the latest `keep`:
+    // it is the last state training can resume from.
+    std::optional<int64_t> resumable;
+    for (auto it = steps.rbegin(); it != steps.rend() && !resumable; ++it)
+      if (holds_full_state(folder + "/" + step_folder_name(*it))) resumable = *it;
     for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i)
-      files::remove_all(folder + "/" + step_folder_name(steps[i]));
+      if (steps[i] != resumable) remove_checkpoint(folder + "/" + step_folder_name(steps[i]));
   }
   // Left by a save that died (its step is older than the one just completed).
   for (const std::string& name : folder_entries(folder)) {
@@ -204,6 +235,83 @@ std::vector<int64_t> CheckpointInfo::shape_of(const std::string& fqn) const {
   return metadata.at("tensors").at(fqn).at("shape").get<std::vector<int64_t>>();
 }
 
+namespace {
+
+// Every field of metadata.json a load reads, checked once where the file is
+// opened: a hand-edited or corrupted file is one error naming it, not a JSON
+// library message from the middle of a load, and no size read from it can
+// ask for more memory than the files it lists hold.
+void check_metadata(const nlohmann::json& meta, const std::string& path) {
+  auto fail = [&](const std::string& what) { throw Error("checkpoint: " + path + ": " + what); };
+  // Names come from the file: quoted and escaped, so that a newline or a
+  // stray byte in one cannot break the one-line message.
+  auto safe_dump = [](const nlohmann::json& j) {
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  auto quoted = [&](const std::string& name) { return safe_dump(nlohmann::json(name)); };
+  auto count = [&](const nlohmann::json& v, const std::string& what) -> int64_t {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) fail(what + " is not a count (" + safe_dump(v) + ")");
+    return v.get<int64_t>();
+  };
+  const nlohmann::json& files_json = meta.at("files");
+  const nlohmann::json& tensors = meta.at("tensors");
+  if (!files_json.is_object()) fail("\"files\" is not an object");
+  if (!tensors.is_object()) fail("\"tensors\" is not an object");
+  std::map<std::string, int64_t> file_bytes;
+  for (const auto& [name, rec] : files_json.items()) {
+    if (!rec.is_object() || !rec.contains("bytes") || !rec.contains("crc32"))
+      fail("file " + quoted(name) + " has no bytes and crc32");
+    file_bytes[name] = count(rec.at("bytes"), "the size of " + quoted(name));
+    if (count(rec.at("crc32"), "the CRC-32 of " + quoted(name)) > 0xffffffffLL)
+      fail("the CRC-32 of " + quoted(name) + " is not 32-bit");
+  }
+  for (const auto& [fqn, entry] : tensors.items()) {
+    const std::string t = "tensor " + quoted(fqn);
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("chunks"))
+      fail(t + " has no dtype, shape and chunks");
+    if (!entry.at("dtype").is_string()) fail(t + ": its dtype is not a string");
+    int64_t element = 0;
+    try {
+      element = static_cast<int64_t>(c10::elementSize(safetensors_dtype(entry.at("dtype").get<std::string>())));
+    } catch (const Error&) {
+      fail(t + " has the unsupported dtype " + safe_dump(entry.at("dtype")));
+    }
+    const nlohmann::json& shape_json = entry.at("shape");
+    if (!shape_json.is_array() || shape_json.size() > 16) fail(t + ": its shape is not a list of at most 16 sizes");
+    std::vector<int64_t> shape;
+    int64_t numel = 1;
+    for (const auto& d : shape_json) {
+      shape.push_back(count(d, t + "'s shape"));
+      if (shape.back() > 0 && numel > (int64_t{1} << 50) / shape.back()) fail(t + "'s shape " + safe_dump(shape_json) + " is too large");
+      numel *= shape.back();
+    }
+    if (!entry.at("chunks").is_array()) fail(t + ": its chunks are not a list");
+    int64_t saved = 0;
+    for (const auto& c : entry.at("chunks")) {
+      if (!c.is_object() || !c.contains("file") || !c.contains("offsets") || !c.contains("lengths") ||
+          !c.at("file").is_string() || !c.at("offsets").is_array() || !c.at("lengths").is_array())
+        fail(t + " has a chunk without file, offsets and lengths");
+      const std::string file = c.at("file").get<std::string>();
+      if (!file_bytes.count(file)) fail(t + " has a chunk in " + quoted(file) + ", which \"files\" does not list");
+      if (c.at("offsets").size() != shape.size() || c.at("lengths").size() != shape.size())
+        fail(t + " has a chunk whose offsets or lengths do not match its " + std::to_string(shape.size()) + " dims");
+      int64_t volume = 1;
+      for (size_t d = 0; d < shape.size(); ++d) {
+        const int64_t off = count(c.at("offsets")[d], t + "'s chunk offset");
+        const int64_t len = count(c.at("lengths")[d], t + "'s chunk length");
+        if (off > shape[d] || len > shape[d] - off) fail(t + " has a chunk outside its shape " + safe_dump(shape_json));
+        volume *= len;
+      }
+      if (volume * element > file_bytes.at(file)) fail(t + " has a chunk larger than its file " + quoted(file));
+      saved += volume;
+    }
+    if (saved > numel) fail(t + "'s chunks hold " + std::to_string(saved) + " elements, more than its " +
+                            std::to_string(numel));
+  }
+}
+
+}  // namespace
+
 CheckpointInfo open_checkpoint(const std::string& dir) {
   TITAN_CHECK(files::is_directory(dir), "checkpoint: ", dir, " is not a folder");
   const std::string meta_path = dir + "/" + kMetadataFile;
@@ -217,8 +325,7 @@ CheckpointInfo open_checkpoint(const std::string& dir) {
                 " has format version ", info.metadata.value("version", -1), "; this build reads version ",
                 kFormatVersion);
     info.step = info.metadata.at("step").get<int64_t>();
-    (void)info.metadata.at("files");
-    (void)info.metadata.at("tensors");
+    check_metadata(info.metadata, meta_path);
   } catch (const nlohmann::json::exception& e) {
     throw Error("checkpoint: " + meta_path + " is not a valid titan metadata file (" + e.what() + ")");
   }
@@ -337,6 +444,18 @@ std::map<std::string, at::Tensor> read_model_tensors(const std::string& dir) {
     t.fqn = fqn;
     t.global_shape = entry.at("shape").get<std::vector<int64_t>>();
     t.offsets.assign(t.global_shape.size(), 0);
+    // Whole tensors: their chunks must cover them (open_checkpoint checked
+    // that they are inside and no larger than their files) before the
+    // memory is taken.
+    int64_t numel = 1, saved = 0;
+    for (int64_t d : t.global_shape) numel *= d;
+    for (const auto& c : entry.at("chunks")) {
+      int64_t v = 1;
+      for (const auto& len : c.at("lengths")) v *= len.get<int64_t>();
+      saved += v;
+    }
+    TITAN_CHECK(saved == numel, "checkpoint ", dir, ": the saved parts of ", fqn, " cover ", saved, " of its ", numel,
+                " elements (an incomplete save?)");
     t.local = at::empty(t.global_shape,
                         at::TensorOptions().dtype(safetensors_dtype(entry.at("dtype").get<std::string>())));
     targets.push_back(std::move(t));

@@ -85,7 +85,10 @@ void finalize_checkpoint(const std::string& partial_dir, const std::string& fina
 std::vector<int64_t> list_checkpoints(const std::string& folder);
 
 /// @brief Removes all but the newest `keep` complete checkpoints under
-/// `folder` (0 keeps all), and partial folders older than `newest`.
+/// `folder` (0 keeps all), except the newest full-state one (the last a run
+/// can resume from, when weights-only saves came after it), and partial
+/// folders older than `newest`. Each removal first deletes metadata.json,
+/// so a removal cut short never leaves a folder that looks complete.
 void prune_checkpoints(const std::string& folder, int64_t keep, int64_t newest);
 
 /// @brief A checkpoint folder opened for loading.
