@@ -3,10 +3,14 @@
 #include <ATen/ATen.h>
 #include <c10/util/Logging.h>
 
+#include <algorithm>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include "titan/dist/flight_recorder.hpp"
+#include "titan/dist/heartbeat.hpp"
+#include "titan/dist/quiet_c10_logs.hpp"
 #include "titan/dist/work_wait.hpp"
 #include "titan/util/range.hpp"
 #include "titan/util/error.hpp"
@@ -50,18 +54,6 @@ std::string first_line(const std::string& s) {
 }  // namespace
 
 // ---------------------------------------------------------------- FailureBoard
-
-namespace {
-
-// c10d logs every failed store call with a backtrace; while we probe a store
-// that may be gone, those lines are noise around our own one-line error.
-struct QuietC10Logs {
-  int saved = FLAGS_caffe2_log_level;
-  QuietC10Logs() { FLAGS_caffe2_log_level = 3; }
-  ~QuietC10Logs() { FLAGS_caffe2_log_level = saved; }
-};
-
-}  // namespace
 
 void FailureBoard::report(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                           const std::string& message, bool knock_on) {
@@ -229,10 +221,27 @@ FlightWord leave_flight_word(const c10::intrusive_ptr<c10d::Store>& store, const
   return word;
 }
 
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s;
+}
+
+// "rank 2 is gone (its heartbeat stopped: ...)" / "ranks 2, 5 are gone (...)".
+std::string heartbeats_stopped(const std::vector<int>& gone) {
+  return gone.size() > 1 ? "ranks " + rank_list(gone) + " are gone (their heartbeats stopped: killed, stopped or lost with their host)"
+                         : "rank " + rank_list(gone) + " is gone (its heartbeat stopped: killed, stopped or lost with its host)";
+}
+
 // "collective #57 (all_reduce) of this group: ranks 1, 3 waited in it too;
 // rank 2 never reported reaching it", from the peers' words in the store.
+// The heartbeats (nullopt when none could be read) tell a dead peer from a
+// live one: `silent` are the peers whose heartbeat stopped, `gone` those of
+// them that left no word either (killed, stopped, lost).
 std::string flight_summary(const c10::intrusive_ptr<c10d::Store>& store, const std::string& group,
-                           const std::vector<int>& peers, const FlightWord& word) {
+                           const std::vector<int>& peers, const FlightWord& word,
+                           const std::optional<std::vector<int>>& silent,
+                           const std::optional<std::vector<int>>& gone) {
   if (word.seq == 0) return "";
   std::vector<int> with_us, missing;
   std::vector<std::string> elsewhere;
@@ -256,17 +265,25 @@ std::string flight_summary(const c10::intrusive_ptr<c10d::Store>& store, const s
     }
   }
   if (!heard) with_us.clear(), elsewhere.clear(), missing.clear();
-  auto list = [](const std::vector<int>& ranks) {
-    std::string s;
-    for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
-    return s;
+  auto in = [](const std::optional<std::vector<int>>& ranks, int r) {
+    return ranks && std::find(ranks->begin(), ranks->end(), r) != ranks->end();
   };
+  std::vector<int> missing_gone, missing_alive, missing_left;
+  for (int r : missing)
+    (in(gone, r) ? missing_gone : in(silent, r) ? missing_left : missing_alive).push_back(r);
   std::ostringstream os;
   os << "flight recorder: this group's collective #" << word.seq << " (" << word.op << ")";
-  if (!with_us.empty()) os << "; rank" << (with_us.size() > 1 ? "s " : " ") << list(with_us) << " waited in it too";
+  if (!with_us.empty()) os << "; rank" << (with_us.size() > 1 ? "s " : " ") << rank_list(with_us) << " waited in it too";
   for (const auto& e : elsewhere) os << "; " << e;
-  if (!missing.empty())
-    os << "; rank" << (missing.size() > 1 ? "s " : " ") << list(missing) << " never reported reaching it";
+  if (!missing_gone.empty())
+    os << "; rank" << (missing_gone.size() > 1 ? "s " : " ") << rank_list(missing_gone)
+       << " never reported reaching it; " << heartbeats_stopped(missing_gone);
+  if (!missing_alive.empty())
+    os << "; rank" << (missing_alive.size() > 1 ? "s " : " ") << rank_list(missing_alive)
+       << " never reported reaching it" << (silent ? " (alive: its heartbeat runs)" : "");
+  if (!missing_left.empty())
+    os << "; rank" << (missing_left.size() > 1 ? "s " : " ") << rank_list(missing_left)
+       << " never reported reaching it (failed elsewhere and exited)";
   if (!word.dump.empty()) os << " (this rank's trace: " << word.dump << ")";
   return os.str();
 }
@@ -278,20 +295,46 @@ void ProcessGroup::fail(const CommRecord& record, const std::string& backend_mes
   std::vector<int> peers;
   for (int r : ranks_)
     if (r != ranks_[rank_]) peers.push_back(r);
+  // The peers' heartbeats now, to see after the reports' grace period whose
+  // stood still (gone) and whose moved (alive, but not where we are).
+  const Heartbeat* heartbeat = current_heartbeat();
+  HeartbeatReading beats_before;
+  if (heartbeat) beats_before = heartbeat->read(peers);
   const FlightWord word = leave_flight_word(job_store_, name_, ranks_[rank_], record);
   // A peer that failed writes its reason before its sockets close, but give
   // the store a moment in case our error raced ahead of its report (and
   // peers waiting in the same collective time to leave their flight word).
   std::string who = peer_reports(job_store_, peers, std::chrono::milliseconds(2000),
                                  /*with_knock_on=*/word.seq == 0);
+  std::optional<std::vector<int>> silent, gone;
+  if (heartbeat) silent = heartbeat->silent_since(beats_before, heartbeat->judging_window());
+  // A silent peer that left word (a failure report, or a flight word here)
+  // failed like us and exited: it is accounted for, not gone unexplained.
+  if (silent && job_store_) {
+    QuietC10Logs quiet;
+    try {
+      gone.emplace();
+      for (int r : *silent)
+        if (!job_store_->check({kFailurePrefix + std::to_string(r)}) &&
+            !job_store_->check({kArrivedPrefix + name_ + "/" + std::to_string(r)}))
+          gone->push_back(r);
+    } catch (...) {
+      silent.reset();
+      gone.reset();
+    }
+  }
+  const std::string flight = flight_summary(job_store_, name_, peers, word, silent, gone);
   std::ostringstream os;
   os << comm_op_name(record.op) << " on " << describe() << " failed after " << elapsed_s << " s (timeout "
      << timeout_.count() / 1000.0 << " s): ";
   if (!who.empty())
     os << who << " [backend: " << first_line(backend_message) << "]";
+  else if (!flight.empty())  // it names the peers that never came, gone or alive
+    os << first_line(backend_message) << " (no peer reported a failure)";
+  else if (gone && !gone->empty())
+    os << first_line(backend_message) << " (no peer reported a failure; " << heartbeats_stopped(*gone) << ")";
   else
     os << first_line(backend_message) << " (no peer reported a failure: one may have been killed or be stuck)";
-  const std::string flight = flight_summary(job_store_, name_, peers, word);
   if (!flight.empty()) os << "; " << flight;
   throw CommError(os.str());
 }

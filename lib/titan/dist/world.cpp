@@ -13,6 +13,7 @@
 
 #include "titan/dist/backend.hpp"
 #include "titan/dist/flight_recorder.hpp"
+#include "titan/dist/heartbeat.hpp"
 #include "titan/util/error.hpp"
 
 #ifdef TITAN_HAS_CUDA
@@ -23,6 +24,7 @@ namespace titan::dist {
 namespace {
 
 std::unique_ptr<World> g_world;
+std::unique_ptr<Heartbeat> g_heartbeat;  ///< this rank's, on a job of more than one rank
 std::mutex g_mu;
 bool g_clean_exit = false;
 
@@ -203,6 +205,12 @@ const World& init_distributed(const InitOptions& options) {
   if (device.is_cuda()) c10::cuda::set_device(device.index());
 #endif
   auto store = rendezvous(env, rdzv_timeout);
+  // Beats from the rendezvous on, so that a peer dying while the groups
+  // connect is named too. One rank has nobody to tell.
+  if (env.world_size > 1) {
+    g_heartbeat = std::make_unique<Heartbeat>(store, env.rank);
+    detail::set_current_heartbeat(g_heartbeat.get());
+  }
   g_clean_exit = false;
   g_world = std::make_unique<World>(env, device, store, options.timeout);
   static bool registered = false;
@@ -225,6 +233,8 @@ void shutdown() {
   if (!g_world) return;
   g_world->group()->barrier();
   g_clean_exit = true;
+  detail::set_current_heartbeat(nullptr);
+  g_heartbeat.reset();
   g_world.reset();
 }
 
