@@ -22,8 +22,9 @@ template <typename J = Json>
 J parse_json(const std::string& text, const std::string& source) {
   try {
     return J::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    // nlohmann's message names the byte where the text stopped making sense.
+  } catch (const nlohmann::json::exception& e) {
+    // nlohmann's message names the byte where the text stopped making sense
+    // (a parse error, or a number too large for a double: out_of_range).
     std::string what = e.what();
     if (const size_t p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
     throw Error(source + ": not valid JSON (truncated or not a tokenizer file?): " + what);
