@@ -727,16 +727,19 @@ TEST(TrainerPipelineParallel, BlockCausalContextParallelInsideStagesMatchesRefer
 // full and selective, and with block-causal masking (each cp shard sums
 // its own targets' losses over the global batch's count; the reference
 // reads each batch whole, as BlockCausalMatchesReference's).
-// Measured over 4 steps: losses <= 1.1e-7 relative, gradient norms <=
-// 1.1e-8, weights <= 3.03e-5 (every case; block-causal 2.38e-5), the same
-// on every run (the ranks reduce in a fixed order). FSDP sums the
+// Measured over 4 steps: losses <= 1.2e-7 relative, gradient norms <=
+// 2.3e-8, weights <= 3.03e-5 on an Intel host (block-causal 2.38e-5) and
+// 6.00e-5 on an AMD EPYC one (block-causal, layers.3.attention.wv: another
+// BLAS kernel path rounds the 4 micro-batches' partial sums differently and
+// Adam amplifies it, as under PP alone), the same on every run (the ranks
+// reduce in a fixed order). FSDP sums the
 // micro-batches' gradients unsharded before its one reduce-scatter per step
 // (as torch's pipelining drives FSDP2); reduce-scattering each micro-batch
 // instead gave 1.55e-5. Bounds: 1e-6 on losses and norms, as every layout
-// here, and 5e-5 on weights; a plain mean of the cp shards' means moved
-// the block-causal weights by 3.4e-2. The measured values
+// here, and PP's 1e-4 on weights; a plain mean of the cp shards' means
+// moved the block-causal weights by 3.4e-2. The measured values
 // are printed, and in docs/chapters/12-capstone.md's matrix.
-constexpr double kFourDWeightTol = 5e-5;
+constexpr double kFourDWeightTol = kPpWeightTol;
 
 TEST(TrainerFourDimensions, EveryFourDimensionalLayoutMatchesReference) {
   if (titan::testing::world().size() != 16) GTEST_SKIP() << "the 4-D layouts need 16 ranks";
