@@ -187,13 +187,11 @@ std::vector<int64_t> list_checkpoints(const std::string& folder) {
 
 namespace {
 
-// Whether a complete checkpoint holds the whole training state (a run can
-// resume from it) rather than the weights alone. An unreadable one counts
-// as not resumable: the loader would refuse it too.
+// Whether a complete checkpoint can be resumed from. An unreadable one
+// counts as not resumable: the loader would refuse it too.
 bool holds_full_state(const std::string& dir) {
   try {
-    const auto meta = nlohmann::json::parse(files::read_file(dir + "/" + kMetadataFile, "checkpoint metadata"));
-    return meta.at("state").value("content", "") == "full";
+    return open_checkpoint(dir).full_state();
   } catch (const std::exception&) {
     return false;
   }
@@ -229,6 +227,11 @@ void prune_checkpoints(const std::string& folder, int64_t keep, int64_t newest) 
 }
 
 bool CheckpointInfo::has_tensor(const std::string& fqn) const { return metadata.at("tensors").contains(fqn); }
+
+bool CheckpointInfo::full_state() const {
+  const auto state = metadata.find("state");
+  return state != metadata.end() && state->is_object() && state->value("content", "") == "full";
+}
 
 std::vector<int64_t> CheckpointInfo::shape_of(const std::string& fqn) const {
   TITAN_CHECK(has_tensor(fqn), "checkpoint ", dir, " has no tensor ", fqn);

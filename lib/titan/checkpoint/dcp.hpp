@@ -98,6 +98,9 @@ struct CheckpointInfo {
   nlohmann::json metadata;  ///< metadata.json as written
   /// Whether `fqn` is in the tensor index.
   bool has_tensor(const std::string& fqn) const;
+  /// Whether it holds the whole training state (a run can resume from it),
+  /// not the weights alone (state.content "full" rather than "model").
+  bool full_state() const;
   /// The global shape `fqn` was saved with (throws titan::Error if absent).
   std::vector<int64_t> shape_of(const std::string& fqn) const;
 };

@@ -337,7 +337,7 @@ std::optional<int64_t> CheckpointManager::load() {
       // step-0 seed (weights only: the start of training).
       for (auto it = steps.rbegin(); it != steps.rend() && !ckpt; ++it) {
         CheckpointInfo c = open_checkpoint(folder_ + "/" + step_folder_name(*it));
-        if (c.metadata.at("state").value("content", "") == "full" || c.step == 0) ckpt = std::move(c);
+        if (c.full_state() || c.step == 0) ckpt = std::move(c);
       }
     }
   } catch (const std::exception& e) {
@@ -347,8 +347,7 @@ std::optional<int64_t> CheckpointManager::load() {
   // The job's own checkpoints come first: a job that started from another
   // one and saved since resumes from its own (torchtitan's rule).
   if (!ckpt) return cfg_.initial_load_path.empty() ? std::nullopt : load_initial();
-  const bool full = ckpt->metadata.at("state").value("content", "") == "full";
-  return restore(*ckpt, !full, ckpt->dir);
+  return restore(*ckpt, !ckpt->full_state(), ckpt->dir);
 }
 
 std::optional<int64_t> CheckpointManager::load_initial() {
@@ -380,8 +379,8 @@ std::optional<int64_t> CheckpointManager::load_initial() {
     error = e.what();
   }
   agree_on_errors(state_.group, error, "initial load");
-  const bool full = ckpt->metadata.at("state").value("content", "") == "full";
-  const int64_t step = restore(*ckpt, cfg_.initial_load_model_only || !full, ckpt->dir + " (initial_load_path)");
+  const int64_t step =
+      restore(*ckpt, cfg_.initial_load_model_only || !ckpt->full_state(), ckpt->dir + " (initial_load_path)");
   return cfg_.initial_load_model_only ? 0 : step;
 }
 
