@@ -11,7 +11,7 @@
 # TITAN_WITH_CUDA=ON), JOBS (parallel compile jobs; default 2).
 #
 # The bundle:
-#   bin/      titan, test_flash_cuda, bench_attention_cuda and the tests
+#   bin/      titan, test_flash_cuda, test_fused_ops, bench_attention_cuda and the tests
 #             that run as one NCCL rank (stripped)
 #   lib/      libtitan.so (stripped) and libtomlplusplus.so.3 (a system
 #             package here, maybe absent there)
@@ -35,8 +35,8 @@ JOBS="${JOBS:-2}"
 # size 1): the tests registered with NPROCS 1 (tests/*/CMakeLists.txt).
 NP1_TESTS=(test_collectives test_device_mesh test_dtensor test_grad_clip test_parallel_dims
            test_tensor_parallel test_data_parallel test_activation_checkpoint test_pipeline)
-PROGRAMS=(titan test_flash_cuda bench_attention_cuda "${NP1_TESTS[@]}")
-TARGETS=(titan titan_cli test_flash_cuda bench_attention_cuda "${NP1_TESTS[@]}")
+PROGRAMS=(titan test_flash_cuda test_fused_ops bench_attention_cuda "${NP1_TESTS[@]}")
+TARGETS=(titan titan_cli test_flash_cuda test_fused_ops bench_attention_cuda "${NP1_TESTS[@]}")
 MAX_MB=48  # the device carries 64 MiB in all, the working tree included
 
 die() { echo "gpu_bundle: $*" >&2; exit 1; }

@@ -158,6 +158,9 @@ LOSS='tokens/s|loss  |error|Error'
 
 # 1. titan's CUDA flash kernel against math attention (accuracy).
 step flash_cuda 90 'PASSED|FAILED|SKIPPED|tests ran' "$BUNDLE/bin/test_flash_cuda"
+#    titan's fused CUDA kernels (SwiGLU, RoPE) and the chunked cross-entropy
+#    against the op-by-op versions and float64, on the GPU.
+step fused_ops_cuda 60 'PASSED|FAILED|cross|swiglu .*fp32|rope .*fp32|model' env TITAN_TEST_DEVICE=cuda "$BUNDLE/bin/test_fused_ops"
 # 2. The debug model trained on the GPU with SDPA and with the flash kernel
 #    (fp32 model: the kernel casts to bf16 and back, docs/attention.md).
 for attn in sdpa flash; do
@@ -178,6 +181,13 @@ CAP=(--job.config_file "$CFG" --training.device cuda --training.seq_len 8192 --t
 CAP8=("${CAP[@]}" --model.flavor 8B --model.n_layers 4)
 step capstone_8b_4blocks 150 'tokens/s|memory|loss  |error|Error' "$T" train "${CAP8[@]}" --training.steps 12 \
   --metrics.log_freq 4 --job.dump_folder "$WORK/cap8b"
+# The same run op by op ([model] fused_kernels = false: ATen's SwiGLU and
+# RoPE, the one-piece cross-entropy), then the fused one again, so that the
+# ratio fused / op-by-op is measured twice around the op-by-op run.
+step capstone_8b_unfused 150 'tokens/s|memory|loss  |error|Error' "$T" train "${CAP8[@]}" --model.fused_kernels false \
+  --training.steps 12 --metrics.log_freq 4 --job.dump_folder "$WORK/cap8b_unfused"
+step capstone_8b_fused_again 150 'tokens/s|memory|loss  |error|Error' "$T" train "${CAP8[@]}" --training.steps 12 \
+  --metrics.log_freq 4 --job.dump_folder "$WORK/cap8b_again"
 # One profiled step of the same run (a Kineto trace of step 10), to see where
 # the step's time goes beside torchtitan's.
 step capstone_8b_profile 90 'tokens/s|profiling|error|Error' "$T" train "${CAP8[@]}" --training.steps 10 \
@@ -208,6 +218,10 @@ print(line)
 EOF_RATIO
   step capstone_vs_torchtitan 20 'capstone' "$PY" "$WORK/capstone_ratio.py" "$WORK/cap8b/metrics.jsonl" \
     "$WORK/logs/torchtitan_eager_8b_4blocks.log"
+  for run in cap8b_unfused cap8b_again; do
+    [ -f "$WORK/$run/metrics.jsonl" ] && step "capstone_$run" 20 'capstone' "$PY" "$WORK/capstone_ratio.py" \
+      "$WORK/$run/metrics.jsonl" "$WORK/logs/torchtitan_eager_8b_4blocks.log"
+  done
 else
   say "SKIP    torchtitan_eager_8b_4blocks (no torchtitan wheel in the bundle)"
 fi

@@ -10,6 +10,12 @@ hits both alike:
             hyper-parameters, the same warm-up + linear-decay LR schedule,
             gradient clipping at max_norm 1.0 and a loss.item() per step, as
             the C++ trainer does.
+titan runs twice: with its fused kernels ([model] fused_kernels, the
+default) and op by op (fused_kernels = false: ATen's RMSNorm, SiLU and
+product, RoPE and cross-entropy, as the Python side computes them).
+After the timed rounds one more step of each contender is profiled (not
+timed) and the CPU time of its ops split into GEMMs, attention and
+everything else (--no-breakdown skips it).
 Both use the same thread count (OMP_NUM_THREADS for titan, torch.set_num_threads
 for Python). The first --warmup steps of each run are skipped; the median
 step time of the rest gives tokens/s.
@@ -87,7 +93,46 @@ def forward_sdpa(p, cfg, tokens, freqs_cis):
     return h @ p["output.weight"].T
 
 
-def python_step_times(cfg, args, attention):
+# Where a step's CPU time goes, from a profiler trace: self time of each op
+# (its time minus its children's), summed by class.
+GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
+
+
+def op_class(name):
+    if name in GEMM_OPS:
+        return "GEMM"
+    if "scaled_dot_product" in name or "flash_attention" in name:
+        return "attention"
+    return "everything else"
+
+
+def shares(self_times):
+    """{op name: self µs} -> {class: fraction of the total}."""
+    total = sum(self_times.values()) or 1.0
+    out = {"GEMM": 0.0, "attention": 0.0, "everything else": 0.0}
+    for name, us in self_times.items():
+        out[op_class(name)] += us / total
+    return out
+
+
+def trace_self_times(path):
+    """Self time per cpu_op name of a Chrome trace (titan's Kineto trace)."""
+    with open(path) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    events.sort(key=lambda e: (e["tid"], e["ts"], -e["dur"]))
+    self_us, stacks = {}, {}
+    for e in events:
+        stack = stacks.setdefault(e["tid"], [])
+        while stack and stack[-1]["ts"] + stack[-1]["dur"] <= e["ts"]:
+            stack.pop()
+        if stack:
+            self_us[stack[-1]["name"]] = self_us.get(stack[-1]["name"], 0.0) - e["dur"]
+        self_us[e["name"]] = self_us.get(e["name"], 0.0) + e["dur"]
+        stack.append(e)
+    return self_us
+
+
+def python_step_times(cfg, args, attention, profile=False):
     torch.manual_seed(0)
     init = ref.replay_init(cfg, 0, shapes(cfg))
     params = {k: v.requires_grad_(True) for k, v in init.items()}
@@ -117,20 +162,39 @@ def python_step_times(cfg, args, attention):
         sched.step()
         loss.item()
         times.append(time.perf_counter() - t0)
-    return times
+    if not profile:
+        return times
+    # One more step under the profiler, not timed: its op breakdown.
+    from torch.profiler import profile as torch_profile
+    with torch_profile() as prof:
+        tokens = torch.randint(0, cfg["vocab_size"], (args.batch_size, args.seq_len + 1))
+        x, y = tokens[:, :-1], tokens[:, 1:]
+        opt.zero_grad(set_to_none=True)
+        logits = ref.forward(params, cfg, x) if attention == "ref" else forward_sdpa(params, cfg, x, freqs_cis)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
+        opt.step()
+        loss.item()
+    return {e.key: e.self_cpu_time_total for e in prof.key_averages()}
 
 
-def titan_step_times(args):
+def titan_step_times(args, fused=True, profile=False):
     with tempfile.TemporaryDirectory(prefix="titan_bench_") as dump:
         cmd = [args.titan, "train", "--job.config_file", os.path.join(ROOT, "train_configs", "debug_model.toml"),
                "--job.dump_folder", dump, "--training.device", "cpu", "--model.flavor", args.flavor,
                "--training.steps", str(args.steps), "--training.batch_size", str(args.batch_size),
                "--training.seq_len", str(args.seq_len), "--optimizer.lr", str(args.lr),
-               "--lr_scheduler.warmup_steps", str(args.lr_warmup), "--metrics.log_freq", str(args.steps)]
+               "--lr_scheduler.warmup_steps", str(args.lr_warmup), "--metrics.log_freq", str(args.steps),
+               "--model.fused_kernels", "true" if fused else "false"]
+        if profile:  # a Kineto trace of the last step (not timed)
+            cmd += ["--profiling.enable_profiling", "true", "--profiling.profile_freq", str(args.steps)]
         env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
         r = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit("titan train failed:\n" + r.stdout + r.stderr)
+        if profile:
+            return trace_self_times(os.path.join(dump, "profile_trace", f"iteration_{args.steps}", "rank0_trace.json"))
         with open(os.path.join(dump, "metrics.jsonl")) as f:
             return [json.loads(line)["step_time_s"] for line in f]
 
@@ -148,6 +212,11 @@ def main():
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of every contender")
     ap.add_argument("--py-attention", default="both", choices=["both", "ref", "sdpa"])
+    ap.add_argument("--titan-op-by-op", action=argparse.BooleanOptionalAction, default=True,
+                    help="also time titan with [model] fused_kernels = false")
+    ap.add_argument("--breakdown", action=argparse.BooleanOptionalAction, default=True,
+                    help="after the timed rounds, profile one step of each contender: CPU time in GEMMs, "
+                         "attention and everything else")
     args = ap.parse_args()
     if args.steps <= args.warmup:
         sys.exit("--steps must exceed --warmup")
@@ -155,6 +224,8 @@ def main():
     cfg = FLAVORS[args.flavor]
 
     contenders = ["titan (C++)"]
+    if args.titan_op_by_op:
+        contenders.append("titan, op by op")
     if args.py_attention in ("both", "sdpa"):
         contenders.append("python eager, sdpa")
     if args.py_attention in ("both", "ref"):
@@ -163,7 +234,7 @@ def main():
     for rnd in range(args.rounds):
         for c in contenders:
             if c.startswith("titan"):
-                t = titan_step_times(args)
+                t = titan_step_times(args, fused=c == "titan (C++)")
             else:
                 t = python_step_times(cfg, args, "sdpa" if "sdpa" in c else "ref")
             times[c] += t[args.warmup:]
@@ -178,6 +249,18 @@ def main():
     for c in contenders:
         m = statistics.median(times[c])
         print(f"{c:32s} {m * 1e3:10.1f}ms {tokens / m:10,.0f} {m / cpp:14.2f}x")
+    if not args.breakdown:
+        return
+    # Where each contender's step goes (one profiled step each, self CPU time
+    # of the ops, so the profiler's own overhead is in no class).
+    print(f"\n{'contender':32s} {'GEMM':>8s} {'attention':>10s} {'everything else':>16s}  (share of profiled op time)")
+    for c in contenders:
+        if c.startswith("titan"):
+            st = titan_step_times(args, fused=c == "titan (C++)", profile=True)
+        else:
+            st = python_step_times(cfg, args, "sdpa" if "sdpa" in c else "ref", profile=True)
+        sh = shares(st)
+        print(f"{c:32s} {sh['GEMM'] * 100:7.1f}% {sh['attention'] * 100:9.1f}% {sh['everything else'] * 100:15.1f}%")
 
 
 if __name__ == "__main__":

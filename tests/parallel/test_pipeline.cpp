@@ -8,9 +8,11 @@
 // Tolerances (fp32). The pipeline cuts the batch into micro-batches, so
 // each gradient is a sum of per-micro-batch sums (another order than the
 // reference's one batch): results differ by rounding only. Measured (each
-// test prints it): |dloss| <= 4.8e-7, |dgrad| <= 1.9e-8 (gradients are
-// ~1e-2), |dparam| <= 6e-8 after 3 steps, for every schedule and shape.
-// Bounds: loss and gradients 1e-6 relative + 1e-7 absolute; parameters
+// test prints it) with the fused kernels ([model] fused_kernels):
+// |dloss| <= 9.5e-7, |dgrad| <= 2.6e-8 (gradients are ~1e-2) except
+// 1.1e-7 on a near-zero element of the uneven split's wv (5.9e-8 op by
+// op), |dparam| <= 5.3e-6 after 3 steps, for every schedule and shape.
+// Bounds: loss and gradients 1e-6 relative + 2e-7 absolute; parameters
 // verify::adam_param_tolerance (Adam amplifies near-zero gradients'
 // rounding to ~lr, see reference_run.hpp).
 
@@ -43,7 +45,7 @@ verify::RunSpec pp_spec(int64_t n_layers = 8) {
   return spec;
 }
 
-const verify::Tolerance kTol{1e-6, 1e-7};
+const verify::Tolerance kTol{1e-6, 2e-7};
 
 // Runs the reference and the technique, prints the worst differences and
 // checks them.
@@ -145,14 +147,17 @@ TEST(Pipeline, ActivationMemoryGPipeHoldsEveryMicroBatch1F1BAtMostPp) {
   }
   // GPipe keeps all m micro-batches' activations on every rank, 1F1B at
   // most pp − r on rank r: the ratio should approach m / (pp − r). Measured
-  // 0.80–0.94 of it (the rest: one micro-batch's transient buffers both
-  // schedules have), so the bound is 0.7 of it.
+  // 0.70–0.93 of it (the rest: one micro-batch's transient buffers both
+  // schedules have; with the fused kernels a micro-batch keeps less, so the
+  // last rank's lone micro-batch of 1F1B is relatively heavier: 5.56 of 8),
+  // so the bound is 0.6 of it — GPipe holding one micro-batch fewer than all
+  // (7/8 = 0.875 of the ratio) is still well above, holding pp − r is not.
   const double ratio = static_cast<double>(peak[0]) / static_cast<double>(peak[1]);
   const double ideal = static_cast<double>(m) / (world().size() - world().rank());
   std::printf("[measured] rank %d peak activation memory, m=%d: GPipe %.1f KiB, 1F1B %.1f KiB (ratio %.2f, "
               "m/(pp-r) = %.2f)\n",
               world().rank(), m, peak[0] / 1024.0, peak[1] / 1024.0, ratio, ideal);
-  EXPECT_GE(ratio, 0.7 * ideal);
+  EXPECT_GE(ratio, 0.6 * ideal);
 }
 
 TEST(Pipeline, CustomComputeActionsRunAsGiven) {

@@ -96,6 +96,13 @@ void record_matrix_row(const std::string& what, int ranks, size_t steps, double 
 }
 
 // Under TP the tiny model needs heads for 4 ranks: 8 query, 4 kv heads.
+// Its weights after 6 steps differ from the reference's by up to 6.1e-5
+// with the fused RMSNorm ([model] fused_kernels, the default; 1.2e-5 op by
+// op, measured on 4 ranks): the same rounding-level differences of the
+// gradients, turned by Adam into different updates where a gradient is
+// near zero. kTpWeightTol = 1e-4 (as PP's and 4-D's) still catches a lost
+// averaging or micro-batch (1e-3 and more).
+constexpr double kTpWeightTol = 1e-4;
 titan::models::llama3::ModelArgs tp_model() {
   auto a = titan::testing::tiny_model();
   a.n_heads = 8, a.n_kv_heads = 4;
@@ -359,13 +366,13 @@ TEST(TrainerTensorParallel, TpAloneMatchesReference) {
   titan::testing::ScratchDir dir("trainer_tp");
   JobConfig c = base_config(dir);
   c.training.tensor_parallel_degree = n;
-  expect_matches_reference(c, "TP (sequence parallel)", tp_model());
+  expect_matches_reference(c, "TP (sequence parallel)", tp_model(), kTpWeightTol);
   c.training.enable_sequence_parallel = false;
   c.training.enable_loss_parallel = true;
-  expect_matches_reference(c, "TP (no SP, loss parallel)", tp_model());
+  expect_matches_reference(c, "TP (no SP, loss parallel)", tp_model(), kTpWeightTol);
   c.training.enable_sequence_parallel = true;
   c.training.enable_async_tensor_parallel = true;
-  expect_matches_reference(c, "async TP (SP, loss parallel)", tp_model());
+  expect_matches_reference(c, "async TP (SP, loss parallel)", tp_model(), kTpWeightTol);
 }
 
 TEST(TrainerTensorParallel, FsdpTimesTpMatchesReference) {
@@ -374,11 +381,11 @@ TEST(TrainerTensorParallel, FsdpTimesTpMatchesReference) {
   JobConfig c = base_config(dir);
   c.training.tensor_parallel_degree = 2;
   c.training.enable_loss_parallel = true;
-  expect_matches_reference(c, "FSDP 2 x TP 2 (SP, loss parallel)", tp_model());
+  expect_matches_reference(c, "FSDP 2 x TP 2 (SP, loss parallel)", tp_model(), kTpWeightTol);
   c.training.global_batch_size = c.training.batch_size * 2 * 2;
-  expect_matches_reference(c, "FSDP 2 x TP 2, 2 micro-batches", tp_model());
+  expect_matches_reference(c, "FSDP 2 x TP 2, 2 micro-batches", tp_model(), kTpWeightTol);
   c.training.enable_async_tensor_parallel = true;
-  expect_matches_reference(c, "FSDP 2 x async TP 2, 2 micro-batches", tp_model());
+  expect_matches_reference(c, "FSDP 2 x async TP 2, 2 micro-batches", tp_model(), kTpWeightTol);
 }
 
 TEST(TrainerTensorParallel, DdpTimesTpMatchesReference) {
@@ -388,7 +395,7 @@ TEST(TrainerTensorParallel, DdpTimesTpMatchesReference) {
   c.training.tensor_parallel_degree = 2;
   c.training.data_parallel_replicate_degree = 2;
   c.training.data_parallel_shard_degree = 1;
-  expect_matches_reference(c, "DDP 2 x TP 2", tp_model());
+  expect_matches_reference(c, "DDP 2 x TP 2", tp_model(), kTpWeightTol);
 }
 
 TEST(TrainerTensorParallel, HsdpTimesTpMatchesReference) {
@@ -399,7 +406,7 @@ TEST(TrainerTensorParallel, HsdpTimesTpMatchesReference) {
   c.training.tensor_parallel_degree = 2;
   c.training.data_parallel_replicate_degree = 2;
   c.training.enable_loss_parallel = true;
-  expect_matches_reference(c, "HSDP 2x2 x TP 2 (the 70B layout)", tp_model());
+  expect_matches_reference(c, "HSDP 2x2 x TP 2 (the 70B layout)", tp_model(), kTpWeightTol);
 }
 
 // ---------------------------------------------------------------- PP

@@ -58,6 +58,9 @@ struct ModelSection {
   /// or "block_causal" (each document attends only within itself, RoPE
   /// positions restart per document, no target across a boundary)
   std::string attn_mask_type = "causal";
+  /// titan's: fused kernels for RMSNorm, SwiGLU and RoPE and the chunked
+  /// cross-entropy (ModelArgs::fused_kernels); false = op by op
+  bool fused_kernels = true;
   std::string tokenizer_path;          ///< tokenizer file or folder; "" = hf_assets_path, else the built-in tokenizer
   std::string hf_assets_path;          ///< torchtitan's Hugging Face assets folder (tokenizer.json); "" = none
   /// torchtitan's model converters: "float8" / "quantize.linear.float8"

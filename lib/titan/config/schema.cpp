@@ -66,6 +66,9 @@ std::vector<Field> make_fields() {
                   "attention mask: causal over the packed window, or block_causal (within each document; RoPE "
                   "positions restart per document; no target across a boundary)",
                   "causal", "block_causal"),
+      TITAN_FIELD(model, fused_kernels,
+                  "titan's: RMSNorm, SwiGLU and RoPE as one kernel each (CPU) and the chunked cross-entropy; "
+                  "false = op by op, as eager PyTorch"),
       TITAN_FIELD(model, tokenizer_path,
                   "tokenizer: a tiktoken file, a Hugging Face tokenizer.json or assets folder; wins over "
                   "hf_assets_path; \"\" = hf_assets_path, else the built-in tokenizer"),

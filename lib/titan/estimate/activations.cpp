@@ -29,10 +29,11 @@ BlockActivations block_activations(const models::llama3::ModelArgs& args, const 
   // One norm: x·rstd and rstd on the stream's tokens; its output is saved
   // by the column-wise linears — all-gathered to D under SP, itself otherwise.
   const double norm_rstd = layout.sequence_parallel ? kFp32 / t : kFp32;
-  const double norm = a * stream + norm_rstd + a * d;
+  const double norm = (layout.fused_norm ? 0.0 : a * stream) + norm_rstd + a * d;
   const double residuals = 2 * a * stream;  // h and the block's output
   const double attention = a * (q_dim + 2 * kv_saved + q_dim) / t + kFp32 * heads / t;  // q, k, v, out; lse
-  const double ffn = 4 * a * f / t;
+  // w1's and w3's outputs, silu's (not kept by the fused SwiGLU) and the product.
+  const double ffn = (layout.fused_kernels ? 3 : 4) * a * f / t;
 
   BlockActivations b;
   b.saved = 2 * norm + residuals + attention + ffn;
@@ -57,7 +58,21 @@ HeadActivations head_activations(const models::llama3::ModelArgs& args, const Ac
 
   HeadActivations h;
   h.stage_input = a * stream;
-  const double final_norm = a * stream + (layout.sequence_parallel ? kFp32 / t : kFp32) + a * d;
+  const double final_norm =
+      (layout.fused_norm ? 0.0 : a * stream) + (layout.sequence_parallel ? kFp32 / t : kFp32) + a * d;
+  // Loss parallelism has its own loss (op by op, whatever fused_kernels says).
+  const bool chunked = layout.fused_kernels && !layout.loss_parallel;
+  if (chunked) {
+    // The chunked loss keeps the logits (and, with the CUDA kernels, one
+    // fp32 log-sum-exp per token). Backward makes the logits' gradient (their
+    // dtype) and, on the ATen path, per chunk the recomputed fp32
+    // log_softmax, the nll gradient and log_softmax's backward: 3 fp32
+    // [tokens, V] while the batch fits one chunk (256 MiB of fp32; beyond it
+    // this overestimates).
+    h.saved = final_norm + a * vocab + (layout.loss_kernel ? kFp32 : 0.0);
+    h.transient = a * vocab + (layout.loss_kernel ? 0.0 : 3 * kFp32 * vocab);
+    return h;
+  }
   const double logits = a * vocab + (layout.activation_bytes != 4 ? kFp32 * vocab : 0.0);  // + the loss's fp32 copy
   h.saved = final_norm + logits + kFp32 * vocab;  // log_softmax's output
   h.transient = kFp32 * vocab;                    // its gradient, the first thing backward makes

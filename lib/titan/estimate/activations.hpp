@@ -9,13 +9,13 @@
 ///
 /// | where | kept until backward (per token) |
 /// | --- | --- |
-/// | attention_norm, ffn_norm (at::rms_norm) | the normalised input x·rstd (D) and the output (D), rstd (1, fp32) |
+/// | attention_norm, ffn_norm (at::rms_norm) | the normalised input x·rstd (D) and the output (D), rstd (1, fp32); the fused RMSNorm (CPU) keeps its input (the residual's, counted there) and rstd only |
 /// | wq, wk, wv | their input is the norm's output (counted above); their outputs q (H·Q), k, v (KV·Q each; H·Q each when SDPA gets K/V repeated for GQA) |
 /// | RoPE | nothing: it multiplies by constant tables |
 /// | attention | its output (H·Q) and log-sum-exp (H, fp32); wo's input is that output |
 /// | residuals | h = x + attention (D, ffn_norm's input) and the block's output (D, the next block's input) |
-/// | SwiGLU | w1's output (F, SiLU's input), SiLU's output and w3's output (F each, the product's inputs), the product (F, w2's input) |
-/// | head | the final norm (2·D + 1), the logits (V), their fp32 copy for the loss when the logits are bf16, log_softmax's output (V, fp32) |
+/// | SwiGLU | w1's output (F, SiLU's input), SiLU's output and w3's output (F each, the product's inputs), the product (F, w2's input); fused: no SiLU output |
+/// | head | the final norm (2·D + 1), the logits (V), their fp32 copy for the loss when the logits are bf16, log_softmax's output (V, fp32); the chunked loss (fused_kernels): the logits and one fp32 log-sum-exp |
 ///
 /// with D = dim, H = n_heads, Q = head_dim, KV = n_kv_heads, F = the FFN
 /// hidden size, V = the vocabulary. Under tensor parallelism (degree t)
@@ -42,6 +42,16 @@ struct ActivationLayout {
   bool loss_parallel = false;      ///< logits stay vocabulary-sharded into the loss
   ops::AttentionBackend attention = ops::AttentionBackend::sdpa;  ///< sdpa repeats K/V for GQA
   int64_t activation_bytes = 4;    ///< bytes per element of activations (the compute dtype)
+  /// [model] fused_kernels: SwiGLU keeps a and b but not silu(a), and the
+  /// chunked loss keeps one fp32 log-sum-exp per token instead of the fp32
+  /// log-softmax (every device)
+  bool fused_kernels = false;
+  /// the fused RMSNorm (fused_kernels on the CPU): it keeps its input, which
+  /// the residual stream holds anyway, and rstd — not x·rstd
+  bool fused_norm = false;
+  /// the loss runs titan's CUDA kernels (fused_kernels on a GPU): backward
+  /// makes only the logits' gradient, not the chunked path's fp32 chunks
+  bool loss_kernel = false;
 };
 
 /// @brief Bytes per token (of the full sequence a rank's batch holds) one

@@ -155,6 +155,9 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
   const std::optional<at::ScalarType> amp = parallel::autocast_dtype(
       dims, cfg.training.mixed_precision_param, on_gpu ? c10::Device(c10::kCUDA) : c10::Device(c10::kCPU));
   layout.activation_bytes = amp ? static_cast<int64_t>(c10::elementSize(*amp)) : param_bytes;
+  layout.fused_kernels = cfg.model.fused_kernels;
+  layout.fused_norm = cfg.model.fused_kernels && !on_gpu;
+  layout.loss_kernel = cfg.model.fused_kernels && on_gpu;
   const BlockActivations block = block_activations(args, layout);
   const HeadActivations head = head_activations(args, layout);
   const AcChoice ac = ac_choice(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option,

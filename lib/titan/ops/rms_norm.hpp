@@ -21,11 +21,13 @@ at::Tensor rms_norm_reference(const at::Tensor& x, const at::Tensor& weight, dou
 /// ("weight", initialised to ones), like torch.nn.RMSNorm.
 ///
 /// forward() calls at::rms_norm — the op behind nn.RMSNorm, fused on CUDA — so
-/// numerics match torchtitan's model; it equals rms_norm_reference to rounding.
+/// numerics match torchtitan's model, or titan's fused_rms_norm (the same
+/// formula in one pass on the CPU); both equal rms_norm_reference to rounding.
 class RMSNormImpl : public ParamModule {
  public:
-  /// Registers weight [dim] with `options` (uninitialised; call reset_parameters()).
-  RMSNormImpl(int64_t dim, double eps, at::TensorOptions options = {});
+  /// Registers weight [dim] with `options` (uninitialised; call
+  /// reset_parameters()); `fused`: forward() calls fused_rms_norm.
+  RMSNormImpl(int64_t dim, double eps, at::TensorOptions options = {}, bool fused = false);
   /// Normalises the last dimension of `x` (size dim).
   at::Tensor forward(const at::Tensor& x);
   /// Sets the weight to ones (nn.RMSNorm's reset_parameters).
@@ -34,6 +36,7 @@ class RMSNormImpl : public ParamModule {
   at::Tensor weight;  ///< [dim]
   int64_t dim;        ///< normalised size
   double eps;         ///< added to the mean square before the rsqrt
+  bool fused;         ///< fused_rms_norm (ops/fused) instead of at::rms_norm
 
  protected:
   /// Re-reads `weight` after replace_parameter() swapped the tensor.

@@ -41,14 +41,22 @@ RopeTable make_rope_table(int64_t head_dim, int64_t max_seq_len, double theta,
   return {angles.cos().to(device), angles.sin().to(device)};
 }
 
-at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  TITAN_CHECK(x.dim() == 4, "apply_rope: expected [batch, seq, heads, head_dim], got ", x.sizes());
+void check_rope_tables(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  TITAN_CHECK(x.dim() == 4 && x.size(3) % 2 == 0,
+              "apply_rope: expected [batch, seq, heads, head_dim] with an even head_dim, got ", x.sizes());
   const int64_t batch = x.size(0), seq = x.size(1), half = x.size(3) / 2;
   const bool per_sequence = cos.dim() == 3;
   TITAN_CHECK(per_sequence ? (cos.size(0) == batch && cos.size(1) == seq && cos.size(2) == half)
                            : (cos.dim() == 2 && cos.size(0) == seq && cos.size(1) == half),
               "apply_rope: table is ", cos.sizes(), " but x needs [", seq, ", ", half, "] or [", batch, ", ", seq,
               ", ", half, "]");
+  TITAN_CHECK(sin.sizes() == cos.sizes(), "apply_rope: sin ", sin.sizes(), " and cos ", cos.sizes(), " differ");
+}
+
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  check_rope_tables(x, cos, sin);
+  const int64_t batch = x.size(0), seq = x.size(1), half = x.size(3) / 2;
+  const bool per_sequence = cos.dim() == 3;
   // x viewed as pairs (re, im) = (x[2i], x[2i+1]); (re + i·im)·(cos + i·sin).
   at::Tensor pairs = x.to(at::kFloat).unflatten(-1, {half, 2});
   at::Tensor re = pairs.select(-1, 0), im = pairs.select(-1, 1);

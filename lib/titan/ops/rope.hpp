@@ -49,4 +49,8 @@ RopeTable make_rope_table(int64_t head_dim, int64_t max_seq_len, double theta,
 /// cast back to x's dtype, as torchtitan does.
 at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
+/// Throws titan::Error naming the shapes unless x is [batch, seq, heads,
+/// head_dim] and cos/sin are tables apply_rope takes for it.
+void check_rope_tables(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
 }  // namespace titan::ops

@@ -124,6 +124,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
                               : models::llama3::flavor_args(cfg_.model.flavor, cfg_.model.n_layers);
   args_.max_seq_len = cfg_.training.seq_len;
   args_.attn_type = cfg_.model.attn_type;
+  args_.fused_kernels = cfg_.model.fused_kernels;
   // block_causal from the config, or from a flavor that is block-causal by
   // itself (torchtitan's debugmodel_flex_attn, 8B_varlen, ...).
   if (cfg_.model.attn_mask_type == "block_causal") args_.attn_mask_type = "block_causal";

@@ -4,6 +4,7 @@
 #include "titan/models/llama3/init_plan.hpp"
 #include "titan/ops/init.hpp"
 #include "titan/parallel/context_parallel/context.hpp"
+#include "titan/ops/fused/fused_ops.hpp"
 #include "titan/ops/rope.hpp"
 
 namespace titan::models::llama3 {
@@ -12,7 +13,8 @@ AttentionImpl::AttentionImpl(const ModelArgs& args, at::TensorOptions options)
     : n_heads(args.n_heads),
       n_kv_heads(args.kv_heads()),
       head_dim(args.head_dim()),
-      backend(ops::parse_attention_backend(args.attn_type)) {
+      backend(ops::parse_attention_backend(args.attn_type)),
+      fused_rope(args.fused_kernels) {
   wq = register_module("wq", ops::Linear(args.dim, n_heads * head_dim, options));
   wk = register_module("wk", ops::Linear(args.dim, n_kv_heads * head_dim, options));
   wv = register_module("wv", ops::Linear(args.dim, n_kv_heads * head_dim, options));
@@ -45,8 +47,8 @@ at::Tensor AttentionImpl::attend(const at::Tensor& x, const at::Tensor& cos_in, 
   at::Tensor q = wq(x).view({b, s, -1, head_dim});
   at::Tensor k = wk(x).view({b, s, -1, head_dim});
   at::Tensor v = wv(x).view({b, s, -1, head_dim});
-  q = ops::apply_rope(q, cos, sin);
-  k = ops::apply_rope(k, cos, sin);
+  q = fused_rope ? ops::fused_rope(q, cos, sin) : ops::apply_rope(q, cos, sin);
+  k = fused_rope ? ops::fused_rope(k, cos, sin) : ops::apply_rope(k, cos, sin);
   // The backends want [batch, heads, seq, head_dim].
   at::Tensor out;
   if (context_parallel) {

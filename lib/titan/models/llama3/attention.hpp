@@ -52,6 +52,7 @@ class AttentionImpl : public ops::HookableModule {
   int64_t n_kv_heads;  ///< key/value heads
   int64_t head_dim;    ///< per-head width
   ops::AttentionBackend backend;  ///< from args.attn_type
+  bool fused_rope;                ///< ops::fused_rope instead of apply_rope (args.fused_kernels)
   /// Context parallelism: when set, x holds this rank's sequence shard and
   /// attention is ring attention over the cp group (its blocks by the CPU
   /// flash kernel, or the math path on other devices, whatever `backend`).

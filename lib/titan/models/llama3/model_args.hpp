@@ -42,6 +42,11 @@ struct ModelArgs {
   /// packed window (forward() then needs the batch's doc_start), with RoPE
   /// positions restarting per document. Not part of the checkpoint either.
   std::string attn_mask_type = "causal";
+  /// titan's [model] fused_kernels: RMSNorm, SwiGLU and RoPE as one kernel
+  /// each (ops/fused/fused_ops.hpp) and the loss as the chunked
+  /// cross-entropy (ops/chunked_cross_entropy.hpp); false = op by op, as
+  /// eager PyTorch computes them. Kernels only: not in the checkpoint.
+  bool fused_kernels = true;
 
   /// Number of key/value heads (n_kv_heads, or n_heads when unset).
   int64_t kv_heads() const { return n_kv_heads.value_or(n_heads); }

@@ -15,6 +15,7 @@
 #include "titan/dist/world.hpp"
 #include "titan/models/llama3/pipeline.hpp"
 #include "titan/models/materialize.hpp"
+#include "titan/ops/chunked_cross_entropy.hpp"
 #include "titan/ops/cross_entropy.hpp"
 #include "titan/models/llama3/tp_plan.hpp"
 #include "titan/parallel/parallel_dims.hpp"
@@ -146,8 +147,9 @@ std::string apply_activation_checkpointing(Transformer& model, const config::Job
 ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelDims& dims, dist::DeviceMesh* mesh,
                                    const config::JobConfig& cfg) {
   ParallelizedModel r;
-  r.loss_fn = [](const at::Tensor& logits, const at::Tensor& labels) {
-    return ops::cross_entropy(logits, labels, ops::LossReduction::Sum);
+  r.loss_fn = [chunked = model->args().fused_kernels](const at::Tensor& logits, const at::Tensor& labels) {
+    return chunked ? ops::chunked_cross_entropy(logits, labels, ops::LossReduction::Sum)
+                   : ops::cross_entropy(logits, labels, ops::LossReduction::Sum);
   };
   // The plain model's weights are already whole: a detached copy of each.
   r.full_state_dict = [model]() mutable {

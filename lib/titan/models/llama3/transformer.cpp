@@ -18,7 +18,7 @@ TransformerImpl::TransformerImpl(ModelArgs args, at::TensorOptions options) : ar
   layers = register_module("layers", torch::nn::ModuleDict());
   for (int64_t i = 0; i < args_.n_layers; ++i)
     layers->update({{std::to_string(i), TransformerBlock(i, args_, options).ptr()}});
-  norm = register_module("norm", ops::RMSNorm(args_.dim, args_.norm_eps, options));
+  norm = register_module("norm", ops::RMSNorm(args_.dim, args_.norm_eps, options, args_.fused_kernels));
   output = register_module("output", ops::Linear(args_.dim, args_.vocab_size, options));
   if (args_.tie_word_embeddings) output->tie_to(tok_embeddings.ptr());
 }

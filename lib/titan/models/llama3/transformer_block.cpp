@@ -15,9 +15,10 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t layer_id_, const ModelArgs& a
   // Registration order fixes named_parameters() order; it follows torchtitan's
   // attribute order (attention, feed_forward, attention_norm, ffn_norm).
   attention = register_module("attention", Attention(args, options));
-  feed_forward = register_module("feed_forward", FeedForward(args.dim, args.ffn_hidden_dim(), options));
-  attention_norm = register_module("attention_norm", ops::RMSNorm(args.dim, args.norm_eps, options));
-  ffn_norm = register_module("ffn_norm", ops::RMSNorm(args.dim, args.norm_eps, options));
+  feed_forward = register_module("feed_forward", FeedForward(args.dim, args.ffn_hidden_dim(), options, args.fused_kernels));
+  attention_norm =
+      register_module("attention_norm", ops::RMSNorm(args.dim, args.norm_eps, options, args.fused_kernels));
+  ffn_norm = register_module("ffn_norm", ops::RMSNorm(args.dim, args.norm_eps, options, args.fused_kernels));
 }
 
 at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,

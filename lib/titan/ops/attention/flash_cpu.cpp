@@ -5,6 +5,7 @@
 #include "titan/ops/attention/document_mask.hpp"
 #include "titan/ops/attention/flash_cpu_args.hpp"
 #include "titan/ops/attention/flash_operands.hpp"
+#include "titan/ops/cpu_isa.hpp"
 #ifdef TITAN_HAS_CUDA
 #include "titan/ops/attention/flash_cuda.hpp"
 #endif
@@ -47,32 +48,19 @@ Problem problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, b
   return p;
 }
 
-// Run-time choice of the compiled kernel, like ATen's DispatchStub.
-enum class Isa { avx512, avx2, portable };
-Isa isa() {
-  static const Isa best = [] {
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-      return Isa::avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::avx2;
-    return Isa::portable;
-  }();
-  return best;
-}
-
 void run_forward(const flash_detail::ForwardArgs& a) {
-  switch (isa()) {
-    case Isa::avx512: return flash_detail::AVX512::forward(a);
-    case Isa::avx2: return flash_detail::AVX2::forward(a);
-    case Isa::portable: return flash_detail::DEFAULT::forward(a);
+  switch (best_cpu_isa()) {
+    case CpuIsa::avx512: return flash_detail::AVX512::forward(a);
+    case CpuIsa::avx2: return flash_detail::AVX2::forward(a);
+    case CpuIsa::portable: return flash_detail::DEFAULT::forward(a);
   }
 }
 
 void run_backward(const flash_detail::BackwardArgs& a) {
-  switch (isa()) {
-    case Isa::avx512: return flash_detail::AVX512::backward(a);
-    case Isa::avx2: return flash_detail::AVX2::backward(a);
-    case Isa::portable: return flash_detail::DEFAULT::backward(a);
+  switch (best_cpu_isa()) {
+    case CpuIsa::avx512: return flash_detail::AVX512::backward(a);
+    case CpuIsa::avx2: return flash_detail::AVX2::backward(a);
+    case CpuIsa::portable: return flash_detail::DEFAULT::backward(a);
   }
 }
 

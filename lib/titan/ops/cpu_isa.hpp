@@ -1,0 +1,20 @@
+#pragma once
+/// @file
+/// @brief The best instruction set this CPU offers to titan's own kernels
+/// (the flash-attention and fused elementwise kernels are each compiled three
+/// times: AVX-512, AVX2 + FMA, and portable), chosen at run time like ATen's
+/// DispatchStub.
+
+namespace titan::ops {
+
+/// @brief Which compiled copy of a CPU kernel runs.
+enum class CpuIsa {
+  avx512,    ///< AVX-512 F/BW/VL/DQ
+  avx2,      ///< AVX2 + FMA
+  portable,  ///< the build's default flags
+};
+
+/// The best CpuIsa this CPU supports (asked once, then cached).
+CpuIsa best_cpu_isa();
+
+}  // namespace titan::ops
