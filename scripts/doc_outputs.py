@@ -141,6 +141,24 @@ def blocks_of(text):
     return lines, found
 
 
+def missing_figures():
+    """Every image a page embeds (![..](path), relative to the page) exists:
+    the figures are committed under docs/figures (scripts/figures.sh)."""
+    problems = []
+    pages = [os.path.join(ROOT, "README.md")]
+    for d, _, files in os.walk(os.path.join(ROOT, "docs")):
+        pages += [os.path.join(d, f) for f in files if f.endswith(".md")]
+    for page in sorted(pages):
+        for n, line in enumerate(open(page, encoding="utf-8"), 1):
+            for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", line):
+                if "://" in target:
+                    continue
+                if not os.path.isfile(os.path.join(os.path.dirname(page), target)):
+                    problems.append(f"{os.path.relpath(page, ROOT)}:{n}: the figure {target} does not exist "
+                                    "(scripts/figures.sh makes them)")
+    return problems
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = ap.add_mutually_exclusive_group(required=True)
@@ -179,6 +197,7 @@ def main():
     missing = sorted(set(BLOCKS) - seen)
     if missing:
         sys.exit(f"error: no mark for {', '.join(missing)} in the pages")
+    stale += missing_figures()
     for s in stale:
         print(s)
     if args.check:

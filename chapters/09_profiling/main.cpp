@@ -30,6 +30,7 @@
 // an expected range is missing.
 //
 //   ./build/bin/ch09_profiling --nproc 2
+//   ./build/bin/ch09_profiling --nproc 2 --keep       # keep the files to open them
 //   ./build/bin/ch09_profiling --nproc 2 --quick      # CTest
 #include <nlohmann/json.hpp>
 
@@ -69,12 +70,13 @@ bool is_titan_range(const std::string& n) {
 int main(int argc, char** argv) {
   return run_main(argc, argv, [](int argc, char** argv) {
     int64_t dim = 256, layers = 4, steps = 4;
-    bool quick = false;
+    bool quick = false, keep = false;
     OptionParser parser("ch09_profiling", "Kineto traces, memory timelines and TensorBoard of a training run, read back");
     parser.add("--dim", &dim, "model width");
     parser.add("--layers", &layers, "transformer layers");
     parser.add("--steps", &steps, "training steps (the last is recorded)");
     parser.flag("--quick", &quick, "small model (CTest)");
+    parser.flag("--keep", &keep, "keep the traces, memory timelines and TensorBoard files (removed at the end otherwise)");
     parser.parse(argc, argv);
     if (quick) dim = 64, layers = 2, steps = 2;
 
@@ -184,7 +186,12 @@ int main(int argc, char** argv) {
     ok = flag.item<double>() == 0;
     if (rank == 0) std::printf("%s\n", ok ? "OK: every file and range is there" : "FAIL: a file or range is missing");
     group.barrier();
-    if (rank == 0) files::remove_all(dump);
+    // The files are the lesson's material: --keep leaves them for Perfetto,
+    // a browser and TensorBoard; otherwise the run cleans up after itself.
+    if (rank == 0) {
+      if (keep) std::printf("kept: %s\n", dump.c_str());
+      else files::remove_all(dump), std::printf("removed %s (run with --keep to open the files above)\n", dump.c_str());
+    }
     return ok ? 0 : 1;
   });
 }
