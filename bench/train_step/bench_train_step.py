@@ -148,9 +148,7 @@ def python_step_times(cfg, args, attention, profile=False):
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda)
     freqs_cis = ref.rope_freqs_cis(cfg["dim"] // cfg["n_heads"], args.seq_len, cfg["rope_theta"],
                                    cfg["rope_scaling"])
-    times = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
+    def step():
         tokens = torch.randint(0, cfg["vocab_size"], (args.batch_size, args.seq_len + 1))
         x, y = tokens[:, :-1], tokens[:, 1:]
         opt.zero_grad(set_to_none=True)
@@ -161,21 +159,18 @@ def python_step_times(cfg, args, attention, profile=False):
         opt.step()
         sched.step()
         loss.item()
+
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        step()
         times.append(time.perf_counter() - t0)
     if not profile:
         return times
     # One more step under the profiler, not timed: its op breakdown.
     from torch.profiler import profile as torch_profile
     with torch_profile() as prof:
-        tokens = torch.randint(0, cfg["vocab_size"], (args.batch_size, args.seq_len + 1))
-        x, y = tokens[:, :-1], tokens[:, 1:]
-        opt.zero_grad(set_to_none=True)
-        logits = ref.forward(params, cfg, x) if attention == "ref" else forward_sdpa(params, cfg, x, freqs_cis)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
-        opt.step()
-        loss.item()
+        step()
     return {e.key: e.self_cpu_time_total for e in prof.key_averages()}
 
 

@@ -78,12 +78,19 @@ float dot(const float* x, const float* y, int64_t n) {
 
 // ---- RMSNorm -----------------------------------------------------------------
 
+// The [d] weight as fp32, read by every row.
+template <typename T>
+std::vector<float> weight_fp32(const void* w, int64_t d) {
+  std::vector<float> out(static_cast<size_t>(d));
+  const float* f = widened<T>(w, 0, d, out.data());
+  if (f != out.data()) std::copy(f, f + d, out.data());
+  return out;
+}
+
 template <typename T>
 void rms_norm_forward_impl(const RmsNormForward& a) {
   const int64_t d = a.dim;
-  std::vector<float> w_f(static_cast<size_t>(d));
-  const float* w = widened<T>(a.w, 0, d, w_f.data());
-  if (w != w_f.data()) std::copy(w, w + d, w_f.data());
+  const std::vector<float> w_f = weight_fp32<T>(a.w, d);
   at::parallel_for(0, a.rows, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> xbuf(static_cast<size_t>(d)), ybuf(static_cast<size_t>(d));
     for (int64_t r = begin; r < end; ++r) {
@@ -111,9 +118,7 @@ void rms_norm_forward_impl(const RmsNormForward& a) {
 template <typename T>
 void rms_norm_backward_impl(const RmsNormBackward& a) {
   const int64_t d = a.dim;
-  std::vector<float> w_f(static_cast<size_t>(d));
-  const float* w = widened<T>(a.w, 0, d, w_f.data());
-  if (w != w_f.data()) std::copy(w, w + d, w_f.data());
+  const std::vector<float> w_f = weight_fp32<T>(a.w, d);
   constexpr int64_t kMaxBlocks = 64;
   const int64_t block_rows = std::max<int64_t>(1, (a.rows + kMaxBlocks - 1) / kMaxBlocks);
   const int64_t blocks = (a.rows + block_rows - 1) / block_rows;
