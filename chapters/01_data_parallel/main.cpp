@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
     // the optimizer step, global loss = mean over ranks. We also time the
     // last backward of each step: when it started, when the embedding's
     // gradient (the last one backward computes) was ready, when it returned.
-    Technique technique = data_parallel_technique(*ddp);
+    Technique technique = data_parallel_technique(ddp);
     struct Times { double start = 0, compute_end = 0, returned = 0; };
     std::vector<Times> times;
     auto embedding_hook = model->tok_embeddings->weight.register_hook(

@@ -53,7 +53,7 @@ Trajectory train_ddp(const RunSpec& spec, ReplicateOptions options, int64_t seed
   auto ddp = replicate(*model, w.group(), options);
   if (buckets) *buckets = ddp->buckets();
   auto optimizer = build_optimizer(spec, model->parameters());
-  return run_steps(spec, model, *optimizer, w.rank(), w.size(), data_parallel_technique(*ddp));
+  return run_steps(spec, model, *optimizer, w.rank(), w.size(), data_parallel_technique(ddp));
 }
 
 // Prints the per-step differences and checks them against `tol`.
@@ -169,7 +169,7 @@ TEST(DataParallel, BroadcastMakesDifferentlySeededRanksIdentical) {
   EXPECT_EQ(after, 0.0);
 
   auto optimizer = build_optimizer(spec, model->parameters());
-  Trajectory got = run_steps(spec, model, *optimizer, w.rank(), w.size(), data_parallel_technique(*ddp));
+  Trajectory got = run_steps(spec, model, *optimizer, w.rank(), w.size(), data_parallel_technique(ddp));
   expect_equivalent(ref, got, kFp32, "after broadcast");
 }
 

@@ -12,6 +12,7 @@
 
 #include "titan/dist/device_mesh.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/internal_assert.hpp"
 
 namespace titan::parallel {
 
@@ -249,6 +250,17 @@ DataParallel::~DataParallel() {
 }
 
 void DataParallel::finish_gradient_sync() { state_->finish(); }
+
+DdpStepHooks::DdpStepHooks(std::shared_ptr<DataParallel> ddp) : ddp_(std::move(ddp)) {
+  TITAN_INTERNAL_ASSERT(ddp_ != nullptr, "DdpStepHooks: null DataParallel");
+}
+
+void DdpStepHooks::before_micro_batch_backward(bool last) {
+  if (last) no_sync_.reset();
+  else if (!no_sync_) no_sync_.emplace(*ddp_);
+}
+
+void DdpStepHooks::after_last_backward() { ddp_->finish_gradient_sync(); }
 
 NoSyncGuard DataParallel::no_sync() { return NoSyncGuard(*this); }
 

@@ -10,10 +10,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "titan/dist/process_group.hpp"
+#include "titan/parallel/step_hooks.hpp"
 
 namespace torch::nn {
 class Module;
@@ -126,6 +128,23 @@ class NoSyncGuard {
  private:
   DataParallel* ddp_;
   bool previous_;
+};
+
+/// @brief DDP's part of the train step (step_hooks.hpp). Under gradient
+/// accumulation a no_sync guard holds for the backward of every
+/// micro-batch but the last, so only the accumulated sum is all-reduced;
+/// after the last backward it waits for the buckets' all-reduces.
+class DdpStepHooks : public TrainStepHooks {
+ public:
+  explicit DdpStepHooks(std::shared_ptr<DataParallel> ddp);
+  std::string name() const override { return "DDP"; }
+  void before_micro_batch_backward(bool last) override;
+  void after_last_backward() override;
+  const DataParallel& ddp() const { return *ddp_; }
+
+ private:
+  std::shared_ptr<DataParallel> ddp_;
+  std::optional<NoSyncGuard> no_sync_;
 };
 
 /// @brief Applies DDP to `module` over `group` (see DataParallel): broadcasts

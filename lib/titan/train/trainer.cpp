@@ -571,10 +571,12 @@ StepResult Trainer::train_step() {
       parallelized_.pipeline
           ? accumulate_pipeline_gradients(*parallelized_.pipeline, batches,
                                           normalizer.loss_scale.item<double>(), device_)
-          : accumulate_gradients(model_, batches, normalizer.loss_scale, device_, parallelized_.set_gradient_sync,
-                                 parallelized_.loss_fn, autocast_);
+          : accumulate_gradients(
+                model_, batches, normalizer.loss_scale, device_,
+                [this](bool last) { parallelized_.step_hooks.before_micro_batch_backward(last); },
+                parallelized_.loss_fn, autocast_);
   acc.data_seconds += read_seconds;
-  if (parallelized_.finish_gradient_sync) parallelized_.finish_gradient_sync();
+  parallelized_.step_hooks.after_last_backward();
   // Fault injection for the tests of `titan verify`: "RANK:FACTOR" makes
   // that rank of a multi-rank job scale its gradients (its shards under
   // FSDP) by FACTOR, as a layout that mis-averaged (or mis-signed) them
@@ -630,7 +632,7 @@ StepResult Trainer::train_step() {
     TITAN_PROFILE_RANGE("titan::optimizer");
     optimizer_->step();
     scheduler_->step();
-    if (parallelized_.after_optimizer_step) parallelized_.after_optimizer_step();
+    parallelized_.step_hooks.after_optimizer_step();
   }
   if (memory_) memory_->mark(r.step, "optimizer", params_, optimizer_.get());
   step_ = r.step;

@@ -149,7 +149,7 @@ class Trainer {
   data::DataLoader& data_loader() { return *loaders_.front(); }
   /// @brief The full, unsharded weights under torchtitan's names, gathered
   /// from the shards under FSDP (collective: call it on every rank).
-  std::map<std::string, at::Tensor> full_state_dict() { return parallelized_.full_state_dict(); }
+  std::map<std::string, at::Tensor> full_state_dict() { return parallelized_.state_dict->gather(); }
   /// @brief The checkpoint manager ([checkpoint] enable_checkpoint), or null.
   checkpoint::CheckpointManager* checkpointer() { return checkpoint_.get(); }
   /// @brief Training FLOPs per token of the model at [training] seq_len.

@@ -9,8 +9,10 @@
 #include "titan/parallel/data_parallel.hpp"
 #include "titan/parallel/float8/float8_linear.hpp"
 #include "titan/parallel/fsdp/fully_shard.hpp"
-
-#include <optional>
+#include "titan/parallel/fsdp/step_hooks.hpp"
+#include "titan/parallel/float8/step_hooks.hpp"
+#include "titan/parallel/pipeline/step_hooks.hpp"
+#include "titan/parallel/tensor_parallel/tp_state_dict.hpp"
 
 #include "titan/dist/world.hpp"
 #include "titan/models/llama3/pipeline.hpp"
@@ -55,15 +57,14 @@ void apply_fsdp(Transformer& model, const dist::DeviceMesh& mesh, const config::
   }
   opts.reshard_after_forward = reshard == "always" || (reshard == "default" && !pipelined);
   fsdp::fully_shard(*model, mesh, opts);
-  r.full_state_dict = [model]() mutable { return fsdp::full_state_dict(*model); };
-  // Under PP the stage calls this before each micro-batch's weight
+  r.state_dict = std::make_shared<fsdp::FsdpStateDict>(model.ptr());
+  // Under PP the stage calls the hooks before each micro-batch's weight
   // backward, true for its last: FSDP sums the micro-batches' gradients
   // unsharded and reduce-scatters once per step, as torch's pipelining
   // drives FSDP2. Plain gradient accumulation keeps one reduce-scatter per
   // micro-batch (torchtitan's train step does not turn sync off either):
   // there the unsharded sum would cost a full copy of the model's gradients.
-  if (pipelined)
-    r.set_gradient_sync = [model](bool sync) mutable { fsdp::set_requires_gradient_sync(*model, sync); };
+  r.step_hooks.add(std::make_shared<fsdp::FsdpStepHooks>(model.ptr(), /*reduce_once_per_step=*/pipelined));
   r.description = std::string("FSDP per block + root, ") + cfg.training.mixed_precision_param + " params, " +
                   cfg.training.mixed_precision_reduce + " reduce" +
                   (cfg.training.enable_cpu_offload ? ", CPU offload" : "");
@@ -71,25 +72,16 @@ void apply_fsdp(Transformer& model, const dist::DeviceMesh& mesh, const config::
 
 // DDP over dp_replicate: one all-reduce per 25 MiB bucket, launched from
 // backward. Gradient accumulation holds a no_sync guard for every
-// micro-batch but the last, so only the accumulated sum travels.
+// micro-batch but the last, so only the accumulated sum travels
+// (parallel::DdpStepHooks).
 // `broadcast`: rank 0's weights to the others at the start; not needed when
 // every rank's values come from the same sharded init.
 void apply_ddp(Transformer& model, const dist::DeviceMesh& mesh, bool broadcast, ParallelizedModel& r) {
-  struct State {
-    std::shared_ptr<parallel::DataParallel> ddp;
-    std::optional<parallel::NoSyncGuard> no_sync;
-  };
-  auto state = std::make_shared<State>();
   parallel::ReplicateOptions options;
   options.broadcast_from_rank0 = broadcast;
-  state->ddp = parallel::replicate(*model, mesh.group("dp_replicate"), options);
-  r.set_gradient_sync = [state](bool sync) {
-    if (sync) state->no_sync.reset();
-    else if (!state->no_sync) state->no_sync.emplace(*state->ddp);
-  };
-  r.finish_gradient_sync = [state] { state->ddp->finish_gradient_sync(); };
-  r.description = "DDP, " + std::to_string(state->ddp->buckets().size()) + " gradient bucket(s) of <= 25 MiB";
-  r.state = state;
+  auto ddp = parallel::replicate(*model, mesh.group("dp_replicate"), options);
+  r.description = "DDP, " + std::to_string(ddp->buckets().size()) + " gradient bucket(s) of <= 25 MiB";
+  r.step_hooks.add(std::make_shared<parallel::DdpStepHooks>(std::move(ddp)));
 }
 
 // TP first, as torchtitan: FSDP then shards the TP-local weights over
@@ -151,12 +143,9 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
     return chunked ? ops::chunked_cross_entropy(logits, labels, ops::LossReduction::Sum)
                    : ops::cross_entropy(logits, labels, ops::LossReduction::Sum);
   };
-  // The plain model's weights are already whole: a detached copy of each.
-  r.full_state_dict = [model]() mutable {
-    std::map<std::string, at::Tensor> out;
-    for (const auto& p : model->named_parameters()) out[p.key()] = p.value().detach().clone();
-    return out;
-  };
+  // The plain model's weights are already whole: a detached copy of each
+  // (FSDP replaces this with its gather, TP wraps whichever it is).
+  r.state_dict = std::make_shared<parallel::WholeModuleStateDict>(model.ptr());
   std::string cp_description;
   if (dims.cp_enabled()) {
     TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
@@ -204,7 +193,7 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
         f8_description += " with precomputed scales";
         // torchtitan's post-optimizer hook: the scales of the next step's
         // all-gathers, one all-reduce for all layers.
-        r.after_optimizer_step = [model]() mutable { float8::precompute_float8_dynamic_scale_for_fsdp(*model); };
+        r.step_hooks.add(std::make_shared<float8::Float8StepHooks>(model.ptr()));
       }
     }
     f8_description += ")";
@@ -256,10 +245,7 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
     r.grad_shard_groups.push_back(mesh->group("tp").get());
     r.description = r.description.empty() ? tp_description : tp_description + "; " + r.description;
     // Full weights: whatever data parallelism gathers, then the TP shards.
-    auto gather_dp = r.full_state_dict;
-    r.full_state_dict = [model, gather_dp, placed]() mutable {
-      return tp::gather_tp_tensors(gather_dp(), placed, dist::world().device());
-    };
+    r.state_dict = std::make_shared<tp::TpStateDict>(r.state_dict, placed, dist::world().device());
   }
   return r;
 }
@@ -337,7 +323,8 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
     so.input_shape = so.output_shape = shape;
     so.dtype = dtype;
     so.device = dist::world().device();  // the compute device (shards may be offloaded to the CPU)
-    so.before_weight_backward = pm.set_gradient_sync;
+    // The schedule knows which micro-batch is this stage's last.
+    so.before_weight_backward = [hooks = pm.step_hooks](bool last) { hooks.before_micro_batch_backward(last); };
     stages.push_back(std::make_shared<pp::PipelineStage>(so));
     for (const at::Tensor& p : pm.params) r.params.push_back(p);
     for (const at::Tensor& p : pm.grad_norm_params) r.grad_norm_params.push_back(p);
@@ -349,26 +336,15 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
   // over pp.
   r.grad_shard_groups = parts.front().grad_shard_groups;
   r.grad_shard_groups.push_back(mesh->group("pp").get());
-  r.finish_gradient_sync = [parts] {
-    for (const auto& pm : parts)
-      if (pm.finish_gradient_sync) pm.finish_gradient_sync();
-  };
-  if (parts.front().after_optimizer_step)
-    r.after_optimizer_step = [parts] {
-      for (const auto& pm : parts)
-        if (pm.after_optimizer_step) pm.after_optimizer_step();
-    };
-  auto pp_group = mesh->group("pp");
-  const c10::Device device = dist::world().device();
-  r.full_state_dict = [parts, args, pp_group, device] {
-    std::map<std::string, at::Tensor> owned;
-    for (const auto& pm : parts)
-      for (auto& [name, t] : pm.full_state_dict()) owned[name] = t;
-    std::map<std::string, at::Tensor> out;
-    for (auto& [name, t] : gather_pipeline_tensors(owned, args, pp_group.get(), device)) out[name] = t;
-    return out;
-  };
-  r.state = std::make_shared<std::vector<ParallelizedModel>>(parts);
+  std::vector<parallel::StepHookList> stage_hooks;
+  std::vector<std::shared_ptr<parallel::FullStateDict>> stage_state_dicts;
+  for (const ParallelizedModel& pm : parts) {
+    stage_hooks.push_back(pm.step_hooks);
+    stage_state_dicts.push_back(pm.state_dict);
+  }
+  r.step_hooks.add(std::make_shared<pp::PipelineStepHooks>(std::move(stage_hooks)));
+  r.state_dict = std::make_shared<PipelineStateDict>(std::move(stage_state_dicts), args, mesh->group("pp"),
+                                                     dist::world().device());
   r.description = "PP " + plan.describe() + (description.empty() ? "" : "; " + description);
   return r;
 }

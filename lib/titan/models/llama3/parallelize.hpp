@@ -14,6 +14,7 @@
 
 #include "titan/models/llama3/tp_plan.hpp"
 #include "titan/models/llama3/transformer.hpp"
+#include "titan/parallel/step_hooks.hpp"
 
 namespace titan::config {
 struct JobConfig;
@@ -49,24 +50,17 @@ struct ParallelizedModel {
   /// the vocabulary-parallel cross-entropy (the logits are then this rank's
   /// vocabulary slice). Under PP each last stage holds it instead.
   std::function<at::Tensor(const at::Tensor& logits, const at::Tensor& labels)> loss_fn;
-  /// Called before each micro-batch's backward with true for the last one
-  /// of a step: DDP skips the all-reduce (no_sync) on the others, FSDP
-  /// under PP sums them unsharded and reduce-scatters once. Empty when
-  /// nothing depends on it.
-  std::function<void(bool)> set_gradient_sync;
-  /// Called after the last backward of a step, before clipping: waits for
-  /// gradient communication still in flight. Empty when none can be.
-  std::function<void()> finish_gradient_sync;
-  /// Called after every optimizer step (torchtitan's post-optimizer hook):
-  /// float8's precomputed all-gather scales. Empty when nothing needs it.
-  std::function<void()> after_optimizer_step;
-  /// Gathers the full, unsharded weights under torchtitan's names
-  /// (collective under FSDP: every rank must call it).
-  std::function<std::map<std::string, at::Tensor>()> full_state_dict;
+  /// What each applied technique does at the train step's phases, in the
+  /// order they were applied (parallel/step_hooks.hpp): DDP's no_sync and
+  /// bucket wait, FSDP's once-per-step reduce-scatter under PP, float8's
+  /// precomputed scales, PP's stages' hooks. Empty on one rank.
+  parallel::StepHookList step_hooks;
+  /// Gathers the full, unsharded weights under torchtitan's names: the
+  /// whole tensors, or FSDP's gather, wrapped by TP's, wrapped by PP's
+  /// (collective when the weights are split: every rank calls it).
+  std::shared_ptr<parallel::FullStateDict> state_dict;
   /// e.g. "FSDP per block + root over dp_shard (4 ranks)"; "" on one rank.
   std::string description;
-  /// The DDP/FSDP state the hooks refer to; kept alive with the model.
-  std::shared_ptr<void> state;
   /// With pipeline parallelism: this rank's stages (the model cut by
   /// pipeline_llama, each parallelised as above) and the schedule that
   /// runs them; the train step calls pipeline->step instead of its

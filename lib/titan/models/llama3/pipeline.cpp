@@ -102,4 +102,17 @@ std::vector<std::pair<std::string, at::Tensor>> gather_pipeline_tensors(const st
   return out;
 }
 
+PipelineStateDict::PipelineStateDict(std::vector<std::shared_ptr<parallel::FullStateDict>> stages, ModelArgs args,
+                                     std::shared_ptr<dist::ProcessGroup> pp_group, c10::Device device)
+    : stages_(std::move(stages)), args_(std::move(args)), pp_group_(std::move(pp_group)), device_(device) {}
+
+std::map<std::string, at::Tensor> PipelineStateDict::gather() {
+  std::map<std::string, at::Tensor> owned;
+  for (const auto& stage : stages_)
+    for (auto& [name, t] : stage->gather()) owned[name] = t;
+  std::map<std::string, at::Tensor> out;
+  for (auto& [name, t] : gather_pipeline_tensors(owned, args_, pp_group_.get(), device_)) out[name] = t;
+  return out;
+}
+
 }  // namespace titan::models::llama3

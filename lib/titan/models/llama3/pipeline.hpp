@@ -15,6 +15,7 @@
 #include "titan/models/llama3/transformer.hpp"
 #include "titan/parallel/pipeline/schedule.hpp"
 #include "titan/parallel/pipeline/split.hpp"
+#include "titan/parallel/step_hooks.hpp"
 
 namespace titan::config {
 struct JobConfig;
@@ -67,5 +68,22 @@ std::vector<std::pair<std::string, at::Tensor>> gather_pipeline_tensors(const st
                                                                         const ModelArgs& args,
                                                                         const dist::ProcessGroup* pp_group,
                                                                         c10::Device device);
+
+/// @brief The full weights of a pipeline-parallel model: each stage's
+/// own gather (FSDP's, TP's, or its whole tensors), then the stages of
+/// every pp rank put together (gather_pipeline_tensors). Collective over
+/// the whole job.
+class PipelineStateDict : public parallel::FullStateDict {
+ public:
+  PipelineStateDict(std::vector<std::shared_ptr<parallel::FullStateDict>> stages, ModelArgs args,
+                    std::shared_ptr<dist::ProcessGroup> pp_group, c10::Device device);
+  std::map<std::string, at::Tensor> gather() override;
+
+ private:
+  std::vector<std::shared_ptr<parallel::FullStateDict>> stages_;
+  ModelArgs args_;
+  std::shared_ptr<dist::ProcessGroup> pp_group_;
+  c10::Device device_;
+};
 
 }  // namespace titan::models::llama3
