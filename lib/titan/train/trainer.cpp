@@ -1,17 +1,13 @@
 #include "titan/train/trainer.hpp"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <nlohmann/json.hpp>
 #include <torch/optim/optimizer.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cmath>
 #include <iostream>
-#include <sstream>
 
 #include "titan/checkpoint/manager.hpp"
 #include "titan/config/supported.hpp"
@@ -21,11 +17,11 @@
 #include "titan/dist/launch_env.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/dist/world.hpp"
-#include "titan/metrics/cpu_peak.hpp"
 #include "titan/metrics/format.hpp"
 #include "titan/metrics/memory.hpp"
 #include "titan/metrics/mfu.hpp"
 #include "titan/metrics/peak_flops.hpp"
+#include "titan/metrics/rank_peak.hpp"
 #include "titan/metrics/tensor_memory.hpp"
 #include "titan/metrics/tensorboard.hpp"
 #include "titan/models/llama3/flops.hpp"
@@ -33,13 +29,14 @@
 #include "titan/models/materialize.hpp"
 #include "titan/optim/optimizer.hpp"
 #include "titan/parallel/activation_checkpoint/checkpoint.hpp"
-#include "titan/parallel/context_parallel/context.hpp"
+#include "titan/parallel/context_parallel/batch_shard.hpp"
 #include "titan/ops/cross_entropy.hpp"
 #include "titan/parallel/pipeline/runtime.hpp"
 #include "titan/profiling/memory_snapshot.hpp"
 #include "titan/util/range.hpp"
 #include "titan/profiling/trace_profiler.hpp"
 #include "titan/train/autocast.hpp"
+#include "titan/train/builders.hpp"
 #include "titan/train/determinism.hpp"
 #include "titan/train/device.hpp"
 #include "titan/train/stop_signal.hpp"
@@ -50,45 +47,12 @@
 
 namespace titan::train {
 
-using metrics::human_bytes;
 using titan::strprintf;
 
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-optim::OptimizerOptions optimizer_options(const config::OptimizerSection& o) {
-  optim::OptimizerOptions r;
-  r.name = o.name, r.lr = o.lr, r.beta1 = o.beta1, r.beta2 = o.beta2, r.eps = o.eps;
-  r.weight_decay = o.weight_decay;
-  // torchtitan's default implementation: one fused kernel per parameter
-  // instead of a dozen elementwise ones (~5% of a debugmodel step on CPU).
-  r.fused = true;
-  return r;
-}
-
-optim::LRScheduleOptions schedule_options(const config::JobConfig& cfg) {
-  optim::LRScheduleOptions r;
-  r.steps = std::max<int64_t>(1, cfg.training.steps);  // an init-only run (steps = 0) never steps it
-  r.warmup_steps = cfg.lr_scheduler.warmup_steps;
-  if (cfg.lr_scheduler.decay_ratio >= 0) r.decay_ratio = cfg.lr_scheduler.decay_ratio;
-  // "wsd" names the warmup-stable-decay shape (a stable phase set by
-  // decay_ratio) whose decay is linear; the curve itself is then "linear".
-  r.decay_type = cfg.lr_scheduler.decay_type == "wsd" ? "linear" : cfg.lr_scheduler.decay_type;
-  r.min_lr_factor = cfg.lr_scheduler.min_lr_factor;
-  return r;
-}
-
-// Under context parallelism: this rank's shard of every sequence of `b`.
-// Document starts are sharded like the tokens and keep their values:
-// window positions, which the ring's blocks compare keys with.
-void keep_cp_shard(data::Batch& b, const cp::ContextParallel& context) {
-  const cp::SequenceLayout& layout = context.attention.layout;
-  b.inputs = cp::shard_sequence(b.inputs, 1, layout, context.rank()).contiguous();
-  b.labels = cp::shard_sequence(b.labels, 1, layout, context.rank()).contiguous();
-  if (b.doc_start.defined()) b.doc_start = cp::shard_sequence(b.doc_start, 1, layout, context.rank()).contiguous();
 }
 
 std::string nonfinite_name(double v) { return std::isnan(v) ? "NaN" : (v > 0 ? "inf" : "-inf"); }
@@ -120,23 +84,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // Mixed precision without FSDP: torchtitan's AMP for one device and DDP.
   autocast_ = autocast_dtype(dims_, cfg_.training.mixed_precision_param, device_, options_.autocast_on_cpu);
 
-  args_ = options_.model_args ? *options_.model_args
-                              : models::llama3::flavor_args(cfg_.model.flavor, cfg_.model.n_layers);
-  args_.max_seq_len = cfg_.training.seq_len;
-  args_.attn_type = cfg_.model.attn_type;
-  args_.fused_kernels = cfg_.model.fused_kernels;
-  // block_causal from the config, or from a flavor that is block-causal by
-  // itself (torchtitan's debugmodel_flex_attn, 8B_varlen, ...).
-  if (cfg_.model.attn_mask_type == "block_causal") args_.attn_mask_type = "block_causal";
-  // Said before any model is built: titan's flash kernels exist for the CPU
-  // and, in CUDA builds, for CUDA GPUs.
-#ifndef TITAN_HAS_CUDA
-  TITAN_CHECK(args_.attn_type != "flash" || device_.is_cpu(), "[model] attn_type = \"flash\" runs on the CPU in ",
-              "this build (built without CUDA), but training.device is ", device_.str());
-#endif
-  TITAN_CHECK(args_.attn_type != "flash" || device_.is_cpu() || device_.is_cuda(),
-              "[model] attn_type = \"flash\" runs on the CPU or a CUDA GPU, not on ", device_.str());
-  args_.validate();
+  args_ = build_model_args(cfg_, options_.model_args, device_);
   if (dims_.tp_enabled())
     models::llama3::check_tp_job(args_, dims_.tp, cfg_.training.seq_len, models::llama3::tp_options(cfg_));
   models::llama3::check_pipeline_job(cfg_, dims_, args_.n_layers, plan_.local_batch);
@@ -152,76 +100,106 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
 
   // Join the job once the inputs are known to be good (so a bad config fails
   // alike on every rank without a rendezvous), then lay the ranks out.
-  if (env.world_size > 1) {
-    dist::InitOptions init;
-    init.device = device_.is_cuda() ? "cuda" : "cpu";
-    init.timeout = std::chrono::seconds(cfg_.comm.timeout_seconds);
-    init.rendezvous_timeout = std::chrono::seconds(cfg_.comm.init_timeout_seconds);
-    init.flight_recorder_entries = cfg_.comm.trace_buf_size;
-    init.flight_recorder_folder = files::join(cfg_.job.dump_folder, cfg_.comm.save_traces_folder);
-    init.flight_recorder_prefix = cfg_.comm.save_traces_file_prefix;
-    const dist::World& world = dist::init_distributed(init);
-    mesh_ = std::make_unique<dist::DeviceMesh>(dims_.build_mesh(world));
-    const std::string dp_name = dims_.dp_mesh_name();
-    if (!dp_name.empty() && dims_.dp_degree() > 1) dp_group_ = mesh_->group(dp_name);
-    loss_group_ = dp_group_;
-    if (dims_.cp_enabled()) loss_group_ = mesh_->group(dims_.dp_degree() > 1 ? "dp_cp" : "cp");
-  }
+  if (env.world_size > 1) join_job();
 
-  // The CPU peak is calibrated here: every rank has joined (the rendezvous
-  // above is a barrier), and none has started loading data or building the
-  // model, so nothing of this job computes while it is measured.
-  if (!options_.peak_flops && !device_.is_cuda()) calibrate_cpu_peak(env);
+  // MFU's peak (metrics/rank_peak.hpp). A CPU peak is calibrated here:
+  // every rank has joined (the rendezvous above is a barrier), and none has
+  // started loading data or building the model, so nothing of this job
+  // computes while it is measured.
+  {
+    metrics::RankPeakInputs in;
+    in.given = options_.peak_flops;
+    in.device = device_;
+    in.compute_dtype = metrics::compute_dtype_for_peak(dims_.fsdp_enabled() || autocast_.has_value(),
+                                                       cfg_.training.mixed_precision_param);
+    in.local_rank = env.local_rank;
+    in.local_world_size = env.local_world_size;
+    if (mesh_) in.group = dist::world().group();
+    peak_ = metrics::resolve_rank_peak(in);
+  }
 
   // Data: this rank's shard of the documents, or (the reference) the shards
   // of every emulated rank.
   const int64_t dp_rank = dp_group_ ? dp_group_->rank() : 0;
-  for (int64_t k = 0; k < options_.emulate_dp_ranks; ++k) {
-    data::DataLoaderOptions dopts;
-    dopts.dataset = cfg_.training.dataset;
-    dopts.dataset_path = cfg_.training.dataset_path;
-    dopts.batch_size = plan_.local_batch;
-    dopts.seq_len = cfg_.training.seq_len;
-    dopts.dp_rank = options_.emulate_dp_ranks > 1 ? k : dp_rank;
-    dopts.dp_world = plan_.dp_degree;
-    dopts.document_masking = args_.attn_mask_type == "block_causal";
-    loaders_.push_back(std::make_unique<data::DataLoader>(tokenizer_, dopts));
-    // A dataset too small for one window (an empty file) would only fail at
-    // step 1, after the model was built and the banner printed: draw one
-    // batch now and rewind, which the loader restores exactly.
-    const auto start = loaders_.back()->state_dict();
-    loaders_.back()->next();
-    loaders_.back()->load_state_dict(start);
-  }
+  for (int64_t k = 0; k < options_.emulate_dp_ranks; ++k)
+    loaders_.push_back(build_data_loader(cfg_, plan_, tokenizer_, options_.emulate_dp_ranks > 1 ? k : dp_rank,
+                                         args_.attn_mask_type == "block_causal"));
 
-  // [validation]: the held-out split of the same data-parallel ranks. Its
-  // batches go through the same stages, shards and cp ring as training's,
-  // so under PP they must have training's shapes, and under CP or
-  // sequence parallelism its sequences training's length (the cuts those
-  // layouts make were checked for that length).
-  if (cfg_.validation.enable) {
-    const config::ValidationSection& v = cfg_.validation;
-    const bool same_len = dims_.pp > 1 || dims_.cp_enabled() ||
-                          (dims_.tp_enabled() && models::llama3::tp_options(cfg_).sequence_parallel);
-    TITAN_CHECK(!same_len || v.seq_len == cfg_.training.seq_len, "[validation] seq_len = ", v.seq_len,
-                " must equal [training] seq_len = ", cfg_.training.seq_len,
-                " under pipeline, context or sequence parallelism (their cuts are made for that length)");
-    TITAN_CHECK(dims_.pp == 1 || v.local_batch_size == plan_.local_batch, "[validation] local_batch_size = ",
-                v.local_batch_size, " must equal the training's local batch ", plan_.local_batch,
-                " under pipeline parallelism (the stages' micro-batches have that shape)");
-    std::vector<int64_t> ranks;
-    for (int64_t k = 0; k < options_.emulate_dp_ranks; ++k) ranks.push_back(options_.emulate_dp_ranks > 1 ? k : dp_rank);
-    validator_ = std::make_unique<Validator>(v, tokenizer_, ranks, plan_.dp_degree, args_.attn_mask_type == "block_causal",
-                                             mesh_ ? dist::world().group().get() : nullptr, device_);
-  }
+  if (cfg_.validation.enable) build_validator(dp_rank);
 
   // Memory snapshots count tensors from here on, so that the model,
   // gradients and optimizer state are all seen.
-  if (cfg_.profiling.enable_memory_snapshot)
-    memory_ = std::make_unique<profiling::MemoryRecorder>(
-        cfg_.profiling.profile_freq, files::join(cfg_.job.dump_folder, cfg_.profiling.save_memory_snapshot_folder), rank_,
-        device_, [this](const std::string& line) { print(line); });
+  memory_ = build_memory_recorder(cfg_, rank_, device_, [this](const std::string& line) { print(line); });
   set_determinism(cfg_.training.seed, cfg_.training.deterministic, device_);
+  build_model();
+  params_ = parallelized_.params;
+  optimizer_ = build_optimizer(params_, cfg_.optimizer);
+  scheduler_ = build_lr_scheduler(*optimizer_, cfg_);
+
+  // MFU: model FLOPs per token over the rank's peak (resolved above).
+  flops_per_token_ = models::llama3::flops_per_token(args_, cfg_.training.seq_len);
+
+  // Outputs go under [job] dump_folder. One log for the job: rank 0
+  // prints and writes the metrics files, the others only compute.
+  jsonl_path_ = metrics_jsonl_path(cfg_);
+  if (rank_ != 0) options_.console = false;
+  MetricsBuild mb;
+  mb.writes = rank_ == 0;
+  mb.console = options_.console, mb.progress = options_.progress, mb.out = options_.out;
+  mb.flops_per_token = flops_per_token_;
+  mb.peak_flops = peak_.flops;
+  mb.num_ranks = static_cast<int>(dims_.world_size);
+  mb.device = device_;
+  metrics_ = build_metrics_processor(cfg_, mb);
+
+  // Checkpoints: resume from the latest one in the folder (a fresh start
+  // when there is none), resharded to this job's layout.
+  if (cfg_.checkpoint.enable_checkpoint) build_checkpointer();
+
+  // Traces on torchtitan's schedule; every rank writes its own.
+  profiler_ = build_trace_profiler(cfg_, rank_, device_, [this](const std::string& line) { print(line); });
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::join_job() {
+  dist::InitOptions init;
+  init.device = device_.is_cuda() ? "cuda" : "cpu";
+  init.timeout = std::chrono::seconds(cfg_.comm.timeout_seconds);
+  init.rendezvous_timeout = std::chrono::seconds(cfg_.comm.init_timeout_seconds);
+  init.flight_recorder_entries = cfg_.comm.trace_buf_size;
+  init.flight_recorder_folder = files::join(cfg_.job.dump_folder, cfg_.comm.save_traces_folder);
+  init.flight_recorder_prefix = cfg_.comm.save_traces_file_prefix;
+  const dist::World& world = dist::init_distributed(init);
+  mesh_ = std::make_unique<dist::DeviceMesh>(dims_.build_mesh(world));
+  const std::string dp_name = dims_.dp_mesh_name();
+  if (!dp_name.empty() && dims_.dp_degree() > 1) dp_group_ = mesh_->group(dp_name);
+  loss_group_ = dp_group_;
+  if (dims_.cp_enabled()) loss_group_ = mesh_->group(dims_.dp_degree() > 1 ? "dp_cp" : "cp");
+}
+
+// [validation]: the held-out split of the same data-parallel ranks. Its
+// batches go through the same stages, shards and cp ring as training's,
+// so under PP they must have training's shapes, and under CP or
+// sequence parallelism its sequences training's length (the cuts those
+// layouts make were checked for that length).
+void Trainer::build_validator(int64_t dp_rank) {
+  const config::ValidationSection& v = cfg_.validation;
+  const bool same_len = dims_.pp > 1 || dims_.cp_enabled() ||
+                        (dims_.tp_enabled() && models::llama3::tp_options(cfg_).sequence_parallel);
+  TITAN_CHECK(!same_len || v.seq_len == cfg_.training.seq_len, "[validation] seq_len = ", v.seq_len,
+              " must equal [training] seq_len = ", cfg_.training.seq_len,
+              " under pipeline, context or sequence parallelism (their cuts are made for that length)");
+  TITAN_CHECK(dims_.pp == 1 || v.local_batch_size == plan_.local_batch, "[validation] local_batch_size = ",
+              v.local_batch_size, " must equal the training's local batch ", plan_.local_batch,
+              " under pipeline parallelism (the stages' micro-batches have that shape)");
+  std::vector<int64_t> ranks;
+  for (int64_t k = 0; k < options_.emulate_dp_ranks; ++k) ranks.push_back(options_.emulate_dp_ranks > 1 ? k : dp_rank);
+  validator_ = std::make_unique<Validator>(v, tokenizer_, ranks, plan_.dp_degree, args_.attn_mask_type == "block_causal",
+                                           mesh_ ? dist::world().group().get() : nullptr, device_);
+}
+
+void Trainer::build_model() {
   // The model is built on the meta device (shapes, no memory) and every
   // parallelism is applied to it, so that each rank then allocates only
   // what it holds (FSDP its rows, TP its slices, PP its stages) and
@@ -243,266 +221,58 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
     init_report_ = init_sharded_weights(parts, mesh_.get(), args_, static_cast<uint64_t>(cfg_.training.seed));
   }
   init_peak_bytes_ = metrics::tensor_memory(device_).peak_bytes - bytes_before_model;
-  params_ = parallelized_.params;
-  optimizer_ = optim::build_optimizer(params_, optimizer_options(cfg_.optimizer));
-  scheduler_ = std::make_unique<optim::LRScheduler>(*optimizer_, optim::LRSchedule(schedule_options(cfg_)));
-
-  // MFU: model FLOPs per token over the rank's peak. The GPU peak comes
-  // from the datasheet table; a CPU has none that LibTorch can reach, so it
-  // is a timed GEMM (cached per machine and thread count).
-  flops_per_token_ = models::llama3::flops_per_token(args_, cfg_.training.seq_len);
-  if (options_.peak_flops) {
-    peak_flops_ = *options_.peak_flops;
-    peak_source_ = "given";
-  } else if (device_.is_cuda()) {
-    // The peak of the dtype the matmuls run in (bf16 under FSDP's mixed
-    // precision or autocast), not always fp32's: that made bf16 MFU ~15x too high.
-    const at::ScalarType compute = metrics::compute_dtype_for_peak(dims_.fsdp_enabled() || autocast_.has_value(),
-                                                                   cfg_.training.mixed_precision_param);
-    metrics::PeakFlops p = metrics::peak_flops_for_device(metrics::device_name(device_), compute,
-                                                          at::globalContext().allowTF32CuBLAS());
-    peak_flops_ = p.flops;
-    peak_source_ = p.matched + " " + p.precision;
-    if (!p.known) peak_source_ += "; " + p.warning;
-  } else if (cpu_peak_flops_ > 0) {
-    peak_flops_ = cpu_peak_flops_;
-    // Emulated ranks share the machine's cores: with more threads on the
-    // node than cores, a rank gets only its share of the measured peak, or
-    // MFU would be overstated by the oversubscription. The peak was measured
-    // with the rank's own thread count, alone on the machine, so
-    // peak(t) · cores / (ranks · t) is an upper bound of what one of the
-    // ranks sharing the cores can do (one core runs one thread at a time).
-    const long cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
-    const double wanted = static_cast<double>(env.local_world_size) * cpu_peak_threads_;
-    if (wanted > static_cast<double>(cores)) {
-      peak_flops_ *= static_cast<double>(cores) / wanted;
-      peak_source_ += strprintf("; x%.2f: %d ranks x %d threads share %ld cores", static_cast<double>(cores) / wanted,
-                                env.local_world_size, cpu_peak_threads_, cores);
-    }
-  }
-
-  // Outputs go under [job] dump_folder; a new run starts a new metrics file.
-  TITAN_CHECK(files::make_directories(cfg_.job.dump_folder), "cannot create [job] dump_folder '",
-              cfg_.job.dump_folder, "'");
-  jsonl_path_ = cfg_.job.dump_folder + "/metrics.jsonl";
-  if (rank_ == 0) ::unlink(jsonl_path_.c_str());
-  metrics::MetricsOptions mopts;
-  mopts.log_freq = cfg_.metrics.log_freq;
-  mopts.total_steps = cfg_.training.steps;
-  mopts.flops_per_token = flops_per_token_;
-  mopts.peak_flops = peak_flops_;
-  mopts.num_ranks = static_cast<int>(dims_.world_size);
-  mopts.device = device_;
-  // One log for the job: rank 0 prints and writes the metrics files, the
-  // others only compute (their values are the same job-wide ones; N ranks
-  // appending to one metrics.jsonl would repeat every step N times).
-  if (rank_ == 0) {
-    mopts.jsonl_path = jsonl_path_;
-    if (cfg_.metrics.enable_tensorboard)
-      mopts.tensorboard_dir = metrics::tensorboard_run_dir(cfg_.job.dump_folder, cfg_.metrics.save_tb_folder);
-  } else {
-    options_.console = false;
-  }
-  mopts.console = options_.console;
-  mopts.progress = options_.progress;
-  mopts.out = options_.out;
-  metrics_ = std::make_unique<metrics::MetricsProcessor>(mopts);
-
-  // Checkpoints: resume from the latest one in the folder (a fresh start
-  // when there is none), resharded to this job's layout.
-  if (cfg_.checkpoint.enable_checkpoint) {
-    checkpoint::TrainingState st;
-    if (parallelized_.pipeline_parts.empty()) {
-      st.model_parts = {model_.ptr().get()};
-    } else {
-      for (auto& part : parallelized_.pipeline_parts) st.model_parts.push_back(part.ptr().get());
-    }
-    st.mesh = mesh_.get();
-    st.group = mesh_ ? dist::world().group().get() : nullptr;  // mesh_: this process joined the job
-    st.device = device_;
-    st.optimizer = optimizer_.get();
-    st.scheduler = scheduler_.get();
-    for (auto& loader : loaders_) st.loaders.emplace_back(loader->options().dp_rank, loader.get());
-    st.dp_world = plan_.dp_degree;
-    st.step = &step_;
-    st.parallel = {{"world_size", dims_.world_size}, {"dp_replicate", dims_.dp_replicate}, {"dp_shard", dims_.dp_shard},
-                   {"cp", dims_.cp}, {"tp", dims_.tp}, {"pp", dims_.pp}};
-    st.config_toml = cfg_.to_toml();
-    st.model_args = &args_;
-    checkpoint_ = std::make_unique<checkpoint::CheckpointManager>(
-        cfg_.checkpoint, files::join(cfg_.job.dump_folder, cfg_.checkpoint.folder), std::move(st),
-        [this](const std::string& line) {
-          if (banner_printed_) print(line);
-          else early_lines_.push_back(line);
-        });
-    if (!cfg_.checkpoint.create_seed_checkpoint) {
-      // Loading reads only the rows of this rank's boxes (checkpoint/dcp.hpp):
-      // what it holds beyond the model is measured, as init's is.
-      const int64_t before = metrics::tensor_memory(device_).current_bytes;
-      metrics::reset_tensor_memory_peak(device_);
-      if (checkpoint_->load()) load_peak_bytes_ = metrics::tensor_memory(device_).peak_bytes - before;
-    }
-  }
-
-  // Traces on torchtitan's schedule; every rank writes its own.
-  if (cfg_.profiling.enable_profiling) {
-    profiling::ProfileSchedule ps{cfg_.profiling.profile_freq, cfg_.profiling.profiler_warmup,
-                                  cfg_.profiling.profiler_active};
-    profiler_ = std::make_unique<profiling::TraceProfiler>(
-        ps, files::join(cfg_.job.dump_folder, cfg_.profiling.save_traces_folder), rank_, device_.is_cuda(),
-        [this](const std::string& line) { print(line); });
-  }
 }
 
-Trainer::~Trainer() = default;
-
-void Trainer::calibrate_cpu_peak(const dist::LaunchEnv& env) {
-  // One process per node measures (local rank 0, between two barriers: the
-  // others wait there without computing) and every rank receives its
-  // figure through the world group, so ranks never calibrate at the same
-  // time and never depend on the cache file being writable. Across jobs the
-  // cache's file lock queues concurrent calibrations.
-  const bool joined = env.world_size > 1 && dist::is_initialized();
-  const bool measures = !joined || env.local_rank == 0;
-  const auto group = joined ? dist::world().group() : nullptr;
-  if (group) group->barrier();
-  metrics::CpuPeak p;
-  if (measures) p = metrics::cpu_peak_flops();
-  if (group) {
-    // The job-wide maximum of the nodes' figures (one per node; the
-    // others contribute 0): identical CPUs give the same figure, and a
-    // mixed job is judged against its fastest node, which keeps MFU low
-    // rather than high.
-    at::Tensor t = at::tensor({measures ? p.flops : 0.0, measures ? static_cast<double>(p.threads) : 0.0},
-                              at::TensorOptions().dtype(at::kDouble));
-    group->all_reduce(t, dist::ReduceOp::Max);
-    if (!measures) {
-      p.flops = t[0].item<double>();
-      p.threads = at::get_num_threads();
-      p.from_cache = true;  // what this rank reports: it did not measure
-    }
+void Trainer::build_checkpointer() {
+  checkpoint::TrainingState st;
+  if (parallelized_.pipeline_parts.empty()) {
+    st.model_parts = {model_.ptr().get()};
+  } else {
+    for (auto& part : parallelized_.pipeline_parts) st.model_parts.push_back(part.ptr().get());
   }
-  cpu_peak_flops_ = p.flops;
-  cpu_peak_threads_ = p.threads;
-  if (measures) {
-    cpu_peak_cache_path_ = p.cache_path;
-    cpu_peak_key_ = p.key;
+  st.mesh = mesh_.get();
+  st.group = mesh_ ? dist::world().group().get() : nullptr;  // mesh_: this process joined the job
+  st.device = device_;
+  st.optimizer = optimizer_.get();
+  st.scheduler = scheduler_.get();
+  for (auto& loader : loaders_) st.loaders.emplace_back(loader->options().dp_rank, loader.get());
+  st.dp_world = plan_.dp_degree;
+  st.step = &step_;
+  st.parallel = {{"world_size", dims_.world_size}, {"dp_replicate", dims_.dp_replicate}, {"dp_shard", dims_.dp_shard},
+                 {"cp", dims_.cp}, {"tp", dims_.tp}, {"pp", dims_.pp}};
+  st.config_toml = cfg_.to_toml();
+  st.model_args = &args_;
+  checkpoint_ = std::make_unique<checkpoint::CheckpointManager>(
+      cfg_.checkpoint, files::join(cfg_.job.dump_folder, cfg_.checkpoint.folder), std::move(st),
+      [this](const std::string& line) {
+        if (banner_printed_) print(line);
+        else early_lines_.push_back(line);
+      });
+  if (!cfg_.checkpoint.create_seed_checkpoint) {
+    // Loading reads only the rows of this rank's boxes (checkpoint/dcp.hpp):
+    // what it holds beyond the model is measured, as init's is.
+    const int64_t before = metrics::tensor_memory(device_).current_bytes;
+    metrics::reset_tensor_memory_peak(device_);
+    if (checkpoint_->load()) load_peak_bytes_ = metrics::tensor_memory(device_).peak_bytes - before;
   }
-  peak_source_ = strprintf("measured CPU GEMM peak, %d threads%s", p.threads,
-                           p.from_cache ? ", cached" : (p.clean ? ", measured now" : ""));
-  if (measures && !p.clean)
-    peak_source_ += strprintf("; the machine was busy while measuring (CPU share %.0f%%): corrected for it and not "
-                              "cached, MFU may be off",
-                              100 * p.cpu_share);
 }
 
 void Trainer::check_mfu(const metrics::LogRecord& r) {
-  // MFU above 100 % means the run achieved more than the peak: the peak is
-  // wrong (a calibration the cache validation did not catch, a faster
-  // machine state than at calibration). The figure is logged as measured,
-  // not clamped (a clamped 100 % would hide a wrong denominator), the
-  // user is told once, and the cache entry is invalidated so that the next
-  // run re-measures.
+  // MFU above 100 % means the peak is wrong: said once, with the cached
+  // calibration invalidated (metrics/rank_peak.hpp).
   if (mfu_over_100_warned_ || r.mfu_pct <= 100.0) return;
   mfu_over_100_warned_ = true;
-  bool invalidated = false;
-  if (!cpu_peak_key_.empty())
-    invalidated = metrics::invalidate_cpu_peak(
-        cpu_peak_cache_path_, cpu_peak_key_,
-        strprintf("a run achieved %.3g FLOP/s per rank, MFU %.1f%%", r.tflops * 1e12, r.mfu_pct));
-  print(strprintf("warning: MFU %.1f%% > 100%%: the peak (%s) is lower than what this run achieves%s", r.mfu_pct,
-                  peak_source_.c_str(),
-                  invalidated ? "; the cached calibration is invalidated and will be re-measured next run" : ""));
+  print(metrics::mfu_over_peak_warning(peak_, r.mfu_pct, r.tflops * 1e12));
 }
 
 void Trainer::print(const std::string& line) {
   if (options_.console) metrics_->print(line);
 }
 
-std::string Trainer::banner() const {
-  const int64_t n_params = models::llama3::count_parameters(args_);
-  std::string s = strprintf("titan train: %s\n", cfg_.job.description.c_str());
-  s += strprintf("  model     llama3 %s: %s parameters (dim %lld, %lld layers, %lld heads, vocab %lld)\n",
-                 options_.model_args ? "(custom args)" : cfg_.model.flavor.c_str(),
-                 metrics::with_thousands(static_cast<double>(n_params)).c_str(), static_cast<long long>(args_.dim),
-                 static_cast<long long>(args_.n_layers), static_cast<long long>(args_.n_heads),
-                 static_cast<long long>(args_.vocab_size));
-  s += "  device    " + device_.str() + " (" + metrics::device_name(device_) + ")";
-  if (device_.is_cpu()) s += strprintf(", %d threads", at::get_num_threads());
-  s += "\n  tokenizer " + tokenizer_->describe() + "\n";
-  if (!tokenizer_note_.empty()) s += "            " + tokenizer_note_ + "\n";
-  s += "  data      " + loaders_.front()->dataset_path() + "\n";
-  if (validator_) {
-    const config::ValidationSection& v = cfg_.validation;
-    s += strprintf("  validate  after step 1 and every %lld: %lld batch(es) of %lld x %lld tokens per data-parallel rank%s\n",
-                   static_cast<long long>(v.freq), static_cast<long long>(validator_->batches()),
-                   static_cast<long long>(v.local_batch_size), static_cast<long long>(v.seq_len),
-                   v.steps == -1 ? " (one pass)" : "");
-  }
-  s += "  parallel  " + dims_.describe() + (parallelized_.description.empty() ? "" : ": " + parallelized_.description);
-  if (options_.emulate_dp_ranks > 1)
-    s += strprintf("single-process reference of %lld data-parallel ranks", static_cast<long long>(options_.emulate_dp_ranks));
-  if (autocast_) s += std::string("; forward and loss autocast to ") + c10::toString(*autocast_) + " (no FSDP)";
-  s += "\n";
-  s += strprintf("  batch     %lld x %lld tokens, %lld micro-batch(es) per step on %lld data-parallel rank(s) = %s tokens per step\n",
-                 static_cast<long long>(plan_.local_batch), static_cast<long long>(cfg_.training.seq_len),
-                 static_cast<long long>(plan_.accumulation_steps), static_cast<long long>(plan_.dp_degree),
-                 metrics::with_thousands(static_cast<double>(plan_.global_batch * cfg_.training.seq_len)).c_str());
-  if (parallelized_.pipeline)
-    s += strprintf("            each cut into %d pipeline micro-batches of %lld sequence(s)\n",
-                   parallelized_.pipeline->spec().microbatches,
-                   static_cast<long long>(cfg_.experimental.pipeline_parallel_microbatch_size));
-  s += strprintf("  optimizer %s lr %g, %lld warm-up steps, %s decay; %lld steps, seed %lld\n",
-                 cfg_.optimizer.name.c_str(), cfg_.optimizer.lr, static_cast<long long>(scheduler_->schedule().warmup_steps()),
-                 cfg_.lr_scheduler.decay_type.c_str(), static_cast<long long>(cfg_.training.steps),
-                 static_cast<long long>(cfg_.training.seed));
-  s += strprintf("  flops     %.3g per token; peak %.3f TFLOP/s (%s)\n", flops_per_token_, peak_flops_ / 1e12,
-                 peak_source_.c_str());
-  const ShardedInitReport& i = init_report_;
-  s += strprintf("  init      sharded, rank %d: %s of the model's %s of parameters (%.1f%%, largest piece %s), "
-                 "tensor peak %s, %.2f s",
-                 rank_, human_bytes(static_cast<double>(i.local_bytes)).c_str(),
-                 human_bytes(static_cast<double>(i.model_bytes)).c_str(),
-                 i.model_bytes > 0 ? 100.0 * static_cast<double>(i.local_bytes) / static_cast<double>(i.model_bytes) : 0.0,
-                 human_bytes(static_cast<double>(i.largest_piece_bytes)).c_str(),
-                 human_bytes(static_cast<double>(init_peak_bytes_)).c_str(), i.seconds);
-  return s;
-}
-
-std::string Trainer::init_memory_table() {
-  // [local bytes, init peak, largest piece] of every rank, gathered.
-  at::Tensor mine = at::tensor({static_cast<double>(init_report_.local_bytes), static_cast<double>(init_peak_bytes_),
-                                static_cast<double>(init_report_.largest_piece_bytes),
-                                static_cast<double>(load_peak_bytes_)},
-                               at::TensorOptions().dtype(at::kDouble))
-                        .reshape({1, 4});
-  at::Tensor all = mine;
-  if (mesh_) all = dist::world().group()->all_gather(mine.to(device_), 0).cpu();
-  const double model = static_cast<double>(init_report_.model_bytes);
-  // A loaded checkpoint (the weights came from it, not from the init):
-  // what its reading held beyond the model, next to the init's.
-  const bool loaded = load_peak_bytes_ >= 0;
-  std::string out = strprintf("init-only run (training.steps = 0): the model's parameters are %s\n"
-                              "  rank  parameters held   share   largest piece   tensor peak during init   peak / model%s\n",
-                              human_bytes(model).c_str(), loaded ? "   tensor peak during load   load / model" : "");
-  for (int64_t r = 0; r < all.size(0); ++r) {
-    const double held = all[r][0].item<double>(), peak = all[r][1].item<double>(), piece = all[r][2].item<double>();
-    out += strprintf("  %4lld  %15s  %6.2f%%  %14s  %24s  %12.4f", static_cast<long long>(r),
-                     human_bytes(held).c_str(), 100.0 * held / model, human_bytes(piece).c_str(),
-                     human_bytes(peak).c_str(), peak / model);
-    if (loaded) {
-      const double load = all[r][3].item<double>();
-      out += strprintf("  %24s  %12.4f", human_bytes(load).c_str(), load / model);
-    }
-    out += "\n";
-  }
-  return out;
-}
-
 metrics::ValidationRecord Trainer::validate(int64_t step) {
   const std::shared_ptr<const cp::ContextParallel>& context = model_->context_parallel();
   auto loss_of = [&](data::Batch b) -> LossSum {
-    if (context) keep_cp_shard(b, *context);  // as in training
+    if (context) cp::keep_sequence_shard(b, *context);  // as in training
     const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device_);
     // The training loss sums over the counted targets: added up over every
     // batch of every rank and divided by their count once, at the end.
@@ -558,7 +328,7 @@ StepResult Trainer::train_step() {
     TITAN_PROFILE_RANGE("titan::data_loading");
     for (int64_t i = 0; i < plan_.accumulation_steps * readers; ++i) {
       data::Batch b = loaders_[static_cast<size_t>(i % readers)]->next();
-      if (context) keep_cp_shard(b, *context);
+      if (context) cp::keep_sequence_shard(b, *context);
       local_targets += ops::counted_targets(b.labels);
       batches.push_back(std::move(b));
     }
@@ -643,8 +413,8 @@ StepResult Trainer::train_step() {
 TrainSummary Trainer::train() {
   TrainSummary s;
   s.steps_planned = cfg_.training.steps;
-  s.peak_flops = peak_flops_;
-  s.peak_source = peak_source_;
+  s.peak_flops = peak_.flops;
+  s.peak_source = peak_.source;
   s.jsonl_path = jsonl_path_;
   if (metrics_->tensorboard()) s.tensorboard_dir = metrics_->tensorboard()->log_dir();
   if (options_.console) print(banner());
@@ -726,7 +496,7 @@ TrainSummary Trainer::train() {
   s.mean_tps = timed_seconds > 0 ? metrics::tokens_per_second_per_rank(timed_tokens, timed_seconds, ranks)
                                  : first_tps / ranks;
   s.mean_tflops = metrics::achieved_flops_per_rank(flops_per_token_, s.mean_tps) / 1e12;
-  if (peak_flops_ > 0) s.mfu_pct = metrics::mfu_percent(flops_per_token_, s.mean_tps, peak_flops_);
+  if (peak_.flops > 0) s.mfu_pct = metrics::mfu_percent(flops_per_token_, s.mean_tps, peak_.flops);
   if (options_.console) {
     std::ostream& out = options_.out ? *options_.out : std::cout;
     out << format_summary(s) << std::flush;

@@ -29,6 +29,7 @@
 #include "titan/data/dataloader.hpp"
 #include "titan/dist/launch_env.hpp"
 #include "titan/metrics/metrics_processor.hpp"
+#include "titan/metrics/rank_peak.hpp"
 #include "titan/models/llama3/transformer.hpp"
 #include "titan/models/llama3/parallelize.hpp"
 #include "titan/optim/lr_schedule.hpp"
@@ -156,12 +157,23 @@ class Trainer {
   double flops_per_token() const { return flops_per_token_; }
 
  private:
+  // The constructor's steps that need the trainer's own state (the
+  // components built from one config section each are in builders.hpp).
+  /// Joins the job (rendezvous, flight recorder) and lays the ranks out:
+  /// the mesh, the data-parallel and loss groups.
+  void join_job();
+  /// [validation]'s loader over the same data-parallel ranks (collective
+  /// at run time).
+  void build_validator(int64_t dp_rank);
+  /// The model on the meta device, parallelised, then each rank's pieces
+  /// allocated and initialised (train/sharded_init.hpp).
+  void build_model();
+  /// The CheckpointManager over the trainer's state, and the resume.
+  void build_checkpointer();
   void print(const std::string& line);
-  /// Sets cpu_peak_flops_/threads_ and peak_source_: measured once per node
-  /// while the other ranks wait (see metrics/cpu_peak.hpp for the design).
-  void calibrate_cpu_peak(const dist::LaunchEnv& env);
   /// Warns once, and invalidates the calibration, when a logged MFU > 100 %.
   void check_mfu(const metrics::LogRecord& r);
+  /// The run's opening lines (banner.cpp).
   std::string banner() const;
   /// Every rank's parameter bytes and initialisation peak, one line per
   /// rank, on rank 0 (collective: every rank calls it).
@@ -205,15 +217,8 @@ class Trainer {
   std::unique_ptr<optim::LRScheduler> scheduler_;
   std::unique_ptr<metrics::MetricsProcessor> metrics_;
   double flops_per_token_ = 0;
-  double peak_flops_ = 0;
-  std::string peak_source_;
-  /// The CPU peak of one rank's threads alone on the machine, and that
-  /// thread count (calibrate_cpu_peak; 0 when not calibrated).
-  double cpu_peak_flops_ = 0;
-  int cpu_peak_threads_ = 0;
-  /// The calibration cache entry behind peak_flops_ (CPU runs), so that a
-  /// run which beats the peak can invalidate it; empty when none.
-  std::string cpu_peak_cache_path_, cpu_peak_key_;
+  /// MFU's denominator and where it came from (metrics/rank_peak.hpp).
+  metrics::RankPeak peak_;
   /// Warned (and invalidated) once that an interval's MFU exceeded 100 %.
   bool mfu_over_100_warned_ = false;
   std::string jsonl_path_;
