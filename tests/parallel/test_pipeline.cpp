@@ -2,7 +2,7 @@
 // 8-layer Llama 3 trained three AdamW steps by every schedule, on 1, 2 and
 // 4 ranks (pp = world), must give the reference's loss, every gradient and
 // every weight; so must an uneven layer split, stages of a chosen layer
-// count, a per-rank order given through ScheduleOptions::compute_actions,
+// count, a per-rank order given through RuntimeOptions::compute_actions,
 // and, on 4 ranks, PP x FSDP and PP x TP (2 x 2 meshes).
 //
 // Tolerances (fp32). The pipeline cuts the batch into micro-batches, so
@@ -161,7 +161,7 @@ TEST(Pipeline, ActivationMemoryGPipeHoldsEveryMicroBatch1F1BAtMostPp) {
 }
 
 TEST(Pipeline, CustomComputeActionsRunAsGiven) {
-  // ScheduleOptions::compute_actions: GPipe's order handed to a 1F1B spec
+  // RuntimeOptions::compute_actions: GPipe's order handed to a 1F1B spec
   // is what runs, and trains like one process; a list that misses a
   // backward is refused by every rank before any message is sent.
   const verify::RunSpec spec = pp_spec(8);

@@ -80,7 +80,7 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model,
   return r;
 }
 
-AccumulationResult accumulate_pipeline_gradients(pp::PipelineSchedule& schedule,
+AccumulationResult accumulate_pipeline_gradients(pp::PipelineRuntime& schedule,
                                                  const std::vector<data::Batch>& batches, double loss_scale,
                                                  const c10::Device& device) {
   TITAN_CHECK(!batches.empty(), "gradient accumulation needs at least 1 batch, got none");

@@ -22,7 +22,7 @@ namespace titan::dist {
 class ProcessGroup;
 }
 namespace titan::pp {
-class PipelineSchedule;
+class PipelineRuntime;
 }
 
 namespace titan::train {
@@ -104,7 +104,7 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model,
 /// micro-batch's loss scaled by `loss_scale` (LossNormalizer::loss_scale,
 /// read to the host: the schedule takes a number). The loss sum is the last
 /// stage's, known on every pipeline rank.
-AccumulationResult accumulate_pipeline_gradients(pp::PipelineSchedule& schedule,
+AccumulationResult accumulate_pipeline_gradients(pp::PipelineRuntime& schedule,
                                                  const std::vector<data::Batch>& batches, double loss_scale,
                                                  const c10::Device& device);
 

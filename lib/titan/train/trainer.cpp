@@ -85,12 +85,9 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   autocast_ = autocast_dtype(dims_, cfg_.training.mixed_precision_param, device_, options_.autocast_on_cpu);
 
   args_ = build_model_args(cfg_, options_.model_args, device_);
-  if (dims_.tp_enabled())
-    models::llama3::check_tp_job(args_, dims_.tp, cfg_.training.seq_len, models::llama3::tp_options(cfg_));
-  models::llama3::check_pipeline_job(cfg_, dims_, args_.n_layers, plan_.local_batch);
-  models::llama3::check_context_parallel_job(cfg_, dims_);
-  ac::blocks_to_checkpoint(cfg_.activation_checkpoint.mode, cfg_.activation_checkpoint.selective_ac_option,
-                           args_.n_layers);  // a bad option fails here, before the job starts
+  // Every parallelism's options, read and checked once (a bad layout fails
+  // here, before the job starts).
+  parallelize_options_ = models::llama3::parallelize_options(cfg_, dims_, args_, plan_.local_batch);
 
   const data::TokenizerChoice choice =
       data::choose_tokenizer_path(cfg_.model.tokenizer_path, cfg_.model.hf_assets_path, args_.vocab_size);
@@ -186,7 +183,7 @@ void Trainer::join_job() {
 void Trainer::build_validator(int64_t dp_rank) {
   const config::ValidationSection& v = cfg_.validation;
   const bool same_len = dims_.pp > 1 || dims_.cp_enabled() ||
-                        (dims_.tp_enabled() && models::llama3::tp_options(cfg_).sequence_parallel);
+                        (dims_.tp_enabled() && parallelize_options_.tp.sequence_parallel);
   TITAN_CHECK(!same_len || v.seq_len == cfg_.training.seq_len, "[validation] seq_len = ", v.seq_len,
               " must equal [training] seq_len = ", cfg_.training.seq_len,
               " under pipeline, context or sequence parallelism (their cuts are made for that length)");
@@ -213,7 +210,7 @@ void Trainer::build_model() {
   model_ = models::llama3::Transformer(args_, at::TensorOptions().device(at::kMeta).dtype(at::kFloat));
   model_->train();
   if (!mesh_) models::to_empty(*model_, device_);
-  parallelized_ = models::llama3::parallelize_llama(model_, dims_, mesh_.get(), cfg_, plan_.local_batch);
+  parallelized_ = models::llama3::parallelize_llama(model_, dims_, mesh_.get(), parallelize_options_);
   {
     std::vector<torch::nn::Module*> parts;
     if (parallelized_.pipeline_parts.empty()) parts.push_back(model_.ptr().get());

@@ -201,6 +201,8 @@ class Trainer {
   std::shared_ptr<dist::ProcessGroup> loss_group_;
   int rank_ = 0;
   models::llama3::Transformer model_{nullptr};
+  /// What parallelize_llama applies, read from cfg_ once and checked.
+  models::llama3::ParallelizeOptions parallelize_options_;
   models::llama3::ParallelizedModel parallelized_;
   /// What this rank's sharded initialisation held and took.
   ShardedInitReport init_report_;

@@ -29,29 +29,16 @@ PipelineRun build_pipeline_run(const RunSpec& spec, std::shared_ptr<dist::Proces
   run.plan = models::llama3::plan_pipeline(spec.model.n_layers, o.kind, pp_degree, o.microbatches, o.layers_per_stage);
   models::llama3::Transformer full = build_model(spec, spec.model_seed);
   run.parts = models::llama3::pipeline_llama(full, run.plan, pp_rank);
-  const std::vector<int> ids = run.plan.spec.stages_of_rank(pp_rank);
   const int64_t seq = o.local_seq_len > 0 ? o.local_seq_len : spec.seq_len;
-  const std::vector<int64_t> shape = {batch / o.microbatches, seq, spec.model.dim};
-  for (size_t k = 0; k < run.parts.size(); ++k) {
-    models::llama3::Transformer part = run.parts[k];
+  for (models::llama3::Transformer& part : run.parts)
     if (o.parallelize_part) o.parallelize_part(part);
-    pp::StageOptions so;
-    so.stage_index = ids[k];
-    so.num_stages = run.plan.spec.num_stages();
-    // Every stage attends by its micro-batch's document starts
-    // (block_causal) and rotates by its sequence length (the tokens', this
-    // rank's shard of them under CP), which a later stage's hidden states
-    // do not show under sequence parallelism.
-    so.forward = [part](const at::Tensor& x, const pp::BatchInputs& mb) mutable {
-      return part->forward(x, mb.doc_start, mb.inputs.size(1));
-    };
-    so.loss_fn = o.loss_fn;
-    so.input_shape = so.output_shape = shape;
-    so.dtype = spec.dtype;
-    so.device = spec.device;
-    run.stages.push_back(std::make_shared<pp::PipelineStage>(so));
-  }
-  run.schedule = std::make_shared<pp::PipelineSchedule>(run.plan.spec, run.stages, pp_group, o.schedule);
+  models::llama3::StageSetup setup;
+  setup.activation_shape = {batch / o.microbatches, seq, spec.model.dim};
+  setup.dtype = spec.dtype;
+  setup.device = spec.device;
+  setup.loss_fn = o.loss_fn;
+  run.stages = models::llama3::pipeline_stages(run.parts, run.plan, pp_rank, setup);
+  run.schedule = std::make_shared<pp::PipelineRuntime>(run.plan.spec, run.stages, pp_group, o.schedule);
   return run;
 }
 

@@ -2,7 +2,6 @@
 // C++ counterpart of torchtitan's parallelize_llama (data-parallel part).
 #include "titan/models/llama3/parallelize.hpp"
 
-#include "titan/config/job_config.hpp"
 #include "titan/dist/device_mesh.hpp"
 #include "titan/parallel/activation_checkpoint/checkpoint.hpp"
 #include "titan/parallel/context_parallel/context.hpp"
@@ -24,26 +23,22 @@
 #include "titan/parallel/pipeline/runtime.hpp"
 #include "titan/parallel/tensor_parallel/loss_parallel.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/internal_assert.hpp"
 
 namespace titan::models::llama3 {
 namespace {
 
-at::ScalarType dtype_named(const std::string& name) {
-  if (name == "float32") return at::kFloat;
-  if (name == "bfloat16") return at::kBFloat16;
-  throw Error("[training] mixed precision dtype '" + name + "' is not float32 or bfloat16");
-}
-
 // FSDP per transformer block, then the root, as torchtitan's apply_fsdp:
 // each block is one all-gather / reduce-scatter unit, the root unit takes
 // the embeddings, final norm and output projection.
-void apply_fsdp(Transformer& model, const dist::DeviceMesh& mesh, const config::JobConfig& cfg, bool pipelined,
+void apply_fsdp(Transformer& model, const dist::DeviceMesh& mesh, const FsdpJobOptions& o, bool pipelined,
                 ParallelizedModel& r) {
   fsdp::FullyShardOptions opts;
-  opts.mp_policy.param_dtype = dtype_named(cfg.training.mixed_precision_param);
-  opts.mp_policy.reduce_dtype = dtype_named(cfg.training.mixed_precision_reduce);
-  if (cfg.training.enable_cpu_offload) opts.offload_policy = fsdp::CPUOffloadPolicy{};
-  const std::string& reshard = cfg.training.fsdp_reshard_after_forward;
+  opts.mp_policy.param_dtype = o.param_dtype;
+  opts.mp_policy.reduce_dtype = o.reduce_dtype;
+  if (o.cpu_offload) opts.offload_policy = fsdp::CPUOffloadPolicy{};
+  const bool always = o.reshard == ReshardAfterForward::Always;
+  const bool by_default = o.reshard == ReshardAfterForward::Default;
   const auto blocks = model->blocks();
   for (size_t i = 0; i < blocks.size(); ++i) {
     // "default": the last block's backward runs first, right after forward,
@@ -51,11 +46,10 @@ void apply_fsdp(Transformer& model, const dist::DeviceMesh& mesh, const config::
     // Under PP several micro-batches' forwards run before their backwards
     // and share the unsharded weights: "default" keeps them (torchtitan's
     // reshard_after_forward = not pp_enabled).
-    opts.reshard_after_forward =
-        reshard == "always" || (reshard == "default" && !pipelined && i + 1 < blocks.size());
+    opts.reshard_after_forward = always || (by_default && !pipelined && i + 1 < blocks.size());
     fsdp::fully_shard(*blocks[i], mesh, opts);
   }
-  opts.reshard_after_forward = reshard == "always" || (reshard == "default" && !pipelined);
+  opts.reshard_after_forward = always || (by_default && !pipelined);
   fsdp::fully_shard(*model, mesh, opts);
   r.state_dict = std::make_shared<fsdp::FsdpStateDict>(model.ptr());
   // Under PP the stage calls the hooks before each micro-batch's weight
@@ -65,9 +59,8 @@ void apply_fsdp(Transformer& model, const dist::DeviceMesh& mesh, const config::
   // micro-batch (torchtitan's train step does not turn sync off either):
   // there the unsharded sum would cost a full copy of the model's gradients.
   r.step_hooks.add(std::make_shared<fsdp::FsdpStepHooks>(model.ptr(), /*reduce_once_per_step=*/pipelined));
-  r.description = std::string("FSDP per block + root, ") + cfg.training.mixed_precision_param + " params, " +
-                  cfg.training.mixed_precision_reduce + " reduce" +
-                  (cfg.training.enable_cpu_offload ? ", CPU offload" : "");
+  r.description = "FSDP per block + root, " + config_dtype_name(o.param_dtype) + " params, " +
+                  config_dtype_name(o.reduce_dtype) + " reduce" + (o.cpu_offload ? ", CPU offload" : "");
 }
 
 // DDP over dp_replicate: one all-reduce per 25 MiB bucket, launched from
@@ -87,11 +80,9 @@ void apply_ddp(Transformer& model, const dist::DeviceMesh& mesh, bool broadcast,
 // TP first, as torchtitan: FSDP then shards the TP-local weights over
 // dp_shard (2-D FSDP x TP), and the tp group is the mesh's innermost dim
 // (neighbouring ranks: one node on GPUs).
-std::string apply_tensor_parallel(Transformer& model, const dist::DeviceMesh& mesh, const config::JobConfig& cfg,
+std::string apply_tensor_parallel(Transformer& model, const dist::DeviceMesh& mesh, const TpOptions& opts,
                                   ParallelizedModel& r) {
-  const TpOptions opts = tp_options(cfg);
   const int64_t tp = mesh.size("tp");
-  check_tp_job(model->args(), tp, cfg.training.seq_len, opts);
   const dist::DeviceMesh tp_mesh = mesh["tp"];
   std::string description = apply_tp(model, tp_mesh, opts);
   if (opts.loss_parallel) {
@@ -104,30 +95,12 @@ std::string apply_tensor_parallel(Transformer& model, const dist::DeviceMesh& me
   return description;
 }
 
-}  // namespace
-
-TpOptions tp_options(const config::JobConfig& cfg) {
-  TpOptions o;
-  o.sequence_parallel = cfg.training.enable_sequence_parallel;
-  o.loss_parallel = cfg.training.enable_loss_parallel;
-  o.async_tp = cfg.training.enable_async_tensor_parallel;
-  return o;
-}
-
-namespace {
-
-std::string apply_activation_checkpointing(Transformer& model, const config::JobConfig& cfg) {
-  const auto& a = cfg.activation_checkpoint;
-  const std::vector<bool> which = ac::blocks_to_checkpoint(a.mode, a.selective_ac_option, model->args().n_layers);
+std::string apply_activation_checkpointing(Transformer& model, const AcJobOptions& a) {
   int64_t wrapped = 0;
-  const bool per_op = a.mode == "selective" && a.selective_ac_option == "op";
-  TITAN_CHECK(!per_op || (!cfg.float8.enable_float8_linear && !cfg.training.enable_async_tensor_parallel),
-              "[activation_checkpoint] selective_ac_option = \"op\" keeps the matmuls' outputs, which float8 and "
-              "async TP compute their own way: not supported together yet (use mode = \"full\" with them)");
   for (const auto& block : model->blocks()) {
-    if (!which.at(static_cast<size_t>(block->layer_id))) continue;
-    if (per_op)
-      ac::checkpoint_module_selective_op(*block, a.per_op_sac_force_recompute_mm_shapes_by_fqns,
+    if (!a.blocks.at(static_cast<size_t>(block->layer_id))) continue;
+    if (a.per_op)
+      ac::checkpoint_module_selective_op(*block, a.force_recompute_mm_shapes_by_fqns,
                                          "layers." + std::to_string(block->layer_id));
     else ac::checkpoint_module(*block);
     ++wrapped;
@@ -137,7 +110,7 @@ std::string apply_activation_checkpointing(Transformer& model, const config::Job
 
 // One model (or one pipeline stage of it): TP, AC, then FSDP / DDP.
 ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelDims& dims, dist::DeviceMesh* mesh,
-                                   const config::JobConfig& cfg) {
+                                   const ParallelizeOptions& o) {
   ParallelizedModel r;
   r.loss_fn = [chunked = model->args().fused_kernels](const at::Tensor& logits, const at::Tensor& labels) {
     return chunked ? ops::chunked_cross_entropy(logits, labels, ops::LossReduction::Sum)
@@ -149,21 +122,16 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
   std::string cp_description;
   if (dims.cp_enabled()) {
     TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
-    check_context_parallel_job(cfg, dims);
     // Attention under TP holds its local heads; ring attention works per
     // head, so the two compose without more communication.
-    auto context = cp::make_context_parallel(mesh->group("cp"),
-                                             cp::parse_load_balance(cfg.training.context_parallel_load_balancer),
-                                             cp::parse_rotate_method(cfg.training.context_parallel_rotate_method));
-    model->set_context_parallel(context);
-    cp_description = "CP " + std::to_string(dims.cp) + " (ring attention, " +
-                     cfg.training.context_parallel_rotate_method + ", " +
-                     cfg.training.context_parallel_load_balancer + " sequence split)";
+    model->set_context_parallel(cp::make_context_parallel(mesh->group("cp"), o.cp_load_balance, o.cp_rotate));
+    cp_description = "CP " + std::to_string(dims.cp) + " (ring attention, " + cp::to_string(o.cp_rotate) + ", " +
+                     cp::to_string(o.cp_load_balance) + " sequence split)";
   }
   std::string tp_description;
   if (dims.tp_enabled()) {
     TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
-    tp_description = apply_tensor_parallel(model, *mesh, cfg, r);
+    tp_description = apply_tensor_parallel(model, *mesh, o.tp, r);
   }
   // Activation checkpointing after TP and before FSDP, as torchtitan: the
   // checkpoint wraps each chosen block from outside its FSDP hooks, so the
@@ -172,24 +140,22 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
   // Float8 after TP (the GEMMs of the TP-local weights go float8) and
   // before AC and FSDP, as torchtitan converts the model first.
   std::string f8_description;
-  if (cfg.float8.enable_float8_linear) {
+  if (o.float8.enable) {
     // Under async TP the ring runs the converted layers' GEMMs in float8
     // itself (tensor_parallel/async_tp_float8.cpp).
     float8::Float8Options f8;
-    f8.filter_fqns = cfg.float8.filter_fqns;
+    f8.filter_fqns = o.float8.filter_fqns;
     // Under TP every converted layer takes its amaxes over the tp group, so
     // its pieces scale as the whole layer would.
     if (dims.tp_enabled() && mesh) f8.tp_group = mesh->group("tp");
-    // As torchtitan: the float8 all-gather only where FSDP shards (and the
-    // precomputed scales only with it).
-    f8.fsdp_float8_all_gather = cfg.float8.enable_fsdp_float8_all_gather && dims.fsdp_enabled();
-    f8.recipe = float8::recipe_from_name(cfg.float8.recipe_name);
+    f8.fsdp_float8_all_gather = o.float8.fsdp_float8_all_gather;
+    f8.recipe = o.float8.recipe;
     const auto converted = float8::convert_to_float8_training(*model, f8);
-    f8_description = "float8 linear (" + std::to_string(converted.size()) + " layers, " + cfg.float8.recipe_name +
-                     " scaling";
+    f8_description = "float8 linear (" + std::to_string(converted.size()) + " layers, " +
+                     float8::to_string(o.float8.recipe) + " scaling";
     if (f8.fsdp_float8_all_gather) {
       f8_description += ", float8 all-gather";
-      if (cfg.float8.precompute_float8_dynamic_scale_for_fsdp) {
+      if (o.float8.precompute_scales) {
         f8_description += " with precomputed scales";
         // torchtitan's post-optimizer hook: the scales of the next step's
         // all-gathers, one all-reduce for all layers.
@@ -198,7 +164,7 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
     }
     f8_description += ")";
   }
-  const std::string ac_description = apply_activation_checkpointing(model, cfg);
+  const std::string ac_description = apply_activation_checkpointing(model, o.ac);
   if (dims.fsdp_enabled()) {
     TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
     // HSDP: replicate over dp_replicate, shard within dp_shard (a 2-D mesh,
@@ -212,7 +178,7 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
     const dist::DeviceMesh dp_mesh = dims.dp_replicate_enabled()
                                          ? (*mesh)[std::vector<std::string>{"dp_replicate", shard_dim}]
                                          : (*mesh)[shard_dim];
-    apply_fsdp(model, dp_mesh, cfg, dims.pp_enabled(), r);
+    apply_fsdp(model, dp_mesh, o.fsdp, dims.pp_enabled(), r);
     // Gradients are shards over the sharding group (and equal across
     // replicas), so the global norm sums squares over that group only.
     r.grad_shard_groups = {mesh->group(shard_dim).get()};
@@ -252,42 +218,13 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
 
 }  // namespace
 
-void check_context_parallel_job(const config::JobConfig& cfg, const parallel::ParallelDims& dims) {
-  if (!dims.cp_enabled()) return;
-  const cp::SequenceLayout layout{dims.cp, cp::parse_load_balance(cfg.training.context_parallel_load_balancer)};
-  cp::parse_rotate_method(cfg.training.context_parallel_rotate_method);
-  layout.check_seq_len(cfg.training.seq_len, "[training] seq_len");
-  const int64_t local = cfg.training.seq_len / dims.cp;
-  TITAN_CHECK(!dims.tp_enabled() || !cfg.training.enable_sequence_parallel || local % dims.tp == 0,
-              "[training] seq_len / context_parallel_degree = ", local, " tokens per cp rank does not divide by ",
-              "tensor_parallel_degree = ", dims.tp, " for sequence parallelism");
-}
-
-void check_pipeline_job(const config::JobConfig& cfg, const parallel::ParallelDims& dims, int64_t n_layers,
-                        int64_t local_batch) {
-  if (!dims.pp_enabled()) return;
-  const PipelinePlan plan = plan_pipeline(cfg, n_layers, local_batch);
-  // The checkpoint's recompute runs a whole backward of its block (torch's
-  // reentrant checkpoint), so a zero-bubble schedule's input-gradient step
-  // would already produce the weight gradients that its W step then
-  // produces again.
-  TITAN_CHECK(!pp::splits_backward(plan.spec.kind) || cfg.activation_checkpoint.mode == "none",
-              "pipeline schedule ", pp::schedule_name(plan.spec.kind),
-              " splits backward into input and weight steps, which activation checkpointing ([activation_checkpoint] "
-              "mode = \"", cfg.activation_checkpoint.mode, "\") does not support yet: use 1F1B or Interleaved1F1B with it");
-  TITAN_CHECK(!dims.fsdp_enabled() || cfg.training.fsdp_reshard_after_forward != "always",
-              "[training] fsdp_reshard_after_forward = \"always\" does not work with pipeline parallelism: the "
-              "micro-batches in flight share each stage's unsharded weights (use \"default\" or \"never\")");
-}
-
 ParallelizedModel parallelize_llama(Transformer& model, const parallel::ParallelDims& dims, dist::DeviceMesh* mesh,
-                                    const config::JobConfig& cfg, int64_t local_batch) {
-  if (!dims.pp_enabled()) return parallelize_part(model, dims, mesh, cfg);
+                                    const ParallelizeOptions& o) {
+  if (!dims.pp_enabled()) return parallelize_part(model, dims, mesh, o);
   TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
-  TITAN_CHECK(local_batch > 0, "parallelize_llama: pipeline parallelism needs the local batch size");
+  TITAN_INTERNAL_ASSERT(o.pipeline.has_value(), "parallelize_llama: pp > 1 but no pipeline plan in the options");
   const ModelArgs args = model->args();
-  check_pipeline_job(cfg, dims, args.n_layers, local_batch);
-  const PipelinePlan plan = plan_pipeline(cfg, args.n_layers, local_batch);
+  const PipelinePlan& plan = *o.pipeline;
   const int pp_rank = static_cast<int>(mesh->local_rank("pp"));
   ParallelizedModel r;
   r.pipeline_parts = pipeline_llama(model, plan, pp_rank);
@@ -297,40 +234,28 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
   // Between stages a micro-batch's hidden states: [microbatch, seq (/cp:
   // this rank's shard under CP; /tp under SP), dim], in the dtype the
   // stage computes in.
-  const TpOptions tp = tp_options(cfg);
-  const int64_t seq = cfg.training.seq_len / dims.cp / (dims.tp_enabled() && tp.sequence_parallel ? dims.tp : 1);
-  const std::vector<int64_t> shape = {cfg.experimental.pipeline_parallel_microbatch_size, seq, args.dim};
-  const at::ScalarType dtype = dims.fsdp_enabled() ? dtype_named(cfg.training.mixed_precision_param) : at::kFloat;
-  const std::vector<int> stage_ids = plan.spec.stages_of_rank(pp_rank);
-  std::vector<std::shared_ptr<pp::PipelineStage>> stages;
+  const int64_t seq = o.seq_len / dims.cp / (dims.tp_enabled() && o.tp.sequence_parallel ? dims.tp : 1);
+  const std::vector<int64_t> shape = {o.pp_microbatch_size, seq, args.dim};
+  const at::ScalarType dtype = dims.fsdp_enabled() ? o.fsdp.param_dtype : at::kFloat;
   std::vector<ParallelizedModel> parts;
+  std::vector<std::function<void(bool)>> before_weight_backward;
   std::string description;
-  for (size_t k = 0; k < r.pipeline_parts.size(); ++k) {
-    Transformer part = r.pipeline_parts[k];
-    parts.push_back(parallelize_part(part, dims, mesh, cfg));
+  for (Transformer& part : r.pipeline_parts) {
+    parts.push_back(parallelize_part(part, dims, mesh, o));
     const ParallelizedModel& pm = parts.back();
-    pp::StageOptions so;
-    so.stage_index = stage_ids[k];
-    so.num_stages = plan.spec.num_stages();
-    // Every stage attends by its micro-batch's document starts
-    // (block_causal) and rotates by its sequence length (the tokens', this
-    // rank's shard of them under CP), which a later stage's hidden states
-    // do not show under sequence parallelism.
-    so.forward = [part](const at::Tensor& x, const pp::BatchInputs& mb) mutable {
-      return part->forward(x, mb.doc_start, mb.inputs.size(1));
-    };
-    so.loss_fn = pm.loss_fn;
-    so.input_shape = so.output_shape = shape;
-    so.dtype = dtype;
-    so.device = dist::world().device();  // the compute device (shards may be offloaded to the CPU)
     // The schedule knows which micro-batch is this stage's last.
-    so.before_weight_backward = [hooks = pm.step_hooks](bool last) { hooks.before_micro_batch_backward(last); };
-    stages.push_back(std::make_shared<pp::PipelineStage>(so));
+    before_weight_backward.push_back([hooks = pm.step_hooks](bool last) { hooks.before_micro_batch_backward(last); });
     for (const at::Tensor& p : pm.params) r.params.push_back(p);
     for (const at::Tensor& p : pm.grad_norm_params) r.grad_norm_params.push_back(p);
     if (description.empty()) description = pm.description;
   }
-  r.pipeline = std::make_shared<pp::PipelineSchedule>(plan.spec, stages, mesh->group("pp"));
+  StageSetup setup;
+  setup.activation_shape = shape;
+  setup.dtype = dtype;
+  setup.device = dist::world().device();  // the compute device (shards may be offloaded to the CPU)
+  setup.loss_fn = parts.front().loss_fn;
+  const auto stages = pipeline_stages(r.pipeline_parts, plan, pp_rank, setup, before_weight_backward);
+  r.pipeline = std::make_shared<pp::PipelineRuntime>(plan.spec, stages, mesh->group("pp"));
   // Every part was parallelised alike, so the first one's groups serve
   // all; each pp rank holds different parameters, so the norm also sums
   // over pp.

@@ -12,13 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "titan/models/llama3/parallelize_options.hpp"
 #include "titan/models/llama3/tp_plan.hpp"
 #include "titan/models/llama3/transformer.hpp"
 #include "titan/parallel/step_hooks.hpp"
 
-namespace titan::config {
-struct JobConfig;
-}
 namespace titan::dist {
 class DeviceMesh;
 class ProcessGroup;
@@ -27,7 +25,7 @@ namespace titan::parallel {
 struct ParallelDims;
 }
 namespace titan::pp {
-class PipelineSchedule;
+class PipelineRuntime;
 }
 
 namespace titan::models::llama3 {
@@ -65,14 +63,9 @@ struct ParallelizedModel {
   /// pipeline_llama, each parallelised as above) and the schedule that
   /// runs them; the train step calls pipeline->step instead of its
   /// micro-batch loop. Null without PP.
-  std::shared_ptr<pp::PipelineSchedule> pipeline;
+  std::shared_ptr<pp::PipelineRuntime> pipeline;
   std::vector<Transformer> pipeline_parts;  ///< this rank's stages, in stage order (empty without PP)
 };
-
-/// @brief The tensor-parallel options a job's [training] section asks for
-/// (enable_sequence_parallel, enable_loss_parallel,
-/// enable_async_tensor_parallel).
-TpOptions tp_options(const config::JobConfig& cfg);
 
 /// @brief Applies the parallelisms as torchtitan's parallelize_llama does,
 /// in its order: tensor parallelism first when tp > 1 (the Llama plan of
@@ -82,35 +75,19 @@ TpOptions tp_options(const config::JobConfig& cfg);
 /// dp_shard > 1, over the 2-D (dp_replicate, dp_shard) mesh as HSDP when
 /// dp_replicate > 1 too; DDP (replicate) when only dp_replicate > 1; nothing
 /// on one rank. `mesh` is the job's mesh from ParallelDims::build_mesh
-/// (null on one rank).
-/// [training] mixed_precision_param / mixed_precision_reduce choose FSDP's
-/// MixedPrecisionPolicy. Collective: every rank calls it with the same model.
+/// (null on one rank). `options` come from parallelize_options(cfg, dims,
+/// args, local_batch), which checked them. Collective: every rank calls it
+/// with the same model.
 ///
 /// With pipeline parallelism (pp > 1) the model is first cut by
-/// pipeline_llama into the stages of plan_pipeline(cfg, n_layers,
-/// `local_batch`) that this rank's pp coordinate runs; each stage is then
+/// pipeline_llama into the stages of options.pipeline that this rank's pp
+/// coordinate runs; each stage is then
 /// parallelised as above (FSDP's "default" reshard policy keeps the
 /// parameters unsharded between forward and backward, as torchtitan does
 /// under PP: several micro-batches are in flight), and `model` is replaced
 /// by the first of them, so that the layers this rank does not run are
 /// freed. The gradient norm then also sums over the pp group.
 ParallelizedModel parallelize_llama(Transformer& model, const parallel::ParallelDims& dims, dist::DeviceMesh* mesh,
-                                    const config::JobConfig& cfg, int64_t local_batch = 0);
-
-/// @brief Refuses, before any rank joins the job, a context-parallel layout
-/// the job cannot run, with one line naming the setting: seq_len not
-/// dividing into the load balancer's chunks (2·cp for headtail), an unknown
-/// rotate method or balancer, a local sequence (seq_len / cp) that sequence
-/// parallelism cannot split over tp. No-op without CP. With dp_replicate >
-/// 1 the model is HSDP over (dp_replicate, dp_shard × cp); with pipeline
-/// parallelism every stage is FSDP-sharded over (dp_shard ×) cp.
-void check_context_parallel_job(const config::JobConfig& cfg, const parallel::ParallelDims& dims);
-
-/// @brief Refuses, before any rank joins the job, a pipeline layout the
-/// job cannot run: the schedule's shape (plan_pipeline) and FSDP's
-/// reshard_after_forward = "always" (micro-batches in flight share the
-/// unsharded parameters). No-op without PP.
-void check_pipeline_job(const config::JobConfig& cfg, const parallel::ParallelDims& dims, int64_t n_layers,
-                        int64_t local_batch);
+                                    const ParallelizeOptions& options);
 
 }  // namespace titan::models::llama3

@@ -5,6 +5,7 @@
 #include "titan/config/job_config.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/internal_assert.hpp"
 
 namespace titan::models::llama3 {
 
@@ -72,6 +73,33 @@ std::vector<Transformer> pipeline_llama(const Transformer& model, const Pipeline
   std::vector<Transformer> parts;
   for (int s : plan.spec.stages_of_rank(pp_rank)) parts.push_back(pipeline_part(model, plan, s));
   return parts;
+}
+
+std::vector<std::shared_ptr<pp::PipelineStage>> pipeline_stages(
+    const std::vector<Transformer>& parts, const PipelinePlan& plan, int pp_rank, const StageSetup& setup,
+    const std::vector<std::function<void(bool last)>>& before_weight_backward) {
+  const std::vector<int> ids = plan.spec.stages_of_rank(pp_rank);
+  TITAN_INTERNAL_ASSERT(ids.size() == parts.size(), "pipeline_stages: ", parts.size(), " parts for the ", ids.size(),
+                        " stages of pipeline rank ", pp_rank);
+  TITAN_INTERNAL_ASSERT(before_weight_backward.empty() || before_weight_backward.size() == parts.size(),
+                        "pipeline_stages: ", before_weight_backward.size(), " hooks for ", parts.size(), " parts");
+  std::vector<std::shared_ptr<pp::PipelineStage>> stages;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    Transformer part = parts[k];
+    pp::StageOptions so;
+    so.stage_index = ids[k];
+    so.num_stages = plan.spec.num_stages();
+    so.forward = [part](const at::Tensor& x, const pp::BatchInputs& mb) mutable {
+      return part->forward(x, mb.doc_start, mb.inputs.size(1));
+    };
+    so.loss_fn = setup.loss_fn;
+    so.input_shape = so.output_shape = setup.activation_shape;
+    so.dtype = setup.dtype;
+    so.device = setup.device;
+    if (!before_weight_backward.empty()) so.before_weight_backward = before_weight_backward[k];
+    stages.push_back(std::make_shared<pp::PipelineStage>(so));
+  }
+  return stages;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> gather_pipeline_tensors(const std::map<std::string, at::Tensor>& owned,

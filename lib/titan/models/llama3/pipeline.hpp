@@ -6,6 +6,7 @@
 /// this rank keeps the stages its schedule places on it.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <utility>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "titan/models/llama3/transformer.hpp"
 #include "titan/parallel/pipeline/schedule.hpp"
 #include "titan/parallel/pipeline/split.hpp"
+#include "titan/parallel/pipeline/stage.hpp"
 #include "titan/parallel/step_hooks.hpp"
 
 namespace titan::config {
@@ -57,6 +59,29 @@ Transformer pipeline_part(const Transformer& model, const PipelinePlan& plan, in
 
 /// @brief The parts this pipeline rank runs (plan.spec.stages_of_rank), in stage order.
 std::vector<Transformer> pipeline_llama(const Transformer& model, const PipelinePlan& plan, int pp_rank);
+
+/// @brief What every stage of a Llama pipeline exchanges and computes in.
+struct StageSetup {
+  /// One micro-batch's hidden states between stages: [sequences per
+  /// micro-batch, sequence positions this rank holds (seq_len, /cp under
+  /// CP, /tp under sequence parallelism), dim].
+  std::vector<int64_t> activation_shape;
+  at::ScalarType dtype = at::kFloat;        ///< what the stages compute in
+  c10::Device device = c10::Device(c10::kCPU);  ///< the compute device
+  /// The last stage's loss; empty = ops::cross_entropy (the mean).
+  std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss_fn;
+};
+
+/// @brief The PipelineStage of each part this pipeline rank runs (`parts`
+/// as pipeline_llama returned them, each already parallelised), in stage
+/// order: each runs its part's forward with the micro-batch's document
+/// starts and its tokens' sequence length (the tokens' positions, which a
+/// later stage's hidden states do not show under sequence parallelism).
+/// `before_weight_backward[k]`, when given, is part k's hook before each
+/// of its weight backwards (StageOptions::before_weight_backward).
+std::vector<std::shared_ptr<pp::PipelineStage>> pipeline_stages(
+    const std::vector<Transformer>& parts, const PipelinePlan& plan, int pp_rank, const StageSetup& setup,
+    const std::vector<std::function<void(bool last)>>& before_weight_backward = {});
 
 /// @brief The whole model's tensors by name from the ones each pipeline
 /// rank holds (`owned`: this rank's stages' full tensors; every name has

@@ -290,6 +290,8 @@ Recipe recipe_from_name(const std::string& name) {
               (name == "rowwise_with_gw_hp" ? " (torchao's rowwise_with_gw_hp is not supported yet)" : ""));
 }
 
+std::string to_string(Recipe recipe) { return recipe == Recipe::Rowwise ? "rowwise" : "tensorwise"; }
+
 Scaled scale_axiswise(const at::Tensor& x, at::ScalarType dtype, int64_t dim) {
   TITAN_CHECK(dtype == at::kFloat8_e4m3fn || dtype == at::kFloat8_e5m2, "float8: unsupported dtype ", dtype);
   at::NoGradGuard no_grad;

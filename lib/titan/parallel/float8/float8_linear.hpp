@@ -109,6 +109,8 @@ enum class Recipe {
 /// naming the valid ones for any other (torchao's "rowwise_with_gw_hp"
 /// is not built).
 Recipe recipe_from_name(const std::string& name);
+/// The recipe's config name: "tensorwise" or "rowwise".
+std::string to_string(Recipe recipe);
 
 /// @brief Axiswise dynamic scaling: one scale per slice of x along `dim`
 /// (scale = max(dtype) / amax over `dim`, rounded down to a power of two,

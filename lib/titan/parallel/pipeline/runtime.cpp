@@ -12,6 +12,7 @@
 #include "titan/parallel/pipeline/simulate.hpp"
 #include "titan/util/range.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/internal_assert.hpp"
 
 namespace titan::pp {
 namespace {
@@ -38,8 +39,8 @@ BatchInputs on_device(const BatchInputs& b, c10::Device device) {
 
 }  // namespace
 
-PipelineSchedule::PipelineSchedule(ScheduleSpec spec, std::vector<std::shared_ptr<PipelineStage>> stages,
-                                   std::shared_ptr<dist::ProcessGroup> pp_group, ScheduleOptions options)
+PipelineRuntime::PipelineRuntime(ScheduleSpec spec, std::vector<std::shared_ptr<PipelineStage>> stages,
+                                   std::shared_ptr<dist::ProcessGroup> pp_group, RuntimeOptions options)
     : spec_(spec), stages_(std::move(stages)), group_(std::move(pp_group)), options_(std::move(options)) {
   spec_.validate();
   TITAN_CHECK(spec_.pp == 1 || group_, "pipeline: ", spec_.pp, " ranks but no pipeline process group");
@@ -67,7 +68,7 @@ PipelineSchedule::PipelineSchedule(ScheduleSpec spec, std::vector<std::shared_pt
   }
 }
 
-PipelineStage& PipelineSchedule::stage(int s) {
+PipelineStage& PipelineRuntime::stage(int s) {
   for (auto& st : stages_)
     if (st->index() == s) return *st;
   throw Error("pipeline rank " + std::to_string(rank_) + " has no stage " + std::to_string(s));
@@ -77,7 +78,7 @@ PipelineStage& PipelineSchedule::stage(int s) {
 // and dtype it will send, and the receiver compares with what it expects,
 // so that a mismatch is one clear error instead of a garbled recv. In
 // increasing stage order with asynchronous sends, which cannot deadlock.
-void PipelineSchedule::agree_shapes() {
+void PipelineRuntime::agree_shapes() {
   std::vector<std::shared_ptr<dist::PendingWork>> sends;
   std::vector<at::Tensor> keep;
   const c10::Device device = stages_.front()->options().device;
@@ -113,11 +114,11 @@ void PipelineSchedule::agree_shapes() {
   shapes_agreed_ = true;
 }
 
-PipelineStepResult PipelineSchedule::step(const BatchInputs& batch, double loss_scale) {
+PipelineStepResult PipelineRuntime::step(const BatchInputs& batch, double loss_scale) {
   return run(batch, loss_scale, /*forward_only=*/false, nullptr);
 }
 
-std::vector<double> PipelineSchedule::eval(const BatchInputs& batch) {
+std::vector<double> PipelineRuntime::eval(const BatchInputs& batch) {
   at::NoGradGuard no_grad;
   std::vector<double> losses;
   try {
@@ -130,166 +131,77 @@ std::vector<double> PipelineSchedule::eval(const BatchInputs& batch) {
   return losses;
 }
 
-PipelineStepResult PipelineSchedule::run(const BatchInputs& batch, double loss_scale, bool forward_only,
-                                         std::vector<double>* microbatch_losses) {
-  const int m = spec_.microbatches, S = spec_.num_stages();
-  const std::vector<BatchInputs> micro = split_microbatches(batch, m);
-  if (loss_scale < 0) loss_scale = 1.0 / m;
-  if (!shapes_agreed_ && spec_.pp > 1) agree_shapes();
-  const c10::Device device = stages_.front()->options().device;
-
-  // Weight-producing backwards per stage, so the hook can tell the last.
+// One step's traffic between actions on this rank: the activations and
+// gradients received (or handed over by a stage on the same rank), the
+// outputs waiting for their SEND, and the sends still in flight.
+struct PipelineRuntime::StepState {
+  std::vector<BatchInputs> micro;  ///< the step's micro-batches, on the host
+  double loss_scale = 1;
+  bool forward_only = false;
+  c10::Device device{c10::kCPU};
+  double t0 = 0;  ///< the step's start (events are relative to it)
+  /// Weight-producing backwards left per stage, so the stage can tell its last.
   std::map<int, int> weight_backwards_left;
+  /// (stage, micro-batch) -> tensor.
+  std::map<std::pair<int, int>, at::Tensor> stage_input, output_grad, to_send_fwd, to_send_bwd;
+  std::vector<std::shared_ptr<dist::PendingWork>> sends;
+  std::vector<at::Tensor> send_buffers;  ///< alive until their sends are waited
+  /// The last stage's loss of each micro-batch (forward only).
+  std::map<int, at::Tensor> eval_losses;
+};
+
+PipelineStepResult PipelineRuntime::run(const BatchInputs& batch, double loss_scale, bool forward_only,
+                                        std::vector<double>* microbatch_losses) {
+  const int m = spec_.microbatches, S = spec_.num_stages();
+  StepState st;
+  st.micro = split_microbatches(batch, m);
+  st.loss_scale = loss_scale < 0 ? 1.0 / m : loss_scale;
+  st.forward_only = forward_only;
+  st.device = stages_.front()->options().device;
+  if (!shapes_agreed_ && spec_.pp > 1) agree_shapes();
   for (const Action& a : actions_)
-    if (a.type == ActionType::Backward || a.type == ActionType::BackwardWeight) ++weight_backwards_left[a.stage];
+    if (a.type == ActionType::Backward || a.type == ActionType::BackwardWeight) ++st.weight_backwards_left[a.stage];
 
   events_.clear();
   if (options_.record_events && group_) group_->barrier();
-  const double t0 = now_us();
+  st.t0 = now_us();
   int64_t mem_start = 0;
   if (options_.measure_memory) {
-    metrics::reset_tensor_memory_peak(device);
-    mem_start = metrics::tensor_memory(device).current_bytes;
+    metrics::reset_tensor_memory_peak(st.device);
+    mem_start = metrics::tensor_memory(st.device).current_bytes;
   }
 
-  // The last stage's loss of each micro-batch (forward only).
-  std::map<int, at::Tensor> eval_losses;
-  // What travels between actions on this rank: received (or handed over)
-  // activations and gradients, and outputs waiting to be sent.
-  std::map<std::pair<int, int>, at::Tensor> stage_input, output_grad, to_send_fwd, to_send_bwd;
-  std::vector<std::shared_ptr<dist::PendingWork>> sends;
-  std::vector<at::Tensor> send_buffers;  // alive until their sends are waited
-  // Consecutive communication actions run as one batch_p2p (torch's
-  // batch_isend_irecv): posted together, so that on NCCL a rank's "send
-  // this output" and "receive that gradient" cannot block each other.
+  // Consecutive communication actions run as one batch; each compute
+  // action on its own.
   for (size_t k = 0; k < actions_.size();) {
-    if (!actions_[k].is_compute()) {
-      size_t end = k;
-      while (end < actions_.size() && !actions_[end].is_compute()) ++end;
-      const double start = now_us();
-      std::vector<dist::P2POp> ops;
-      for (size_t j = k; j < end; ++j) {
-        const Action& a = actions_[j];
-        if (forward_only && (a.type == ActionType::RecvBackward || a.type == ActionType::SendBackward)) continue;
-        if (options_.before_action) options_.before_action(a);
-        const int s = a.stage, i = a.microbatch;
-        const auto key = std::make_pair(s, i);
-        const StageOptions& o = stage(s).options();
-        switch (a.type) {
-          case ActionType::RecvForward:
-          case ActionType::RecvBackward: {
-            const bool bwd = a.type == ActionType::RecvBackward;
-            at::Tensor buf = at::empty(bwd ? o.output_shape : o.input_shape,
-                                       at::TensorOptions().dtype(o.dtype).device(o.device));
-            (bwd ? output_grad : stage_input)[key] = buf;
-            ops.push_back({false, buf, spec_.rank_of_stage(bwd ? s + 1 : s - 1), message_tag(bwd, s, i, spec_)});
-            break;
-          }
-          default: {  // SEND_F / SEND_B
-            const bool bwd = a.type == ActionType::SendBackward;
-            auto& pending = bwd ? to_send_bwd : to_send_fwd;
-            auto it = pending.find(key);
-            TITAN_CHECK(it != pending.end(), "pipeline rank ", rank_, ": ", a.str(), " has nothing to send");
-            send_buffers.push_back(it->second.contiguous());
-            pending.erase(it);
-            ops.push_back({true, send_buffers.back(), spec_.rank_of_stage(bwd ? s - 1 : s + 1),
-                           message_tag(bwd, bwd ? s - 1 : s + 1, i, spec_)});
-            break;
-          }
-        }
-      }
-      if (!ops.empty())
-        for (auto& w : group_->batch_p2p(ops)) sends.push_back(w);
-      if (options_.record_events && !forward_only)
-        for (size_t j = k; j < end; ++j) events_.push_back({rank_, actions_[j], start - t0, now_us() - t0});
-      k = end;
+    if (actions_[k].is_compute()) {
+      run_compute(actions_[k++], st);
       continue;
     }
-    const Action& a = actions_[k++];
-    // Forward only (eval): the forwards and their sends and receives, in
-    // the schedule's order, which stays deadlock-free without the rest
-    // (a forward's send waits on forwards alone).
-    if (forward_only && a.type != ActionType::Forward) continue;
-    if (options_.before_action) options_.before_action(a);
-    // Each compute action as a trace range, spelled as torch writes it: "pp::2F0".
-    TITAN_PROFILE_RANGE("pp::" + a.str());
-    const double start = now_us();
-    const int s = a.stage, i = a.microbatch;
-    const auto key = std::make_pair(s, i);
-    switch (a.type) {
-      case ActionType::Forward: {
-        PipelineStage& st = stage(s);
-        const BatchInputs mb = on_device(micro.at(static_cast<size_t>(i)), device);
-        at::Tensor x;
-        if (st.is_first()) {
-          x = mb.inputs;
-        } else {
-          auto it = stage_input.find(key);
-          TITAN_CHECK(it != stage_input.end(), "pipeline rank ", rank_, ": forward ", a.str(), " has no input");
-          x = it->second;
-          stage_input.erase(it);
-        }
-        at::Tensor y = st.forward(i, x, mb, loss_scale);
-        if (forward_only && st.is_last()) eval_losses[i] = y.to(at::kDouble);
-        if (!st.is_last()) {
-          // Same rank next (ZBV's turn): hand over; otherwise SEND_F sends it.
-          if (spec_.rank_of_stage(s + 1) == rank_) stage_input[{s + 1, i}] = y;
-          else to_send_fwd[key] = y;
-        }
-        break;
-      }
-      case ActionType::Backward:
-      case ActionType::BackwardInput: {
-        PipelineStage& st = stage(s);
-        at::Tensor g;
-        if (!st.is_last()) {
-          auto it = output_grad.find(key);
-          TITAN_CHECK(it != output_grad.end(), "pipeline rank ", rank_, ": backward ", a.str(), " has no gradient");
-          g = it->second;
-          output_grad.erase(it);
-        }
-        at::Tensor gin;
-        if (a.type == ActionType::Backward) {
-          st.set_last_weight_backward(--weight_backwards_left[s] == 0);
-          gin = st.backward(i, g);
-        } else {
-          gin = st.backward_input(i, g);
-        }
-        if (!st.is_first()) {
-          if (spec_.rank_of_stage(s - 1) == rank_) output_grad[{s - 1, i}] = gin;
-          else to_send_bwd[key] = gin;
-        }
-        break;
-      }
-      case ActionType::BackwardWeight: {
-        PipelineStage& st = stage(s);
-        st.set_last_weight_backward(--weight_backwards_left[s] == 0);
-        st.backward_weight(i);
-        break;
-      }
-      default: break;  // communication: handled above
-    }
-    if (options_.record_events) events_.push_back({rank_, a, start - t0, now_us() - t0});
+    size_t end = k;
+    while (end < actions_.size() && !actions_[end].is_compute()) ++end;
+    run_communication(k, end, st);
+    k = end;
   }
-  for (auto& w : sends) w->wait();
+  for (auto& w : st.sends) w->wait();
 
   PipelineStepResult r;
   if (forward_only) {
     // Each micro-batch's mean loss, from the last stage's rank to every
     // pipeline rank.
-    at::Tensor losses = at::zeros({m}, at::TensorOptions().dtype(at::kDouble).device(device));
-    for (const auto& [i, l] : eval_losses) losses[i].copy_(l.reshape({}));
+    at::Tensor losses = at::zeros({m}, at::TensorOptions().dtype(at::kDouble).device(st.device));
+    for (const auto& [i, l] : st.eval_losses) losses[i].copy_(l.reshape({}));
     if (group_) group_->broadcast(losses, spec_.rank_of_stage(S - 1));
     const at::Tensor host = losses.cpu();
     microbatch_losses->assign(host.data_ptr<double>(), host.data_ptr<double>() + m);
     return r;  // eval() discards what the stages kept
   }
-  if (options_.measure_memory) r.peak_activation_bytes = metrics::tensor_memory(device).peak_bytes - mem_start;
+  if (options_.measure_memory) r.peak_activation_bytes = metrics::tensor_memory(st.device).peak_bytes - mem_start;
   // The loss lives on the last stage's rank; every pipeline rank reports it.
-  at::Tensor loss = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
-  for (auto& st : stages_)
-    if (st->is_last()) {
-      at::Tensor sum = st->take_loss_sum();
+  at::Tensor loss = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(st.device));
+  for (auto& stage : stages_)
+    if (stage->is_last()) {
+      at::Tensor sum = stage->take_loss_sum();
       if (sum.defined()) loss.copy_(sum.to(at::kDouble).reshape({1}));
     }
   if (group_) group_->broadcast(loss, spec_.rank_of_stage(S - 1));
@@ -298,7 +210,115 @@ PipelineStepResult PipelineSchedule::run(const BatchInputs& batch, double loss_s
   return r;
 }
 
-std::vector<PipelineEvent> PipelineSchedule::gather_events() const {
+// Posted together, as torch's batch_isend_irecv, so that on NCCL a rank's
+// "send this output" and "receive that gradient" cannot block each other.
+// Receives get a fresh buffer of the stage's agreed shape; sends take the
+// output or input gradient a compute action left for them.
+void PipelineRuntime::run_communication(size_t begin, size_t end, StepState& st) {
+  const double start = now_us();
+  std::vector<dist::P2POp> ops;
+  for (size_t j = begin; j < end; ++j) {
+    const Action& a = actions_[j];
+    if (st.forward_only && (a.type == ActionType::RecvBackward || a.type == ActionType::SendBackward)) continue;
+    if (options_.before_action) options_.before_action(a);
+    const int s = a.stage, i = a.microbatch;
+    const auto key = std::make_pair(s, i);
+    const StageOptions& o = stage(s).options();
+    switch (a.type) {
+      case ActionType::RecvForward:
+      case ActionType::RecvBackward: {
+        const bool bwd = a.type == ActionType::RecvBackward;
+        at::Tensor buf = at::empty(bwd ? o.output_shape : o.input_shape, at::TensorOptions().dtype(o.dtype).device(o.device));
+        (bwd ? st.output_grad : st.stage_input)[key] = buf;
+        ops.push_back({false, buf, spec_.rank_of_stage(bwd ? s + 1 : s - 1), message_tag(bwd, s, i, spec_)});
+        break;
+      }
+      default: {  // SEND_F / SEND_B
+        const bool bwd = a.type == ActionType::SendBackward;
+        auto& pending = bwd ? st.to_send_bwd : st.to_send_fwd;
+        auto it = pending.find(key);
+        TITAN_INTERNAL_ASSERT(it != pending.end(), "pipeline rank ", rank_, ": ", a.str(), " has nothing to send");
+        st.send_buffers.push_back(it->second.contiguous());
+        pending.erase(it);
+        ops.push_back({true, st.send_buffers.back(), spec_.rank_of_stage(bwd ? s - 1 : s + 1),
+                       message_tag(bwd, bwd ? s - 1 : s + 1, i, spec_)});
+        break;
+      }
+    }
+  }
+  if (!ops.empty())
+    for (auto& w : group_->batch_p2p(ops)) st.sends.push_back(w);
+  if (options_.record_events && !st.forward_only)
+    for (size_t j = begin; j < end; ++j) events_.push_back({rank_, actions_[j], start - st.t0, now_us() - st.t0});
+}
+
+void PipelineRuntime::run_compute(const Action& a, StepState& st) {
+  // Forward only (eval): the forwards and their sends and receives, in the
+  // schedule's order, which stays deadlock-free without the rest (a
+  // forward's send waits on forwards alone).
+  if (st.forward_only && a.type != ActionType::Forward) return;
+  if (options_.before_action) options_.before_action(a);
+  // Each compute action as a trace range, spelled as torch writes it: "pp::2F0".
+  TITAN_PROFILE_RANGE("pp::" + a.str());
+  const double start = now_us();
+  const int s = a.stage, i = a.microbatch;
+  const auto key = std::make_pair(s, i);
+  PipelineStage& stg = stage(s);
+  switch (a.type) {
+    case ActionType::Forward: {
+      const BatchInputs mb = on_device(st.micro.at(static_cast<size_t>(i)), st.device);
+      at::Tensor x;
+      if (stg.is_first()) {
+        x = mb.inputs;
+      } else {
+        auto it = st.stage_input.find(key);
+        TITAN_INTERNAL_ASSERT(it != st.stage_input.end(), "pipeline rank ", rank_, ": forward ", a.str(), " has no input");
+        x = it->second;
+        st.stage_input.erase(it);
+      }
+      at::Tensor y = stg.forward(i, x, mb, st.loss_scale);
+      if (st.forward_only && stg.is_last()) st.eval_losses[i] = y.to(at::kDouble);
+      if (!stg.is_last()) {
+        // Same rank next (ZBV's turn): hand over; otherwise SEND_F sends it.
+        if (spec_.rank_of_stage(s + 1) == rank_) st.stage_input[{s + 1, i}] = y;
+        else st.to_send_fwd[key] = y;
+      }
+      break;
+    }
+    case ActionType::Backward:
+    case ActionType::BackwardInput: {
+      at::Tensor g;
+      if (!stg.is_last()) {
+        auto it = st.output_grad.find(key);
+        TITAN_INTERNAL_ASSERT(it != st.output_grad.end(), "pipeline rank ", rank_, ": backward ", a.str(),
+                              " has no gradient");
+        g = it->second;
+        st.output_grad.erase(it);
+      }
+      at::Tensor gin;
+      if (a.type == ActionType::Backward) {
+        stg.set_last_weight_backward(--st.weight_backwards_left[s] == 0);
+        gin = stg.backward(i, g);
+      } else {
+        gin = stg.backward_input(i, g);
+      }
+      if (!stg.is_first()) {
+        if (spec_.rank_of_stage(s - 1) == rank_) st.output_grad[{s - 1, i}] = gin;
+        else st.to_send_bwd[key] = gin;
+      }
+      break;
+    }
+    case ActionType::BackwardWeight:
+      stg.set_last_weight_backward(--st.weight_backwards_left[s] == 0);
+      stg.backward_weight(i);
+      break;
+    default:
+      TITAN_INTERNAL_ASSERT(false, "pipeline: ", a.str(), " is not a compute action");
+  }
+  if (options_.record_events) events_.push_back({rank_, a, start - st.t0, now_us() - st.t0});
+}
+
+std::vector<PipelineEvent> PipelineRuntime::gather_events() const {
   // [n, 6] doubles per rank: type, stage, mb, start, end, rank.
   std::vector<double> flat;
   for (const PipelineEvent& e : events_)

@@ -1,12 +1,15 @@
 #pragma once
 /// @file
-/// @brief PipelineSchedule: runs one rank's action list of a schedule
+/// @brief PipelineRuntime: runs one rank's action list of a schedule
 /// (schedule.hpp) over its local stages (stage.hpp), moving activations
 /// forward and gradients backward with send/recv over the pipeline group,
-/// and records when each action ran.
+/// and records when each action ran. (torch's pipelining calls this object
+/// the schedule, PipelineScheduleSingle / Multi; here the schedule is the
+/// action lists, data, and this is what runs them.)
 
 #include <ATen/core/Tensor.h>
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -30,7 +33,7 @@ struct PipelineEvent {
 };
 
 /// @brief Knobs of the runtime.
-struct ScheduleOptions {
+struct RuntimeOptions {
   /// Record every action's interval (a barrier over the pipeline group
   /// starts each step so that the ranks' clocks share a zero).
   bool record_events = false;
@@ -62,13 +65,13 @@ struct PipelineStepResult {
 };
 
 /// @brief Runs a schedule on this rank's stages.
-class PipelineSchedule {
+class PipelineRuntime {
  public:
   /// `stages`: this rank's stages (those spec.stages_of_rank(pp rank) names,
   /// any order). `pp_group` spans the pipeline ranks, group rank = pipeline
   /// rank (null with pp = 1).
-  PipelineSchedule(ScheduleSpec spec, std::vector<std::shared_ptr<PipelineStage>> stages,
-                   std::shared_ptr<dist::ProcessGroup> pp_group, ScheduleOptions options = {});
+  PipelineRuntime(ScheduleSpec spec, std::vector<std::shared_ptr<PipelineStage>> stages,
+                   std::shared_ptr<dist::ProcessGroup> pp_group, RuntimeOptions options = {});
 
   /// One step's forwards and backwards: `batch` (the same on every rank of
   /// the pipeline) is cut by split_microbatches into spec.microbatches
@@ -105,15 +108,22 @@ class PipelineSchedule {
   int pp_rank() const { return rank_; }
 
  private:
+  /// What travels between one step's actions on this rank (runtime.cpp).
+  struct StepState;
   PipelineStepResult run(const BatchInputs& batch, double loss_scale, bool forward_only,
                          std::vector<double>* microbatch_losses);
+  /// The communication actions [begin, end) of actions_, posted as one
+  /// batch of sends and receives.
+  void run_communication(size_t begin, size_t end, StepState& state);
+  /// One forward, backward, input- or weight-backward action.
+  void run_compute(const Action& a, StepState& state);
   PipelineStage& stage(int s);
   void agree_shapes();
 
   ScheduleSpec spec_;
   std::vector<std::shared_ptr<PipelineStage>> stages_;
   std::shared_ptr<dist::ProcessGroup> group_;
-  ScheduleOptions options_;
+  RuntimeOptions options_;
   int rank_ = 0;
   RankActions actions_;
   std::vector<PipelineEvent> events_;

@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// @brief Pipeline steps drawn: the events a PipelineSchedule recorded (or
+/// @brief Pipeline steps drawn: the events a PipelineRuntime recorded (or
 /// a simulated run of the same schedule) as an ASCII chart — one line
 /// per rank, time left to right, each compute action a bracketed cell
 /// `[F0][F1] ... [B1][B0]` placed at the column of its start, so a bubble
