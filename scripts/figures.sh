@@ -11,7 +11,7 @@ OUT="$root/docs/figures"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$OUT"
-for p in ch05_pipeline_parallel ch06_flash_attention ch07_async_tensor_parallel ch09_profiling; do
+for p in ch05_pipeline_parallel ch06_flash_attention ch07_async_tensor_parallel ch09_profiling ch11_context_parallel; do
   [ -x "$BIN/$p" ] || { echo "figures: $BIN/$p not built (cmake --build build)" >&2; exit 1; }
 done
 
@@ -27,6 +27,10 @@ echo "figures: ch06 flash attention, memory and time against length"
 
 echo "figures: ch07 sync vs async TP timeline (2 ranks)"
 "$BIN/ch07_async_tensor_parallel" --nproc 2 --svg "$OUT/ch07_async_tp_timeline.svg" >"$tmp/ch07.log" 2>&1
+
+echo "figures: ch11 the causal mask by owner, contiguous vs head-tail (4 ranks; exact counts)"
+"$BIN/ch11_context_parallel" --nproc 4 --seq 4096 --model-seq 256 --reps 1 --svg "$OUT/ch11_causal_split.svg" \
+  >"$tmp/ch11.log" 2>&1
 
 echo "figures: ch09 memory timeline of a profiled step (titan train --nproc 2, FSDP, rank 0)"
 for p in titan; do [ -x "$BIN/$p" ] || { echo "figures: $BIN/$p not built" >&2; exit 1; }; done

@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,8 @@
 #include "titan/util/error.hpp"
 #include "titan/util/measure.hpp"
 
+#include "mask_figure.hpp"
+
 using namespace titan;
 
 namespace {
@@ -63,6 +66,7 @@ struct Options {
   int64_t model_seq = 1024;  // section 5: the model's sequence length
   int64_t steps = 2;
   int64_t reps = 3;          // timing repetitions (median)
+  std::string svg;           // section 1's figure (the causal mask by owner), when given
 };
 
 const dist::ProcessGroup& cp_group() { return *dist::world().group(); }
@@ -328,6 +332,7 @@ int main(int argc, char** argv) {
     p.add("--model-seq", &o.model_seq, "section 5: the model's sequence length (divisible by 2 x ranks)");
     p.add("--steps", &o.steps, "section 5: AdamW steps");
     p.add("--reps", &o.reps, "timing repetitions (median)");
+    p.add("--svg", &o.svg, "also draw section 1 as a figure: the causal mask coloured by owner, both splits");
     p.parse(argc, argv);
     dist::InitOptions init;
     const dist::World& world = dist::init_distributed(init);
@@ -348,6 +353,10 @@ int main(int argc, char** argv) {
       std::printf("   %-6s %-22s %s\n", "rank", "contiguous", "head-tail (2 x cp chunks)");
       for (int r = 0; r < n; ++r)
         std::printf("   %-6d %-22s %s\n", r, ranges_of(contiguous, o.seq, r).c_str(), ranges_of(head_tail, o.seq, r).c_str());
+      if (!o.svg.empty()) {
+        std::ofstream(o.svg) << ch11::causal_split_svg(n, o.seq);
+        std::printf("   (drawn in %s)\n", o.svg.c_str());
+      }
       std::printf("\n");
     }
 
