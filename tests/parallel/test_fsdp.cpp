@@ -389,6 +389,25 @@ TEST(Fsdp, PrefetchedAllGatherOverlapsPreviousUnitsCompute) {
   EXPECT_GT(ag0b.start_us, pb1.start_us);
 }
 
+// FSDP2's per-root comm context: every unit under a root queues its
+// reductions in the root's context; another root has its own (two models,
+// or two pipeline stages on one rank, never wait on each other's).
+TEST(Fsdp, UnitsUnderOneRootShareItsCommContext) {
+  DeviceMesh mesh(world(), {world().size()}, {"dp_shard"});
+  Transformer a = build_model(5), b = build_model(5);
+  shard_model(a, mesh, {});
+  shard_model(b, mesh, {});
+  const auto root_a = fsdp::unit_of(*a), root_b = fsdp::unit_of(*b);
+  ASSERT_TRUE(root_a && root_b);
+  for (const auto& block : a->blocks()) {
+    ASSERT_TRUE(fsdp::unit_of(*block));
+    EXPECT_EQ(fsdp::unit_of(*block)->comm_context(), root_a->comm_context()) << "a block of model a";
+  }
+  EXPECT_NE(root_a->comm_context(), root_b->comm_context());
+  // Nothing in flight outside backward, in either.
+  EXPECT_EQ(fsdp::gradient_reductions_in_flight(*a) + fsdp::gradient_reductions_in_flight(*b), 0);
+}
+
 // Backward's reduce-scatters are asynchronous: unit k's is issued when its
 // backward is done and runs while unit k-1 computes its backward; it is
 // waited when unit k-1 issues its own (at most one in flight). With HSDP the
@@ -405,7 +424,7 @@ TEST(Fsdp, ReduceScatterOverlapsEarlierUnitsBackward) {
     auto [tokens, labels] = global_batch(0);
     fsdp::clear_fsdp_events();
     titan::ops::cross_entropy(model->forward(tokens), labels).backward();
-    EXPECT_EQ(fsdp::gradient_reductions_in_flight(), 0) << "backward returned with reductions in flight";
+    EXPECT_EQ(fsdp::gradient_reductions_in_flight(*model), 0) << "backward returned with reductions in flight";
     auto events = fsdp::fsdp_events();
     auto find = [&](const std::string& unit, const std::string& what) {
       for (const auto& e : events)
@@ -483,7 +502,7 @@ TEST(Fsdp, ShardGradientsCompleteRightAfterBackward) {
     auto ref = reference->named_parameters(true);
     for (int pass = 1; pass <= 2; ++pass) {
       titan::ops::cross_entropy(model->forward(my_tokens), my_labels).backward();
-      EXPECT_EQ(fsdp::gradient_reductions_in_flight(), 0) << c.what;
+      EXPECT_EQ(fsdp::gradient_reductions_in_flight(*model), 0) << c.what;
       double worst = 0;
       for (auto& [name, dt] : fsdp::sharded_parameters(*model)) {
         const at::Tensor& shard = dt.local();

@@ -275,13 +275,6 @@ struct GradReduction {
   double rs_issued_us = 0, ar_issued_us = 0;
 };
 
-// Process-wide, in issue order. Every rank issues the same reductions in the
-// same order (the backward graph is the same), and we finish them oldest
-// first, so the HSDP all-reduces, started as their reduce-scatters are
-// waited, are also issued in the same order on every rank.
-std::mutex g_reductions_mu;
-std::deque<GradReduction> g_reductions;
-
 void finish_reduce_scatter(GradReduction& r) {
   r.rs->wait();
   r.rs.reset();
@@ -304,42 +297,52 @@ void finish_all_reduce(GradReduction& r) {
   record_event({r.unit->name(), "all_reduce", r.ar_issued_us, now_us(), false});
 }
 
-// Waits for the reductions in flight, oldest first. `drain`: all of them
-// (end of backward). Otherwise (a new issue is coming) an all-reduce that
-// this call starts stays in flight, so that it overlaps the next unit's
-// backward too; the one started by the previous call is finished.
-void settle_locked(bool drain) {
-  try {
-    for (auto it = g_reductions.begin(); it != g_reductions.end();) {
-      GradReduction& r = *it;
-      const bool ar_was_in_flight = r.ar != nullptr;
-      if (r.rs) finish_reduce_scatter(r);
-      if (r.ar && !ar_was_in_flight && !drain) {
-        ++it;
-        continue;
-      }
-      finish_all_reduce(r);
-      r.unit->accumulate_gradients(r.reduced);
-      it = g_reductions.erase(it);
-    }
-  } catch (...) {
-    // A failed collective leaves the group unusable and these buffers
-    // meaningless; forget them rather than add half-reduced gradients later.
-    g_reductions.clear();
-    throw;
-  }
-}
-
 }  // namespace
 
-void finish_gradient_reductions() {
-  std::lock_guard<std::mutex> lock(g_reductions_mu);
-  settle_locked(/*drain=*/true);
+// A root's reductions in flight, in issue order.
+struct CommContext::Reductions {
+  mutable std::mutex mu;
+  std::deque<GradReduction> queue;
+
+  // Waits for the reductions in flight, oldest first (mu held). `drain`:
+  // all of them (end of backward). Otherwise (a new issue is coming) an
+  // all-reduce that this call starts stays in flight, so that it overlaps
+  // the next unit's backward too; the one started by the previous call is
+  // finished.
+  void settle_locked(bool drain) {
+    try {
+      for (auto it = queue.begin(); it != queue.end();) {
+        GradReduction& r = *it;
+        const bool ar_was_in_flight = r.ar != nullptr;
+        if (r.rs) finish_reduce_scatter(r);
+        if (r.ar && !ar_was_in_flight && !drain) {
+          ++it;
+          continue;
+        }
+        finish_all_reduce(r);
+        r.unit->accumulate_gradients(r.reduced);
+        it = queue.erase(it);
+      }
+    } catch (...) {
+      // A failed collective leaves the group unusable and these buffers
+      // meaningless; forget them rather than add half-reduced gradients later.
+      queue.clear();
+      throw;
+    }
+  }
+};
+
+CommContext::CommContext() : reductions_(std::make_unique<Reductions>()) {}
+CommContext::~CommContext() = default;
+
+void CommContext::finish() {
+  std::lock_guard<std::mutex> lock(reductions_->mu);
+  reductions_->settle_locked(/*drain=*/true);
 }
 
-int64_t gradient_reductions_in_flight() {
-  std::lock_guard<std::mutex> lock(g_reductions_mu);
-  return static_cast<int64_t>(g_reductions.size());
+int64_t CommContext::in_flight() const {
+  std::lock_guard<std::mutex> lock(reductions_->mu);
+  return static_cast<int64_t>(reductions_->queue.size());
 }
 
 void FsdpUnit::issue_reduce_scatter(const std::vector<at::Tensor>& full_grads) {
@@ -348,12 +351,13 @@ void FsdpUnit::issue_reduce_scatter(const std::vector<at::Tensor>& full_grads) {
   if (params_.empty()) return;
   TITAN_PROFILE_RANGE("fsdp::reduce_scatter " + name_);
   at::NoGradGuard no_grad;
-  std::lock_guard<std::mutex> lock(g_reductions_mu);
-  // At most one reduce-scatter in flight: wait for the previous unit's
-  // before staging ours. It has had this unit's whole backward to finish,
-  // and waiting first keeps one staged buffer (a unit's full gradients in
-  // reduce_dtype) alive at a time instead of two, as FSDP2 does.
-  settle_locked(/*drain=*/false);
+  CommContext::Reductions& inflight = *comm_->reductions_;
+  std::lock_guard<std::mutex> lock(inflight.mu);
+  // At most one reduce-scatter in flight per root: wait for the previous
+  // unit's before staging ours. It has had this unit's whole backward to
+  // finish, and waiting first keeps one staged buffer (a unit's full
+  // gradients in reduce_dtype) alive at a time instead of two, as FSDP2 does.
+  inflight.settle_locked(/*drain=*/false);
 
   const int64_t n = shard_group_->size();
   const auto ropts = at::TensorOptions().dtype(reduce_dtype()).device(compute_device_);
@@ -376,7 +380,7 @@ void FsdpUnit::issue_reduce_scatter(const std::vector<at::Tensor>& full_grads) {
   // Avg: each rank's loss is the mean over its own batch, the job's loss the
   // mean over ranks, so the job's gradient is the mean of the ranks'.
   r.rs = shard_group_->reduce_scatter_async(r.staged.view({-1}), r.reduced, dist::ReduceOp::Avg);
-  g_reductions.push_back(std::move(r));
+  inflight.queue.push_back(std::move(r));
 }
 
 void FsdpUnit::add_unsynced(const std::vector<at::Tensor>& full_grads) {

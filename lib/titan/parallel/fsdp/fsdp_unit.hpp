@@ -104,6 +104,36 @@ struct FsdpParam {
   int64_t segment_numel() const { return padded_rows * row_numel; }
 };
 
+/// @brief What every unit under one root shares, as FSDP2 keeps one comm
+/// context per root module: the gradient reductions in flight
+/// (reduce-scatter, then HSDP's all-reduce over replicas), in issue order.
+/// fully_shard(root) hands the root's context to every unit below it; a
+/// unit no parent claimed keeps its own. Every rank issues a root's
+/// reductions in the same order (the backward graph is the same) and they
+/// are finished oldest first, so the HSDP all-reduces, started as their
+/// reduce-scatters are waited, are issued in the same order on every rank.
+class CommContext {
+ public:
+  CommContext();
+  ~CommContext();
+  CommContext(const CommContext&) = delete;
+  CommContext& operator=(const CommContext&) = delete;
+  /// Waits for every reduction in flight, oldest first, and adds the
+  /// results to the shards' .grad. The autograd engine calls it at the end
+  /// of every backward that issued one; the root's forward calls it too,
+  /// for a backward that failed before its end. A no-op when nothing is in
+  /// flight.
+  void finish();
+  /// Units whose gradient reduction was issued but has not reached
+  /// shard.grad yet (0 outside backward).
+  int64_t in_flight() const;
+
+ private:
+  friend class FsdpUnit;
+  struct Reductions;  // fsdp_unit.cpp
+  std::unique_ptr<Reductions> reductions_;
+};
+
 /// @brief The state of one fully_shard() call. It is the ForwardHook the
 /// module runs; the autograd nodes in hooks.cpp call back into it.
 class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<FsdpUnit> {
@@ -133,7 +163,7 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
   /// padded, rank-major) and issues their reduce-scatter without waiting for
   /// it, after waiting for the one issued before (at most one in flight).
   /// The result reaches shard.grad when it is waited: at the next issue, or
-  /// in finish_gradient_reductions(). Undefined entries count as zeros.
+  /// in CommContext::finish(). Undefined entries count as zeros.
   void issue_reduce_scatter(const std::vector<at::Tensor>& full_grads);
   /// Adds this rank's reduced flat segment (reduce_dtype, [flat]) to the
   /// shards' .grad, cast to the shard's dtype and device; creates .grad
@@ -164,6 +194,11 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
   at::ScalarType reduce_dtype() const;
   /// Dtype parameter `p` travels in: its extension's, else param_dtype().
   at::ScalarType gather_dtype_of(const FsdpParam& p) const;
+
+  /// The reductions in flight this unit shares with the others under its root.
+  const std::shared_ptr<CommContext>& comm_context() const { return comm_; }
+  /// Set by fully_shard on the root, for every unit below it.
+  void set_comm_context(std::shared_ptr<CommContext> comm) { comm_ = std::move(comm); }
 
   /// Prefetch links and role, set by fully_shard on the root.
   bool is_root = true;
@@ -203,6 +238,7 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
   at::Tensor gather_segment(const at::Tensor& row, const FsdpParam& p) const;
 
   std::string name_;
+  std::shared_ptr<CommContext> comm_ = std::make_shared<CommContext>();
   std::vector<FsdpParam> params_;
   std::shared_ptr<const dist::DeviceMesh> mesh_;
   std::shared_ptr<dist::ProcessGroup> shard_group_;
@@ -254,15 +290,9 @@ std::shared_ptr<FsdpUnit> unit_of(const torch::nn::Module& module);
 /// @brief Appends an event to the log fsdp_events() reads.
 void record_event(FsdpEvent e);
 
-/// @brief Waits for every gradient reduction still in flight (reduce-scatter,
-/// then the HSDP all-reduce), oldest first, and adds the results to
-/// shard.grad. The autograd engine calls it at the end of every backward that
-/// issued one; the root's forward calls it too, for a backward that failed
-/// before its end. A no-op when nothing is in flight.
-void finish_gradient_reductions();
-
-/// @brief Units whose gradient reduction was issued but has not reached
-/// shard.grad yet (0 outside backward).
-int64_t gradient_reductions_in_flight();
+/// @brief Units at or below `module` whose gradient reduction was issued
+/// but has not reached shard.grad yet, over their roots' comm contexts (0
+/// outside backward).
+int64_t gradient_reductions_in_flight(const torch::nn::Module& module);
 
 }  // namespace titan::fsdp

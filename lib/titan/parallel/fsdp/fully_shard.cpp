@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "titan/dist/world.hpp"
@@ -49,6 +50,18 @@ std::shared_ptr<FsdpUnit> unit_of(const torch::nn::Module& module) {
 }
 
 bool is_fully_sharded(const torch::nn::Module& module) { return unit_of(module) != nullptr; }
+
+int64_t gradient_reductions_in_flight(const torch::nn::Module& module) {
+  std::vector<const CommContext*> seen;
+  int64_t n = 0;
+  for (auto& [prefix, u] : units_under(const_cast<torch::nn::Module&>(module))) {
+    const CommContext* c = u->comm_context().get();
+    if (std::find(seen.begin(), seen.end(), c) != seen.end()) continue;
+    seen.push_back(c);
+    n += c->in_flight();
+  }
+  return n;
+}
 
 void set_requires_gradient_sync(torch::nn::Module& module, bool requires_gradient_sync) {
   const auto units = units_under(module);
@@ -133,10 +146,12 @@ void fully_shard(torch::nn::Module& module, const dist::DeviceMesh& mesh, const 
   hookable->add_forward_hook(unit);
 
   // Link the units below for prefetch: forward in module order, backward in
-  // reverse; this unit is their root until a parent claims it.
+  // reverse; this unit is their root until a parent claims it, and they
+  // share its comm context (their reductions queue in one issue order).
   std::vector<FsdpUnit*> chain;
   for (auto& [prefix, u] : children) {
     u->is_root = false;
+    u->set_comm_context(unit->comm_context());
     u->set_name(prefix);
     chain.push_back(u.get());
   }

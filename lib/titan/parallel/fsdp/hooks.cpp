@@ -69,7 +69,7 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
   // that no collective is left running into buffers of a past step. Only the
   // root: a block's forward may some day be recomputed inside backward
   // (activation checkpointing), where waiting would cost the overlap.
-  if (is_root) finish_gradient_reductions();
+  if (is_root) comm_->finish();
   training_state_ = TrainingState::Forward;
   // Backward releases the full parameters, so any still here come from a
   // forward whose backward never ran (a discarded graph): the shards may have
@@ -221,7 +221,10 @@ void FsdpUnit::post_backward(const std::vector<at::Tensor>& full_grads) {
   // backward that stopped early never runs its callbacks, so a "queued
   // already" flag could go stale; the callbacks after the first find
   // nothing left to wait for.
-  torch::autograd::Engine::get_default_engine().queue_callback([] { finish_gradient_reductions(); });
+  torch::autograd::Engine::get_default_engine().queue_callback(
+      [comm = std::weak_ptr<CommContext>(comm_)] {
+        if (auto c = comm.lock()) c->finish();
+      });
 }
 
 }  // namespace titan::fsdp
