@@ -61,6 +61,7 @@
 #include "titan/launch/program.hpp"
 #include "titan/metrics/format.hpp"
 #include "titan/metrics/tensor_memory.hpp"
+#include "titan/models/llama3/pipeline.hpp"
 #include "titan/parallel/pipeline/runtime.hpp"
 #include "titan/parallel/pipeline/schedule.hpp"
 #include "titan/parallel/pipeline/simulate.hpp"
@@ -242,12 +243,25 @@ int main(int argc, char** argv) {
     for (const Variant& v : variants) {
       Result res;
       res.variant = v;
-      PipelineRunOptions o;
-      o.kind = v.kind;
-      o.microbatches = v.microbatches;
-      o.schedule.record_events = true;   // a barrier starts each step: one clock zero for all ranks
-      o.schedule.measure_memory = true;  // peak tensor bytes above the step's start
-      PipelineRun run = build_pipeline_run(spec, world.group(), o);
+      // The pipeline, built as the trainer builds it (models/llama3/
+      // pipeline.hpp): the plan (the schedule, and which layers each stage
+      // holds), the whole model cut into the stages this rank runs, one
+      // PipelineStage per part (what a stage exchanges: one micro-batch's
+      // [sequences, tokens, dim] hidden states), and the runtime that walks
+      // this rank's action list, sending and receiving over the group.
+      PipelineRun run;
+      run.pp_group = world.group();
+      run.plan = models::llama3::plan_pipeline(spec.model.n_layers, v.kind, n, v.microbatches);
+      run.parts = models::llama3::pipeline_llama(build_model(spec, spec.model_seed), run.plan, rank);
+      models::llama3::StageSetup setup;
+      setup.activation_shape = {spec.global_batch / v.microbatches, spec.seq_len, spec.model.dim};
+      setup.dtype = spec.dtype;
+      setup.device = spec.device;
+      run.stages = models::llama3::pipeline_stages(run.parts, run.plan, rank, setup);
+      pp::RuntimeOptions ro;
+      ro.record_events = true;   // a barrier starts each step: one clock zero for all ranks
+      ro.measure_memory = true;  // peak tensor bytes above the step's start
+      run.schedule = std::make_shared<pp::PipelineRuntime>(run.plan.spec, run.stages, run.pp_group, ro);
       res.spec = run.plan.spec;
       res.plan = run.plan.describe();
 

@@ -14,8 +14,11 @@
 // backward recomputes each tile's P = exp(S − L) from them. Memory is
 // linear in the length; the arithmetic is the same.
 //
-// This program measures that with the project's own CPU kernel
-// (lib/titan/ops/attention/flash_cpu.hpp):
+// This program climbs to the project's own CPU kernel
+// (lib/titan/ops/attention/flash_cpu.hpp) and measures it:
+//   0. the ladder (ladder.hpp): attention as written, row by row, tiled
+//      with the online softmax, titan's kernel (and on a GPU its CUDA
+//      kernel), each rung checked against the one before;
 //   1. memory: the peak bytes math attention and flash attention allocate,
 //      against the length, next to the size of S;
 //   2. equality: outputs and gradients of flash vs math attention
@@ -40,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "ladder.hpp"
 #include "svg_chart.hpp"
 #include "titan/util/files.hpp"
 #include "titan/launch/options.hpp"
@@ -83,7 +87,7 @@ double rel(const at::Tensor& a, const at::Tensor& ref) {
 
 int main(int argc, char** argv) {
   return run_main(argc, argv, [](int argc, char** argv) {
-    int64_t max_seq = 8192, speed_seq = 2048, heads = 4, reps = 3;
+    int64_t max_seq = 8192, speed_seq = 2048, heads = 4, reps = 3, ladder_seq = 1024;
     std::string svg = files::temp_dir() + "/titan_ch06_flash_attention.svg";
     bool quick = false;
     OptionParser parser("ch06_flash_attention", "flash attention vs the S matrix: memory, equality, speed");
@@ -91,13 +95,74 @@ int main(int argc, char** argv) {
     parser.add("--speed-seq", &speed_seq, "sequence length of the speed comparison");
     parser.add("--heads", &heads, "heads in the speed comparison");
     parser.add("--reps", &reps, "repetitions per timing (medians)");
+    parser.add("--ladder-seq", &ladder_seq, "sequence length of the ladder (section 0)");
     parser.add("--svg", &svg, "where to write the figure");
     parser.flag("--quick", &quick, "short sweep (CTest)");
     parser.parse(argc, argv);
-    if (quick) max_seq = 2048, speed_seq = 512, reps = 1;
+    if (quick) max_seq = 2048, speed_seq = 512, reps = 1, ladder_seq = 256;
     metrics::track_cpu_tensor_memory();
     const int64_t head_dim = 64;
     bool ok = true;
+
+    // ------------------------------------------------ (0) the ladder
+    // One head, causal, fp32, forward. Each rung is checked against the
+    // one before it (max |difference|; outputs are averages of N(0, 1)
+    // values, ~0.1-1): they sum the same products in other orders.
+    {
+      std::printf("0. the ladder: one head, %lld tokens, head_dim %lld, causal, fp32 forward; each rung against the one before\n",
+                  static_cast<long long>(ladder_seq), static_cast<long long>(head_dim));
+      std::printf("   %-42s %14s %12s %10s\n", "rung", "peak beyond q,k,v", "max|diff|", "ms");
+      at::manual_seed(11);
+      const at::Tensor q = at::randn({ladder_seq, head_dim}), k = at::randn({ladder_seq, head_dim}),
+                       v = at::randn({ladder_seq, head_dim});
+      at::NoGradGuard no_grad;
+      struct Rung {
+        const char* name;
+        std::function<at::Tensor()> run;
+      };
+      const std::vector<Rung> rungs = {
+          {"1 as written: S and P whole", [&] { return ch06::attention_as_written(q, k, v, true); }},
+          {"2 row by row: one row of S at a time", [&] { return ch06::attention_by_rows(q, k, v, true); }},
+          {"3 tiles of 64 x 256, online softmax", [&] { return ch06::attention_tiled_online(q, k, v, true); }},
+          {"4 titan's CPU flash kernel", [&] {
+             return ops::flash_attention_forward(q.view({1, 1, ladder_seq, head_dim}), k.view({1, 1, ladder_seq, head_dim}),
+                                                 v.view({1, 1, ladder_seq, head_dim}), true)
+                 .out.view({ladder_seq, head_dim});
+           }}};
+      // Measured: 3.0e-7 to 6.6e-7 between rungs at 1024 tokens, up to
+      // 8.3e-7 at 256 (fp32 rounding of different summation orders); the
+      // bound is ~6x that.
+      const double ladder_bound = 5e-6;
+      at::Tensor previous;
+      for (const Rung& r : rungs) {
+        at::Tensor out;
+        double ms = 0;
+        const int64_t peak = peak_extra([&] { ms = ms_of([&] { out = r.run(); }); });
+        const double diff = previous.defined() ? (out - previous).abs().max().item<double>() : 0.0;
+        std::printf("   %-42s %10.3f MiB %12s %10.1f\n", r.name, mib(static_cast<double>(peak)),
+                    previous.defined() ? strprintf("%.2e", diff).c_str() : "(reference)", ms);
+        ok = ok && diff < ladder_bound;
+        previous = out;
+      }
+      // 5: the CUDA kernel (flash_cuda_kernels.cuh: one thread block per 64
+      // query rows, K/V tiles through shared memory) in bf16, where a GPU is.
+      if (at::hasCUDA()) {
+        const auto cuda = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+        const at::Tensor out = ops::flash_attention_forward(q.to(cuda).view({1, 1, ladder_seq, head_dim}),
+                                                            k.to(cuda).view({1, 1, ladder_seq, head_dim}),
+                                                            v.to(cuda).view({1, 1, ladder_seq, head_dim}), true)
+                                   .out.view({ladder_seq, head_dim})
+                                   .to(at::kCPU, at::kFloat);
+        const double diff = (out - previous).abs().max().item<double>();
+        // bf16 inputs and output: ~3 significant digits.
+        std::printf("   %-42s %14s %12.2e %10s   (bf16; bound 2e-2)\n", "5 titan's CUDA flash kernel, bf16", "-", diff, "-");
+        ok = ok && diff < 2e-2;
+      } else {
+        std::printf("   5 titan's CUDA flash kernel: no GPU here (tests/attention runs its source on CPU threads)\n");
+      }
+      std::printf("   S would be %.3f MiB; rungs 2-4 never hold it.\n\n",
+                  mib(4.0 * static_cast<double>(ladder_seq) * static_cast<double>(ladder_seq)));
+    }
 
     // ------------------------------------------------ (1) memory
     // One sequence, one head, head_dim 64, causal, forward only (no

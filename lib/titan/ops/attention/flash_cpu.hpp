@@ -14,6 +14,19 @@
 /// dQ += dS K (each with the softmax scale where S had it). Memory beyond the
 /// inputs and outputs is O(S · D) — linear in the sequence length. See
 /// docs/attention.md for the tiling, the threading and measured speed.
+///
+/// The forward, for one query tile Q_i (chapter 06's ladder writes it out
+/// in tensor operations, chapters/06_flash_attention/ladder.cpp):
+///
+///     m = −∞, l = 0, acc = 0                        (per query row)
+///     for each key/value tile K_j, V_j (causal: up to the diagonal):
+///         S   = scale · Q_i K_jᵀ                    (masked entries −∞)
+///         m'  = max(m, rowmax(S))
+///         P   = exp(S − m')
+///         l   = exp(m − m') · l + rowsum(P)
+///         acc = exp(m − m') · acc + P V_j
+///         m   = m'
+///     O_i = acc / l,   L_i = m + log l              (L is all backward keeps)
 
 #include <ATen/ATen.h>
 
