@@ -17,9 +17,13 @@
 //     limit prints the target and input number and ends the program.
 // The findings' inputs are saved beside the scratch folder.
 //
-//   fuzz_readers [--inputs N] [--seed S] [--only TARGET] [--time-limit SECONDS]
-// Prints one line per target: inputs, accepted, refused, findings; exits 1
-// on any finding.
+// Also counted, not required: refusals that say where in the file
+// ("located": a line, column or byte offset, or the key, entry or token
+// the refusal is about).
+//
+//   fuzz_readers [--inputs N] [--seed S] [--only TARGET] [--time-limit SECONDS] [--show-unlocated]
+// Prints one line per target: inputs, accepted, refused, located,
+// findings; exits 1 on any finding.
 #include <ATen/ATen.h>
 #include <zlib.h>
 
@@ -31,6 +35,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <regex>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -331,6 +336,11 @@ std::vector<Target> make_targets(const std::string& dir, const std::string& sour
 // ------------------------------------------------------------ the loop
 struct Tally {
   int64_t inputs = 0, accepted = 0, refused = 0, findings = 0;
+  /// Refusals whose message also says where in the file: a line, column
+  /// or byte offset, or the key, entry or token it is about (not
+  /// required: reported).
+  int64_t located = 0;
+  std::vector<std::string> unlocated;  ///< a few refusals that do not
   double seconds = 0;
   std::vector<std::string> examples;
 };
@@ -357,6 +367,14 @@ Tally fuzz(Target& target, int64_t inputs, uint64_t seed, unsigned time_limit_s,
       ++tally.refused;
       const std::string what = e.what();
       const std::string must = target.names();
+      // A position (FILE:LINE[:COLUMN], "line 3", "byte 12", ...) or the
+      // key, entry or token the refusal is about, quoted.
+      static const std::regex where(
+          "(\\.[A-Za-z0-9]+:[0-9]+)|((line|column|offset|bytes?|entry|position|index|rank) [0-9])|"
+          "((key|field|tensor|token|tokens|id of|option|file) ['\"-])|(\\[\")",
+          std::regex::icase);
+      if (std::regex_search(what, where)) ++tally.located;
+      else if (tally.unlocated.size() < 3) tally.unlocated.push_back(what.substr(0, 200));
       if (is_seed) finding = "a seed was refused: " + what;
       else if (what.find('\n') != std::string::npos) finding = "a message of more than one line: " + what;
       else if (!must.empty() && what.find(must) == std::string::npos && what.find(titan::files::base_name(must)) == std::string::npos)
@@ -386,6 +404,7 @@ int main(int argc, char** argv) {
   uint64_t seed = 1;
   unsigned time_limit_s = 20;
   std::string only;
+  bool show_unlocated = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -399,8 +418,10 @@ int main(int argc, char** argv) {
     else if (a == "--seed") seed = std::stoull(value());
     else if (a == "--only") only = value();
     else if (a == "--time-limit") time_limit_s = static_cast<unsigned>(std::stoul(value()));
+    else if (a == "--show-unlocated") show_unlocated = true;
     else {
-      std::fprintf(stderr, "usage: fuzz_readers [--inputs N] [--seed S] [--only TARGET] [--time-limit SECONDS]\n");
+      std::fprintf(stderr,
+                   "usage: fuzz_readers [--inputs N] [--seed S] [--only TARGET] [--time-limit SECONDS] [--show-unlocated]\n");
       return 2;
     }
   }
@@ -412,16 +433,19 @@ int main(int argc, char** argv) {
   titan::files::make_directories(findings_dir);
   std::vector<Target> targets = make_targets(dir, src && *src ? src : ".");
 
-  std::printf("%-20s %8s %9s %8s %9s %8s\n", "reader", "inputs", "accepted", "refused", "findings", "seconds");
+  std::printf("%-20s %8s %9s %8s %8s %9s %8s\n", "reader", "inputs", "accepted", "refused", "located", "findings",
+              "seconds");
   int64_t total_findings = 0;
   std::vector<std::string> examples;
   for (size_t k = 0; k < targets.size(); ++k) {
     Target& target = targets[k];
     if (!only.empty() && target.name != only) continue;
     const Tally t = fuzz(target, inputs, seed * 1000 + k, time_limit_s, findings_dir);
-    std::printf("%-20s %8lld %9lld %8lld %9lld %8.1f\n", target.name.c_str(), static_cast<long long>(t.inputs),
-                static_cast<long long>(t.accepted), static_cast<long long>(t.refused),
+    std::printf("%-20s %8lld %9lld %8lld %8lld %9lld %8.1f\n", target.name.c_str(), static_cast<long long>(t.inputs),
+                static_cast<long long>(t.accepted), static_cast<long long>(t.refused), static_cast<long long>(t.located),
                 static_cast<long long>(t.findings), t.seconds);
+    if (show_unlocated)
+      for (const auto& u : t.unlocated) std::printf("    unlocated: %s\n", u.c_str());
     std::fflush(stdout);
     total_findings += t.findings;
     for (const auto& e : t.examples) examples.push_back(target.name + ": " + e);

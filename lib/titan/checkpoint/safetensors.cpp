@@ -134,8 +134,8 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
   TITAN_CHECK(file_size >= 8, "safetensors: ", path, " is too short (", file_size, " bytes) to be a safetensors file");
   uint64_t header_len = 0;
   in.read(reinterpret_cast<char*>(&header_len), 8);
-  TITAN_CHECK(header_len <= file_size - 8, "safetensors: ", path, " claims a ", header_len,
-              "-byte header but has only ", file_size - 8, " bytes after the length");
+  TITAN_CHECK(header_len <= file_size - 8, "safetensors: ", path, ": its length field (bytes 0-7) claims a ",
+              header_len, "-byte header but only ", file_size - 8, " bytes follow it");
   std::string text(header_len, '\0');
   in.read(text.data(), static_cast<std::streamsize>(header_len));
   nlohmann::json header;

@@ -31,7 +31,7 @@ LineReader::LineReader(std::string path, bool must_be_gzip) : path_(std::move(pa
   // zlib reads a file without the gzip magic as it is ("transparent"
   // mode), so one code path serves .jsonl and .jsonl.gz alike; only a
   // file *named* .gz must really be gzip, or it is a mistake worth naming.
-  TITAN_CHECK(!must_be_gzip || has_gzip_magic(path_), path_, ": not a gzip file (no gzip header), despite its .gz name");
+  TITAN_CHECK(!must_be_gzip || has_gzip_magic(path_), path_, ": not a gzip file (bytes 0-1 are not the gzip magic 1f 8b), despite its .gz name");
   gzFile gz = gzopen(path_.c_str(), "rb");
   TITAN_CHECK(gz, "cannot read dataset file '", path_, "': ", std::strerror(errno));
   gzbuffer(gz, kChunk);
