@@ -39,4 +39,7 @@ for p in titan; do [ -x "$BIN/$p" ] || { echo "figures: $BIN/$p not built" >&2; 
   >"$tmp/ch09.log" 2>&1
 cp "$tmp/ch09/memory_snapshot/iteration_4/rank0_memory_timeline.svg" "$OUT/ch09_memory_timeline.svg"
 
+echo "figures: ch09 a recorded step drawn from its trace (2 ranks, FSDP, rank 0)"
+"$BIN/ch09_profiling" --nproc 2 --trace-svg "$OUT/ch09_trace_step.svg" >"$tmp/ch09_trace.log" 2>&1
+
 ls -la "$OUT"

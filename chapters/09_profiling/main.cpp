@@ -31,6 +31,7 @@
 //
 //   ./build/bin/ch09_profiling --nproc 2
 //   ./build/bin/ch09_profiling --nproc 2 --keep       # keep the files to open them
+//   ./build/bin/ch09_profiling --nproc 2 --trace-svg step.svg   # draw the recorded step
 //   ./build/bin/ch09_profiling --nproc 2 --quick      # CTest
 #include <nlohmann/json.hpp>
 
@@ -47,6 +48,7 @@
 #include "titan/launch/options.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/metrics/format.hpp"
+#include "titan/profiling/timeline.hpp"
 #include "titan/profiling/trace_reader.hpp"
 #include "titan/train/trainer.hpp"
 #include "titan/util/strprintf.hpp"
@@ -65,18 +67,54 @@ bool is_titan_range(const std::string& n) {
   return n.rfind("titan::", 0) == 0 || n.rfind("fsdp::", 0) == 0 || n.rfind("c10d::", 0) == 0;
 }
 
+// The recorded step drawn as a timeline, one row per kind of range: the
+// train step's phases, titan's fused kernels, FSDP's all-gathers and
+// reduce-scatters, the other collectives, and the ATen ops that take at
+// least 1 % of the step (the rest would be hairlines). An excerpt of what Perfetto shows, for the page.
+std::vector<profiling::TimelineBar> step_timeline(const std::vector<TraceEvent>& events, const TraceEvent& step) {
+  std::vector<profiling::TimelineBar> bars;
+  for (const TraceEvent& e : events) {
+    if (!step.contains(e) || e.name.rfind("ProfilerStep", 0) == 0) continue;
+    const std::string kind = range_kind(e.name);
+    std::string row, label = e.name.substr(e.name.find("::") + 2), style = "compute";
+    static const std::vector<std::string> phases = {"titan::data_loading", "titan::forward",   "titan::backward",
+                                                    "titan::clip_grad_norm", "titan::optimizer", "titan::pipeline_step"};
+    if (std::find(phases.begin(), phases.end(), kind) != phases.end()) {
+      row = "1 the step's phases";
+    } else if (e.name.rfind("titan::", 0) == 0) {
+      row = "2 titan's kernels";  // the fused ops' and ring attention's own ranges
+    } else if (kind == "fsdp::all_gather") {
+      row = "3 FSDP all-gather", style = "comm", label = label.substr(label.find(' ') + 1);
+    } else if (kind == "fsdp::reduce_scatter") {
+      row = "4 FSDP reduce-scatter", style = "comm", label = label.substr(label.find(' ') + 1);
+    } else if (e.name.rfind("c10d::", 0) == 0) {
+      row = "5 other collectives", style = "comm";
+    } else if (e.name.rfind("aten::", 0) == 0 && e.dur >= 0.01 * step.dur) {
+      row = "6 ATen ops >= 1% of the step";
+    } else {
+      continue;
+    }
+    bars.push_back({row, label, e.ts - step.ts, e.ts - step.ts + e.dur, style});
+  }
+  // Rows in their numbered order (render_svg keeps first appearance).
+  std::stable_sort(bars.begin(), bars.end(), [](const auto& a, const auto& b) { return a.row < b.row; });
+  return bars;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   return run_main(argc, argv, [](int argc, char** argv) {
     int64_t dim = 256, layers = 4, steps = 4;
     bool quick = false, keep = false;
+    std::string trace_svg;
     OptionParser parser("ch09_profiling", "Kineto traces, memory timelines and TensorBoard of a training run, read back");
     parser.add("--dim", &dim, "model width");
     parser.add("--layers", &layers, "transformer layers");
     parser.add("--steps", &steps, "training steps (the last is recorded)");
     parser.flag("--quick", &quick, "small model (CTest)");
     parser.flag("--keep", &keep, "keep the traces, memory timelines and TensorBoard files (removed at the end otherwise)");
+    parser.add("--trace-svg", &trace_svg, "also draw rank 0's recorded step as a timeline (an excerpt of its trace)");
     parser.parse(argc, argv);
     if (quick) dim = 64, layers = 2, steps = 2;
 
@@ -166,6 +204,14 @@ int main(int argc, char** argv) {
         std::printf("   %-28s %9.2f ms  x%d\n", top[i].first.c_str(), top[i].second.first / 1e3, top[i].second.second);
       std::printf("   Ranges overlap: an all-gather issued for the next unit runs while this unit computes, so\n"
                   "   the shares add up to more than the step where titan overlaps communication.\n\n");
+
+      if (step && !trace_svg.empty()) {
+        std::ofstream(trace_svg) << profiling::render_svg(
+            step_timeline(events, *step),
+            strprintf("rank 0, step %lld of FSDP on %d ranks (dim %lld, %lld layers): the trace's ranges",
+                      static_cast<long long>(steps), n, static_cast<long long>(dim), static_cast<long long>(layers)));
+        std::printf("   drawn: %s\n\n", trace_svg.c_str());
+      }
 
       // ------------------------------------------------ (3) memory
       std::ifstream in(dump + "/memory_snapshot" + it + "/rank0_memory_timeline.json");
