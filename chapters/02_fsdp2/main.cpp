@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
     Technique technique = fsdp_technique(*model, world.group());
     technique.begin_step = [&](int64_t step) {
       fsdp::reset_unsharded_peak();                         // step's peak of gathered weights
-      if (step == spec.steps) fsdp::clear_fsdp_events();    // the last step's timeline, for 5c
+      if (step == spec.steps) fsdp::clear_fsdp_events(*model);    // the last step's timeline, for 5c
     };
     Trajectory got = run_steps(spec, model, *opt, world.rank(), static_cast<int>(n), technique);
 
@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
     //     waited only when block k−1 issues its own (one in flight at a
     //     time), or at the end of backward.
     {
-      auto events = fsdp::fsdp_events();
+      auto events = fsdp::fsdp_events(*model);
       auto find = [&](const std::string& unit, const std::string& what) {
         for (const auto& e : events)
           if (e.unit == unit && e.what == what) return e;

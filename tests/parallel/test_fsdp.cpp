@@ -360,9 +360,9 @@ TEST(Fsdp, PrefetchedAllGatherOverlapsPreviousUnitsCompute) {
   Transformer model = build_model(5);
   shard_model(model, mesh, {});
   auto [tokens, labels] = global_batch(0);
-  fsdp::clear_fsdp_events();
+  fsdp::clear_fsdp_events(*model);
   titan::ops::cross_entropy(model->forward(tokens), labels).backward();
-  auto events = fsdp::fsdp_events();
+  auto events = fsdp::fsdp_events(*model);
   auto find = [&](const std::string& unit, const std::string& what, bool prefetch, int nth = 0) {
     for (const auto& e : events)
       if (e.unit == unit && e.what == what && e.prefetch == prefetch && nth-- == 0) return e;
@@ -406,6 +406,19 @@ TEST(Fsdp, UnitsUnderOneRootShareItsCommContext) {
   EXPECT_NE(root_a->comm_context(), root_b->comm_context());
   // Nothing in flight outside backward, in either.
   EXPECT_EQ(fsdp::gradient_reductions_in_flight(*a) + fsdp::gradient_reductions_in_flight(*b), 0);
+  // Each root keeps its own timeline: a step of model a leaves b's empty,
+  // and clearing b does not touch a's.
+  fsdp::clear_fsdp_events(*a);
+  fsdp::clear_fsdp_events(*b);
+  auto [tokens, labels] = global_batch(0);
+  titan::ops::cross_entropy(a->forward(tokens), labels).backward();
+  const size_t a_events = fsdp::fsdp_events(*a).size();
+  EXPECT_GT(a_events, 0u) << "model a recorded nothing";
+  EXPECT_TRUE(fsdp::fsdp_events(*b).empty()) << "model a's step landed in model b's timeline";
+  fsdp::clear_fsdp_events(*b);
+  EXPECT_EQ(fsdp::fsdp_events(*a).size(), a_events);
+  // A block records into its root's log: asking a block gives that log.
+  EXPECT_EQ(fsdp::fsdp_events(*a->blocks()[0]).size(), a_events);
 }
 
 // Backward's reduce-scatters are asynchronous: unit k's is issued when its
@@ -422,10 +435,10 @@ TEST(Fsdp, ReduceScatterOverlapsEarlierUnitsBackward) {
     Transformer model = build_model(5);
     shard_model(model, mesh, {});
     auto [tokens, labels] = global_batch(0);
-    fsdp::clear_fsdp_events();
+    fsdp::clear_fsdp_events(*model);
     titan::ops::cross_entropy(model->forward(tokens), labels).backward();
     EXPECT_EQ(fsdp::gradient_reductions_in_flight(*model), 0) << "backward returned with reductions in flight";
-    auto events = fsdp::fsdp_events();
+    auto events = fsdp::fsdp_events(*model);
     auto find = [&](const std::string& unit, const std::string& what) {
       for (const auto& e : events)
         if (e.unit == unit && e.what == what) return e;
@@ -539,7 +552,7 @@ TEST(Fsdp, GradientSyncOffSumsMicroBatchesAndReduceScattersOnce) {
     opts.reshard_after_forward = reshard;
     shard_model(model, mesh, opts);
     const int64_t before = fsdp::unsharded_bytes_now();
-    fsdp::clear_fsdp_events();
+    fsdp::clear_fsdp_events(*model);
     for (int k = 0; k < m; ++k) {
       auto [tokens, labels] = global_batch(10 + k);
       titan::ops::cross_entropy(reference->forward(tokens), labels).backward();
@@ -555,7 +568,7 @@ TEST(Fsdp, GradientSyncOffSumsMicroBatchesAndReduceScattersOnce) {
     }
     EXPECT_FALSE(fsdp::unit_of(*model)->holds_unsynced_gradients());
     size_t gathers = 0, scatters = 0;
-    for (const auto& e : fsdp::fsdp_events()) {
+    for (const auto& e : fsdp::fsdp_events(*model)) {
       gathers += e.what == "all_gather";
       scatters += e.what == "reduce_scatter";
     }

@@ -21,15 +21,6 @@
 namespace titan::fsdp {
 namespace {
 
-std::mutex& events_mutex() {
-  static std::mutex mu;
-  return mu;
-}
-std::vector<FsdpEvent>& events() {
-  static std::vector<FsdpEvent> ev;
-  return ev;
-}
-
 double now_us() { return dist::CommLog::instance().now_us(); }
 
 // Bytes of full parameters alive on this rank (all units), and the peak:
@@ -65,19 +56,19 @@ void alloc_storage(const at::Tensor& t) {
 
 }  // namespace
 
-void record_event(FsdpEvent e) {
-  std::lock_guard<std::mutex> lock(events_mutex());
-  events().push_back(std::move(e));
+void CommContext::record_event(FsdpEvent e) {
+  std::lock_guard<std::mutex> lock(events_mu_);
+  events_.push_back(std::move(e));
 }
 
-std::vector<FsdpEvent> fsdp_events() {
-  std::lock_guard<std::mutex> lock(events_mutex());
-  return events();
+std::vector<FsdpEvent> CommContext::events() const {
+  std::lock_guard<std::mutex> lock(events_mu_);
+  return events_;
 }
 
-void clear_fsdp_events() {
-  std::lock_guard<std::mutex> lock(events_mutex());
-  events().clear();
+void CommContext::clear_events() {
+  std::lock_guard<std::mutex> lock(events_mu_);
+  events_.clear();
 }
 
 int64_t unsharded_bytes_now() { return unsharded_gauge().now(); }
@@ -209,7 +200,7 @@ void FsdpUnit::unshard() {
   gather_out_ = at::Tensor();
   gathered_versions_.clear();
   for (const FsdpParam& p : params_) gathered_versions_.push_back(static_cast<int64_t>(p.shard._version()));
-  record_event({name_, "all_gather", gather_issued_us_, now_us(), gather_prefetched_});
+  comm_->record_event({name_, "all_gather", gather_issued_us_, now_us(), gather_prefetched_});
   sharded_state_ = ShardedState::Unsharded;
 }
 
@@ -278,7 +269,7 @@ struct GradReduction {
 void finish_reduce_scatter(GradReduction& r) {
   r.rs->wait();
   r.rs.reset();
-  record_event({r.unit->name(), "reduce_scatter", r.rs_issued_us, now_us(), false});
+  r.unit->comm_context()->record_event({r.unit->name(), "reduce_scatter", r.rs_issued_us, now_us(), false});
   r.staged = at::Tensor();
   const auto& replicas = r.unit->replicate_group();
   if (replicas && replicas->size() > 1) {
@@ -294,7 +285,7 @@ void finish_all_reduce(GradReduction& r) {
   if (!r.ar) return;
   r.ar->wait();
   r.ar.reset();
-  record_event({r.unit->name(), "all_reduce", r.ar_issued_us, now_us(), false});
+  r.unit->comm_context()->record_event({r.unit->name(), "all_reduce", r.ar_issued_us, now_us(), false});
 }
 
 }  // namespace

@@ -51,6 +51,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -128,10 +129,19 @@ class CommContext {
   /// shard.grad yet (0 outside backward).
   int64_t in_flight() const;
 
+  /// Appends one event to this root's timeline (any thread).
+  void record_event(FsdpEvent e);
+  /// This root's events since the last clear, in the order they ended.
+  std::vector<FsdpEvent> events() const;
+  /// Forgets this root's events.
+  void clear_events();
+
  private:
   friend class FsdpUnit;
   struct Reductions;  // fsdp_unit.cpp
   std::unique_ptr<Reductions> reductions_;
+  mutable std::mutex events_mu_;
+  std::vector<FsdpEvent> events_;
 };
 
 /// @brief The state of one fully_shard() call. It is the ForwardHook the
@@ -286,9 +296,6 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
 
 /// @brief The unit fully_shard attached to `module`, or null.
 std::shared_ptr<FsdpUnit> unit_of(const torch::nn::Module& module);
-
-/// @brief Appends an event to the log fsdp_events() reads.
-void record_event(FsdpEvent e);
 
 /// @brief Units at or below `module` whose gradient reduction was issued
 /// but has not reached shard.grad yet, over their roots' comm contexts (0

@@ -39,6 +39,18 @@ std::unordered_map<const c10::TensorImpl*, std::pair<FsdpUnit*, size_t>> shard_i
   return index;
 }
 
+// The distinct comm contexts (one per root) of the units at or below
+// `module`, in the order the units are found. (const_cast: LibTorch's
+// named_modules is not const.)
+std::vector<CommContext*> comm_contexts_under(const torch::nn::Module& module) {
+  std::vector<CommContext*> contexts;
+  for (auto& [prefix, u] : units_under(const_cast<torch::nn::Module&>(module))) {
+    CommContext* c = u->comm_context().get();
+    if (std::find(contexts.begin(), contexts.end(), c) == contexts.end()) contexts.push_back(c);
+  }
+  return contexts;
+}
+
 }  // namespace
 
 std::shared_ptr<FsdpUnit> unit_of(const torch::nn::Module& module) {
@@ -52,15 +64,22 @@ std::shared_ptr<FsdpUnit> unit_of(const torch::nn::Module& module) {
 bool is_fully_sharded(const torch::nn::Module& module) { return unit_of(module) != nullptr; }
 
 int64_t gradient_reductions_in_flight(const torch::nn::Module& module) {
-  std::vector<const CommContext*> seen;
   int64_t n = 0;
-  for (auto& [prefix, u] : units_under(const_cast<torch::nn::Module&>(module))) {
-    const CommContext* c = u->comm_context().get();
-    if (std::find(seen.begin(), seen.end(), c) != seen.end()) continue;
-    seen.push_back(c);
-    n += c->in_flight();
-  }
+  for (const CommContext* c : comm_contexts_under(module)) n += c->in_flight();
   return n;
+}
+
+std::vector<FsdpEvent> fsdp_events(const torch::nn::Module& module) {
+  std::vector<FsdpEvent> all;
+  for (const CommContext* c : comm_contexts_under(module)) {
+    auto events = c->events();
+    all.insert(all.end(), events.begin(), events.end());
+  }
+  return all;
+}
+
+void clear_fsdp_events(const torch::nn::Module& module) {
+  for (CommContext* c : comm_contexts_under(module)) c->clear_events();
 }
 
 void set_requires_gradient_sync(torch::nn::Module& module, bool requires_gradient_sync) {

@@ -134,10 +134,14 @@ struct FsdpEvent {
   bool prefetch = false;  ///< all_gather: issued ahead of its unit's need
 };
 
-/// @brief The events recorded since the last clear (in time order).
-std::vector<FsdpEvent> fsdp_events();
-/// @brief Forgets the recorded events.
-void clear_fsdp_events();
+/// @brief The events recorded since the last clear by the roots of the
+/// units at or below `module`, in the order they ended. Each root keeps one
+/// log for all its units (in its comm context, FSDP2's per-root state), so
+/// two models, or two pipeline stages on one rank, do not mix their
+/// timelines; asking a block gives its root's whole log.
+std::vector<FsdpEvent> fsdp_events(const torch::nn::Module& module);
+/// @brief Forgets the events of every root at or below `module`.
+void clear_fsdp_events(const torch::nn::Module& module);
 
 /// @brief Bytes of full (unsharded) parameters alive on this rank now, over
 /// every unit (all-gather buffers in flight not included).

@@ -149,7 +149,7 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
 }
 
 at::Tensor FsdpUnit::post_forward(const at::Tensor& output) {
-  record_event({name_, "forward", forward_start_us_, now_us(), false});
+  comm_->record_event({name_, "forward", forward_start_us_, now_us(), false});
   // The module holds the shards again outside its forward, so parameters()
   // (and the optimizer) always see shards.
   install_shards();
@@ -178,7 +178,7 @@ void FsdpUnit::pre_backward() {
   if (next_backward && next_backward->sharded_state() == ShardedState::ShardedPostForward)
     next_backward->issue_all_gather(/*prefetch=*/true);
   backward_start_us_ = now_us();
-  record_event({name_, "pre_backward", t0, backward_start_us_, false});
+  comm_->record_event({name_, "pre_backward", t0, backward_start_us_, false});
 }
 
 void FsdpUnit::post_backward(const std::vector<at::Tensor>& full_grads) {
@@ -186,7 +186,7 @@ void FsdpUnit::post_backward(const std::vector<at::Tensor>& full_grads) {
   // gradient in. The overlap test compares it with the reduce-scatter of
   // the unit after it, which should be in flight all along.
   const double t = now_us();
-  record_event({name_, "backward", backward_start_us_ > 0 ? backward_start_us_ : t, t, false});
+  comm_->record_event({name_, "backward", backward_start_us_ > 0 ? backward_start_us_ : t, t, false});
   backward_start_us_ = 0;
   --graphs_in_flight_;
   training_state_ = TrainingState::PostBackward;
