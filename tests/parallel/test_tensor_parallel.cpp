@@ -587,6 +587,42 @@ TEST_P(LlamaAsyncTp, TrainsLikeOneProcessAndOverlaps) {
 
 INSTANTIATE_TEST_SUITE_P(LossParallel, LlamaAsyncTp, ::testing::Bool());
 
+// enable_async_tp puts async TP's own hooks in the styles' places: the
+// hook lists keep their length and order, and enabling twice changes
+// nothing (the same sites, no hook wrapped twice).
+TEST(AsyncTp, EnablingReplacesTheStylesHooksInPlaceOnce) {
+  DeviceMesh mesh = tp_mesh();
+  Transformer m = build(3);
+  titan::models::llama3::TpOptions o;
+  o.sequence_parallel = true;
+  titan::models::llama3::apply_tp(m, mesh, o);
+  auto hook_counts = [&] {
+    std::vector<size_t> counts;
+    for (const auto& item : m->named_modules())
+      if (auto* h = dynamic_cast<titan::ops::HookableModule*>(item.value().get()))
+        counts.push_back(h->forward_hooks().size());
+    return counts;
+  };
+  auto first_hooks = [&] {
+    std::vector<const titan::ops::ForwardHook*> first;
+    for (const auto& item : m->named_modules())
+      if (auto* h = dynamic_cast<titan::ops::HookableModule*>(item.value().get()))
+        first.push_back(h->forward_hooks().empty() ? nullptr : h->forward_hooks()[0].get());
+    return first;
+  };
+  const auto before = hook_counts();
+  const auto styles = first_hooks();
+  const int sites = tp::enable_async_tp(*m);
+  // Per block: attention and feed_forward each one all-gather site and one
+  // reduce-scatter site (wo, w2).
+  EXPECT_EQ(sites, 4 * static_cast<int>(tp_args().n_layers));
+  EXPECT_EQ(hook_counts(), before);
+  const auto switched = first_hooks();
+  EXPECT_NE(switched, styles) << "no hook was replaced";
+  EXPECT_EQ(tp::enable_async_tp(*m), sites);
+  EXPECT_EQ(first_hooks(), switched) << "enabling twice replaced hooks again";
+}
+
 TEST(AsyncTp, WithoutSequenceParallelThereIsNothingToOverlap) {
   DeviceMesh mesh = tp_mesh();
   Transformer m = build(3);

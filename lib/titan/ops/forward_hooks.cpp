@@ -1,9 +1,22 @@
 #include "titan/ops/forward_hooks.hpp"
 
+#include <c10/util/SmallVector.h>
+
+#include "titan/util/error.hpp"
+
 namespace titan::ops {
 
 void HookableModule::add_forward_hook(std::shared_ptr<ForwardHook> hook) {
   hooks_.push_back(std::move(hook));
+}
+
+void HookableModule::replace_forward_hook(const ForwardHook* old_hook, std::shared_ptr<ForwardHook> hook) {
+  for (auto& h : hooks_)
+    if (h.get() == old_hook) {
+      h = std::move(hook);
+      return;
+    }
+  TITAN_CHECK(false, "replace_forward_hook: module ", name(), " has no such hook");
 }
 
 namespace {
@@ -30,13 +43,15 @@ at::Tensor HookableModule::run_hooks(const at::Tensor& input,
                                      const std::function<at::Tensor(const at::Tensor&)>& body) {
   // Fast path: an unwrapped model pays one empty-vector check per call.
   if (hooks_.empty()) return body(input);
+  // One HookCall per hook for this call only (see HookCall).
+  c10::SmallVector<HookCall, 4> calls(hooks_.size());
   at::Tensor x = input;
-  for (const auto& h : hooks_) x = h->pre_forward(x);
+  for (size_t i = 0; i < hooks_.size(); ++i) x = hooks_[i]->pre_forward(x, calls[i]);
   at::Tensor y;
-  for (const auto& h : hooks_)
-    if ((y = h->forward_override(x)).defined()) break;
+  for (size_t i = 0; i < hooks_.size() && !y.defined(); ++i)
+    if ((y = hooks_[i]->forward_override(x, calls[i])).defined()) calls[i].replaced_body = true;
   if (!y.defined()) y = body(x);
-  for (const auto& h : hooks_) y = h->post_forward(y);
+  for (size_t i = 0; i < hooks_.size(); ++i) y = hooks_[i]->post_forward(y, calls[i]);
   return y;
 }
 

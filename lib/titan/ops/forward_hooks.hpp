@@ -20,8 +20,24 @@
 
 namespace titan::ops {
 
-/// @brief Code that runs around one module's forward; both methods may
-/// replace the tensor they get (e.g. cast it, or wrap it in an autograd node).
+/// @brief What one forward call hands from a hook's pre_forward to its
+/// post_forward. A Python hook keeps such things in a closure or on the
+/// tensor (DTensor's MaskPartial carries the embedding's id mask); here the
+/// module keeps one HookCall per hook on its stack for the length of the
+/// call, so that the hook object itself holds no per-call state and a
+/// recompute inside backward (activation checkpointing) gets its own.
+struct HookCall {
+  at::Tensor saved;            ///< what post_forward needs from pre_forward (a mask, a weight swapped out)
+  bool replaced_body = false;  ///< this hook's forward_override ran instead of the module's body
+};
+
+/// @brief Code that runs around one module's forward; each method may
+/// replace the tensor it gets (e.g. cast it, or wrap it in an autograd node).
+///
+/// A hook overrides the one-argument methods; a hook whose post_forward
+/// needs something its pre_forward computed overrides the versions that
+/// take the call's HookCall instead (the module calls those; by default
+/// they call the one-argument ones).
 class ForwardHook {
  public:
   virtual ~ForwardHook() = default;
@@ -30,13 +46,30 @@ class ForwardHook {
   /// Runs after the module's forward with its output; returns the output to hand back.
   virtual at::Tensor post_forward(const at::Tensor& output) { return output; }
   /// Runs between pre_forward and the body: a defined result *replaces*
-  /// the module's own computation (async TP swaps a matmul and its
-  /// collective for one overlapped kernel sequence, what torch's compiler
-  /// pass does to the graph). Undefined (the default) runs the body.
+  /// the module's own computation (float8 swaps the matmul for a scaled
+  /// one; async TP a matmul and its collective for one overlapped ring,
+  /// what torch's compiler pass does to the graph). The first hook that
+  /// returns a defined tensor wins. Undefined (the default) runs the body.
   virtual at::Tensor forward_override(const at::Tensor& input) {
     (void)input;
     return {};
   }
+
+  /// @name The same three with this call's HookCall
+  /// @{
+  virtual at::Tensor pre_forward(const at::Tensor& input, HookCall& call) {
+    (void)call;
+    return pre_forward(input);
+  }
+  virtual at::Tensor forward_override(const at::Tensor& input, HookCall& call) {
+    (void)call;
+    return forward_override(input);
+  }
+  virtual at::Tensor post_forward(const at::Tensor& output, HookCall& call) {
+    (void)call;
+    return post_forward(output);
+  }
+  /// @}
 };
 
 /// @brief Runs a module's whole forward (hooks included) given as `run`,
@@ -67,6 +100,10 @@ class HookableModule : public torch::nn::Module {
  public:
   /// Appends `hook`: pre hooks run in registration order, post hooks too.
   void add_forward_hook(std::shared_ptr<ForwardHook> hook);
+  /// Puts `hook` where `old_hook` was (same place in the order), e.g. a
+  /// style's hook switched to its async-TP version. Throws titan::Error
+  /// when `old_hook` is not registered here.
+  void replace_forward_hook(const ForwardHook* old_hook, std::shared_ptr<ForwardHook> hook);
   /// The hooks registered so far (FSDP finds its state here).
   const std::vector<std::shared_ptr<ForwardHook>>& forward_hooks() const { return hooks_; }
   /// Wraps the whole forward, hooks included — as torch's

@@ -2,17 +2,13 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
-#include <torch/nn/module.h>
 
 #include <mutex>
 #include <optional>
 
 #include "titan/dist/comm_log.hpp"
 #include "titan/dist/process_group.hpp"
-#include "titan/ops/linear.hpp"
-#include "titan/parallel/float8/float8_linear.hpp"
 #include "titan/parallel/tensor_parallel/async_tp_ring.hpp"
-#include "titan/parallel/tensor_parallel/style_hooks.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::tp {
@@ -251,76 +247,6 @@ at::Tensor matmul_reduce_scatter(const at::Tensor& a, const at::Tensor& weight, 
                                  const std::string& label) {
   TITAN_CHECK(a.dim() == 3, "matmul_reduce_scatter: expected a [b, s, k], got ", a.sizes());
   return MatmulReduceScatterFn::apply(a, weight, handle_of(group), label);
-}
-
-int enable_async_tp(torch::nn::Module& module) {
-  using namespace detail;
-  int sites = 0;
-  for (const auto& item : module.named_modules("", /*include_self=*/true)) {
-    auto* h = dynamic_cast<ops::HookableModule*>(item.value().get());
-    if (!h) continue;
-    for (const auto& hook : h->forward_hooks()) {
-      if (auto* prep = dynamic_cast<PrepareInputHook*>(hook.get())) {
-        if (!(prep->cfg.input_layouts.is_shard(1) && prep->cfg.desired_input_layouts.is_replicate() &&
-              !prep->cfg.use_local_output))
-          continue;
-        // The children that take the prepared input: Colwise Linears.
-        std::vector<ColwiseHook*> consumers;
-        std::string names;
-        for (const auto& child : item.value()->named_children()) {
-          auto* ch = dynamic_cast<ops::HookableModule*>(child.value().get());
-          if (!ch) continue;
-          for (const auto& ch_hook : ch->forward_hooks()) {
-            auto* col = dynamic_cast<ColwiseHook*>(ch_hook.get());
-            if (col && col->linear && col->cfg.input_layouts.is_replicate()) {
-              consumers.push_back(col);
-              names += (names.empty() ? "" : ",") + child.key();
-            }
-          }
-        }
-        if (consumers.empty()) continue;
-        const dist::ProcessGroup* g = prep->mesh->group(0).get();
-        const std::string label = item.key() + " ag+mm(" + names + ")";
-        prep->fused = [consumers, g, label](const at::Tensor& x) {
-          std::vector<at::Tensor> ws;
-          for (ColwiseHook* c : consumers) ws.push_back(c->linear->weight);
-          // Float8 Linears (torchtitan converts after TP): looked up at each
-          // call, since the conversion comes after this hook was set.
-          std::vector<float8::Scaled> w8;
-          const dist::ProcessGroup* amax_group = nullptr;
-          for (ColwiseHook* c : consumers)
-            if (auto o = float8::float8_operands(*c->linear)) {
-              TITAN_CHECK(w8.empty() || o->amax_group == amax_group, "async TP: ", label,
-                          " feeds float8 Linears whose amaxes are taken over different groups");
-              w8.push_back(o->weight);
-              amax_group = o->amax_group;
-            }
-          TITAN_CHECK(w8.empty() || w8.size() == consumers.size(), "async TP with float8: ", label,
-                      " feeds float8 and high-precision Linears from one all-gather; convert all of them or none "
-                      "([float8] filter_fqns)");
-          auto out = w8.empty() ? all_gather_matmul(x.contiguous(), ws, *g, label)
-                                : float8_all_gather_matmul(x.contiguous(), ws, w8, amax_group, *g, label);
-          for (size_t i = 0; i < consumers.size(); ++i) consumers[i]->precomputed = out[i + 1];
-          return out[0];
-        };
-        ++sites;
-      } else if (auto* row = dynamic_cast<RowwiseHook*>(hook.get())) {
-        if (!row->linear || !row->cfg.output_layouts.is_shard(1)) continue;
-        const dist::ProcessGroup* g = row->mesh->group(0).get();
-        ops::LinearImpl* lin = row->linear;
-        const std::string label = item.key() + " mm+rs";
-        row->fused = [lin, g, label](const at::Tensor& x) {
-          if (auto o = float8::float8_operands(*lin))
-            return float8_matmul_reduce_scatter(x.contiguous(), lin->weight, o->weight, o->amax_group, *g, label);
-          return matmul_reduce_scatter(x.contiguous(), lin->weight, *g, label);
-        };
-        ++sites;
-      }
-    }
-  }
-  TITAN_CHECK(sites > 0, "async tensor parallel: nothing to overlap (it fuses the sequence-parallel all-gathers and "
-              "reduce-scatters with their matmuls; enable sequence parallelism)");
-  return sites;
 }
 
 std::vector<AsyncTpEvent> async_tp_events() {

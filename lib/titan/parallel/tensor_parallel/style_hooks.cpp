@@ -19,13 +19,6 @@ at::Tensor hand_on(at::Tensor y, const Placement& layout, bool use_local_output)
 
 // ------------------------------------------------------------------ Colwise
 
-at::Tensor ColwiseHook::forward_override(const at::Tensor& x) {
-  (void)x;
-  at::Tensor y = precomputed;
-  precomputed = at::Tensor();
-  return y;
-}
-
 at::Tensor ColwiseHook::pre_forward(const at::Tensor& x) {
   if (embedding) return x;  // token ids are replicated by nature
   const Placement from = normalized(arriving_layout(x, cfg.input_layouts), x.dim());
@@ -46,64 +39,44 @@ at::Tensor ColwiseHook::post_forward(const at::Tensor& y) {
 
 // ------------------------------------------------------------------ Rowwise
 
-at::Tensor RowwiseHook::forward_override(const at::Tensor& x) {
-  if (!fused) return {};
-  overridden_ = true;
-  return fused(x);
-}
-
-at::Tensor RowwiseHook::pre_forward(const at::Tensor& x) {
+at::Tensor RowwiseHook::pre_forward(const at::Tensor& x, ops::HookCall& call) {
   if (embedding) {
     // Ids outside this rank's rows look up row 0 and are zeroed after.
-    mask_ = (x >= vocab_offset) & (x < vocab_offset + vocab_local);
-    return (x - vocab_offset).masked_fill(~mask_, 0);
+    call.saved = (x >= vocab_offset) & (x < vocab_offset + vocab_local);
+    return (x - vocab_offset).masked_fill(~call.saved, 0);
   }
   const Placement from = normalized(arriving_layout(x, cfg.input_layouts), x.dim());
   return redistribute_activation(x, mesh, from, Placement::shard(-1));
 }
 
-at::Tensor RowwiseHook::post_forward(const at::Tensor& y) {
-  if (overridden_) {
-    overridden_ = false;  // the fused ring already reduce-scattered
-    return hand_on(y, cfg.output_layouts, cfg.use_local_output);
-  }
-  at::Tensor partial = y;
-  if (embedding) {
-    partial = y * mask_.unsqueeze(-1).to(y.scalar_type());
-    mask_ = at::Tensor();
-  }
+at::Tensor RowwiseHook::post_forward(const at::Tensor& y, ops::HookCall& call) {
+  at::Tensor partial = embedding ? y * call.saved.unsqueeze(-1).to(y.scalar_type()) : y;
   at::Tensor out = redistribute_activation(partial, mesh, Placement::partial(), cfg.output_layouts);
   return hand_on(out, cfg.output_layouts, cfg.use_local_output);
 }
 
 // --------------------------------------------------------- SequenceParallel
 
-at::Tensor SequenceParallelHook::pre_forward(const at::Tensor& x) {
+at::Tensor SequenceParallelHook::pre_forward(const at::Tensor& x, ops::HookCall& call) {
   const Placement from = normalized(arriving_layout(x, Placement::shard(cfg.sequence_dim)), x.dim());
   at::Tensor in = redistribute_activation(x, mesh, from, Placement::shard(cfg.sequence_dim));
   // During forward the weight is swapped for a view whose gradient is
   // all-reduced over TP (each rank's tokens give a share of it).
-  saved_ = owner->named_parameters(false)["weight"];
-  if (saved_.requires_grad() && at::GradMode::is_enabled())
-    owner->replace_parameter("weight", redistribute_activation(saved_, mesh, Placement::replicate(),
+  call.saved = owner->named_parameters(false)["weight"];
+  if (call.saved.requires_grad() && at::GradMode::is_enabled())
+    owner->replace_parameter("weight", redistribute_activation(call.saved, mesh, Placement::replicate(),
                                                                Placement::replicate(), Placement::partial()));
   return in;
 }
 
-at::Tensor SequenceParallelHook::post_forward(const at::Tensor& y) {
-  owner->replace_parameter("weight", saved_);
-  saved_ = at::Tensor();
+at::Tensor SequenceParallelHook::post_forward(const at::Tensor& y, ops::HookCall& call) {
+  owner->replace_parameter("weight", call.saved);
   return hand_on(y, Placement::shard(cfg.sequence_dim), cfg.use_local_output);
 }
 
 // ------------------------------------------------------ PrepareModuleInput
 
 at::Tensor PrepareInputHook::pre_forward(const at::Tensor& x) {
-  if (fused) {
-    at::Tensor gathered = fused(x);
-    tag_layout(gathered, Placement::replicate(), /*reduces_partial_gradient=*/true);
-    return gathered;
-  }
   const Placement from = normalized(arriving_layout(x, cfg.input_layouts), x.dim());
   const Placement to = normalized(cfg.desired_input_layouts, x.dim());
   std::optional<Placement> grad;

@@ -1,18 +1,19 @@
 #pragma once
 /// @file
 /// @brief The forward hooks behind the tensor-parallel styles (internal to
-/// lib/titan/parallel/tensor_parallel: styles.cpp attaches them, async_tp.cpp
-/// switches them to the overlapped algorithms). What each moves is in
-/// style_hooks.cpp; the styles' layout table is in styles.hpp.
+/// lib/titan/parallel/tensor_parallel: styles.cpp attaches them). What each
+/// moves is in style_hooks.cpp; the styles' layout table is in styles.hpp.
 ///
-/// A hook keeps per-call state between its pre_forward and post_forward
-/// (the embedding's id mask, the sequence-parallel weight it swapped in,
-/// whether async TP already ran the module): one forward at a time per
-/// module, which titan's train step guarantees.
+/// Like torch's styles they are stateless: what a hook sets when the style
+/// is applied (its layouts, its module, the embedding's rows) does not
+/// change, and what one call's post_forward needs from its pre_forward (the
+/// embedding's id mask, the weight sequence parallelism swapped out) goes
+/// through that call's ops::HookCall. Async TP's overlapped versions are
+/// types of their own (async_tp.cpp), which enable_async_tp puts in these
+/// hooks' places.
 
 #include <ATen/ATen.h>
 
-#include <functional>
 #include <memory>
 #include <optional>
 
@@ -43,10 +44,6 @@ class ColwiseHook : public TpHook {
   int64_t out_features = 0;  ///< global size of the output's last dim
   bool embedding = false;
   ops::LinearImpl* linear = nullptr;  ///< the module (Linear case)
-  /// Async TP: the output the module's PrepareModuleInput already computed
-  /// (fused with the all-gather); consumed by the next forward.
-  at::Tensor precomputed;
-  at::Tensor forward_override(const at::Tensor& x) override;
   at::Tensor pre_forward(const at::Tensor& x) override;
   at::Tensor post_forward(const at::Tensor& y) override;
 };
@@ -57,17 +54,11 @@ class RowwiseHook : public TpHook {
   RowwiseParallel cfg;
   bool embedding = false;
   ops::LinearImpl* linear = nullptr;  ///< the module (Linear case)
-  /// Async TP: forward_override runs the overlapped matmul → reduce-scatter
-  /// (set by enable_async_tp); post_forward then has nothing left to move.
-  std::function<at::Tensor(const at::Tensor&)> fused;
   int64_t vocab_offset = 0, vocab_local = 0;  ///< embedding: this rank's rows
-  at::Tensor forward_override(const at::Tensor& x) override;
-  at::Tensor pre_forward(const at::Tensor& x) override;
-  at::Tensor post_forward(const at::Tensor& y) override;
-
- private:
-  bool overridden_ = false;  ///< this call ran `fused`
-  at::Tensor mask_;          ///< embedding: which ids this rank's rows hold (pre → post)
+  /// Embedding: ids outside this rank's rows look up row 0; the mask of
+  /// those that are inside goes to post_forward in `call.saved`.
+  at::Tensor pre_forward(const at::Tensor& x, ops::HookCall& call) override;
+  at::Tensor post_forward(const at::Tensor& y, ops::HookCall& call) override;
 };
 
 /// SequenceParallel: the norm sees this rank's tokens; its weight's
@@ -76,21 +67,17 @@ class SequenceParallelHook : public TpHook {
  public:
   SequenceParallel cfg;
   ops::ParamModule* owner = nullptr;
-  at::Tensor pre_forward(const at::Tensor& x) override;
-  at::Tensor post_forward(const at::Tensor& y) override;
-
- private:
-  at::Tensor saved_;  ///< the weight registered outside forward (a full FSDP param, or the leaf)
+  /// Swaps the registered weight (a full FSDP parameter, or the leaf) for
+  /// a view whose gradient is all-reduced; the weight goes to post_forward
+  /// in `call.saved`, which puts it back.
+  at::Tensor pre_forward(const at::Tensor& x, ops::HookCall& call) override;
+  at::Tensor post_forward(const at::Tensor& y, ops::HookCall& call) override;
 };
 
 /// PrepareModuleInput: the module's input moved to the layout its body wants.
 class PrepareInputHook : public TpHook {
  public:
   PrepareModuleInput cfg;
-  /// Async TP: replaces the all-gather by the fused all-gather → matmuls of
-  /// the consumers (set by enable_async_tp); returns what the module's body
-  /// should see (the gathered input, Replicate).
-  std::function<at::Tensor(const at::Tensor&)> fused;
   at::Tensor pre_forward(const at::Tensor& x) override;
 };
 
