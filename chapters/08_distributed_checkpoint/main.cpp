@@ -89,7 +89,7 @@ train::TrainerOptions trainer_options(const Options& o, bool single_process = fa
   t.console = false;
   t.handle_signals = false;
   t.peak_flops = 0;
-  t.single_process = single_process;
+  if (single_process) t.single_process = train::DataParallelReads{};  // one process, one rank's batches
   return t;
 }
 

@@ -79,6 +79,7 @@
 #include "titan/parallel/parallel_dims.hpp"
 #include "titan/parallel/tensor_parallel/parallelize_module.hpp"
 #include "titan/train/trainer.hpp"
+#include "titan/verify/reference_trainer.hpp"
 #include "titan/util/error.hpp"
 #include "titan/util/strprintf.hpp"
 
@@ -498,7 +499,7 @@ struct Run {
 
 /// A trainer run of the tiny model: the composed layout (`reference`
 /// false, every rank) or the single-process reference of its `dp` data-
-/// parallel ranks (one process: emulate_dp_ranks, single_process).
+/// parallel ranks (one process: verify::single_process_reference).
 Run train_layout(config::JobConfig cfg, const models::llama3::ModelArgs& args, int64_t emulate_dp) {
   train::TrainerOptions o;
   o.model_args = args;
@@ -506,8 +507,7 @@ Run train_layout(config::JobConfig cfg, const models::llama3::ModelArgs& args, i
   o.handle_signals = false;
   o.progress = 0;
   o.peak_flops = 0;  // no MFU: skips the CPU calibration
-  o.emulate_dp_ranks = std::max<int64_t>(emulate_dp, 1);
-  o.single_process = emulate_dp >= 1;
+  if (emulate_dp >= 1) o = verify::single_process_reference(emulate_dp, o);
   Run run;
   auto& log = dist::CommLog::instance();
   o.on_step = [&](const train::StepResult& r) {
@@ -761,7 +761,7 @@ int main(int argc, char** argv) {
     // above), each rank initialising only its pieces (sharded init), the
     // stages driven by the 1F1B schedule. The reference: one process that
     // reads the batches of the dp data-parallel ranks and accumulates them
-    // into each step (emulate_dp_ranks), from the same seed.
+    // into each step (verify::single_process_reference), from the same seed.
     ScratchDir scratch("ch12");
     config::JobConfig cfg;
     cfg.job.dump_folder = scratch.path + "/rank" + std::to_string(world.rank());
@@ -799,7 +799,7 @@ int main(int argc, char** argv) {
       double d_loss = 0, d_norm = 0, d_weight = 0;
       std::string worst;
       std::printf("3. The composed layout (PP 1F1B, FSDP, %sTP with SP and loss parallel, full AC) through the trainer,\n"
-                  "   against one process reading the %lld data-parallel ranks' batches (emulate_dp_ranks = %lld)\n",
+                  "   against one process reading the %lld data-parallel ranks' batches (single_process_reference(%lld))\n",
                   cp_on ? "CP alltoall, " : "", (long long)dp, (long long)dp);
       std::printf("   %4s %12s %12s %10s %12s %12s %10s\n", "step", "loss", "reference", "rel diff", "grad norm",
                   "reference", "rel diff");

@@ -18,6 +18,7 @@
 #include "titan/config/load.hpp"
 #include "titan/util/files.hpp"
 #include "titan/train/trainer.hpp"
+#include "titan/verify/reference_trainer.hpp"
 
 namespace {
 
@@ -72,11 +73,10 @@ TEST(CheckpointCli, Fsdp4ResumedAsFsdp2TrainsAsItsReference) {
   ASSERT_EQ(std::system(("cp -r '" + dump + "/checkpoint/step-3' '" + ref_dump + "/checkpoint/'").c_str()), 0);
   std::vector<std::string> args = job_args(ref_dump);
   args.insert(args.end(), {"--training.batch_size", "4", "--checkpoint.load_step", "3"});
-  titan::train::TrainerOptions o;
+  titan::train::TrainerOptions o = titan::verify::single_process_reference(2);
   o.console = false;
   o.handle_signals = false;
   o.peak_flops = 0;
-  o.emulate_dp_ranks = 2;
   std::vector<double> reference;
   o.on_step = [&](const titan::train::StepResult& r) { reference.push_back(r.loss); };
   titan::train::Trainer t(titan::config::parse_job_config(args), o);

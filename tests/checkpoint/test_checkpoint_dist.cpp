@@ -135,7 +135,7 @@ TrainRun expect_resume_is_bitwise(const JobConfig& cfg, const std::string& what,
     one.experimental.pipeline_parallel_degree = 1;
     one.training.context_parallel_degree = 1;
     TrainerOptions single = quiet(cfg, tied);
-    single.single_process = true;
+    single.single_process = titan::train::DataParallelReads{};
     Trainer t(one, single);
     EXPECT_EQ(t.step(), 6);
     const auto weights = t.full_state_dict();
@@ -269,7 +269,7 @@ TEST(CheckpointDist, ReshardsIntoOtherLayouts) {
   hsdp.training.data_parallel_replicate_degree = 2;
   expect_loads_into(hsdp, saved, "FSDP 4 -> HSDP 2x2", o, &world_group());
   TrainerOptions single = o;
-  single.single_process = true;
+  single.single_process = titan::train::DataParallelReads{};
   if (titan::testing::world().rank() == 0) expect_loads_into(fsdp, saved, "FSDP 4 -> one process", single, nullptr);
   world_group().barrier();
 }

@@ -21,6 +21,7 @@
 #include "titan/train/trainer.hpp"
 #include "titan/train/validator.hpp"
 #include "titan/util/error.hpp"
+#include "titan/verify/reference_trainer.hpp"
 #include "train_test_util.hpp"
 
 namespace {
@@ -56,6 +57,33 @@ TEST(Trainer, LossFallsOverTwentySteps) {
   // Twenty steps of a tiny model learn the unigram statistics at least.
   EXPECT_LT(s.last_loss(), s.first_loss() - 1.0) << "first " << s.first_loss() << " last " << s.last_loss();
   EXPECT_GT(s.mean_tps, 0);
+}
+
+// A single-process run reads the ranks it is given, out of their degree:
+// the reference of 2 data-parallel ranks plans its batches for 2 and trains
+// on both ranks' local batches each step. Ranks outside the degree are
+// refused.
+TEST(Trainer, SingleProcessReadsTheRanksItIsGiven) {
+  ScratchDir dir("train_single_process");
+  titan::config::JobConfig cfg = tiny_config(dir.path(), 1);
+  {
+    Trainer one(cfg, quiet());
+    Trainer reference(cfg, titan::verify::single_process_reference(2, quiet()));
+    EXPECT_EQ(one.batch_plan().dp_degree, 1);
+    EXPECT_EQ(reference.batch_plan().dp_degree, 2);
+    const int64_t one_tokens = one.train_step().tokens, reference_tokens = reference.train_step().tokens;
+    EXPECT_EQ(reference_tokens, 2 * one_tokens) << "two ranks' local batches in one step";
+  }
+  TrainerOptions bad = quiet();
+  bad.single_process = titan::train::DataParallelReads{2, {0, 2}};
+  std::string what;
+  try {
+    Trainer t(cfg, bad);
+  } catch (const titan::Error& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("data-parallel rank 2 is outside [0, 2)"), std::string::npos) << what;
+  EXPECT_THROW(titan::verify::single_process_reference(0), titan::Error);
 }
 
 TEST(Trainer, SameConfigSameLossesBitForBit) {

@@ -3,7 +3,7 @@
 // attention alone and with TP, CP alone and with FSDP and TP, with and
 // without gradient accumulation) against its
 // single-process reference: one process that reads the batches of all the
-// data-parallel ranks (emulate_dp_ranks = N / (tp·pp·cp)) and accumulates them into
+// data-parallel ranks (verify::single_process_reference(N / (tp·pp·cp))) and accumulates them into
 // each step. Losses and gradient norms must agree step by step and the
 // final (gathered) weights after the run.
 //
@@ -35,6 +35,7 @@
 #include "titan/models/llama3/parallelize.hpp"
 #include "titan/parallel/pipeline/schedule.hpp"
 #include "titan/train/trainer.hpp"
+#include "titan/verify/reference_trainer.hpp"
 #include "train_test_util.hpp"
 
 namespace {
@@ -59,8 +60,7 @@ Run train(JobConfig cfg, int64_t emulate, const titan::models::llama3::ModelArgs
   o.console = false;
   o.handle_signals = false;
   o.peak_flops = 0;
-  o.emulate_dp_ranks = std::max<int64_t>(emulate, 1);
-  o.single_process = emulate >= 1;
+  if (emulate >= 1) o = titan::verify::single_process_reference(emulate, o);
   Run run;
   o.on_step = [&](const StepResult& r) {
     run.losses.push_back(r.loss);

@@ -41,8 +41,8 @@ std::string Trainer::banner() const {
                    v.steps == -1 ? " (one pass)" : "");
   }
   s += "  parallel  " + dims_.describe() + (parallelized_.description.empty() ? "" : ": " + parallelized_.description);
-  if (options_.emulate_dp_ranks > 1)
-    s += strprintf("single-process reference of %lld data-parallel ranks", static_cast<long long>(options_.emulate_dp_ranks));
+  if (read_ranks_.size() > 1)
+    s += strprintf("; one process reading %lld data-parallel ranks' batches", static_cast<long long>(read_ranks_.size()));
   if (autocast_) s += std::string("; forward and loss autocast to ") + c10::toString(*autocast_) + " (no FSDP)";
   s += "\n";
   s += strprintf("  batch     %lld x %lld tokens, %lld micro-batch(es) per step on %lld data-parallel rank(s) = %s tokens per step\n",

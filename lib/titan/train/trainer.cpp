@@ -61,10 +61,16 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // Everything that can be wrong with the inputs is checked first, cheapest
   // first, so that a bad config fails in milliseconds with one line and
   // before any output.
-  TITAN_CHECK(options_.emulate_dp_ranks >= 1, "emulate_dp_ranks must be >= 1, got ", options_.emulate_dp_ranks);
-  // The emulating reference is one process whatever launched it (tests run
-  // it on every rank of a parallel job to compare against).
-  const bool single = options_.emulate_dp_ranks > 1 || options_.single_process;
+  if (const auto& reads = options_.single_process) {
+    TITAN_CHECK(reads->degree >= 1 && !reads->ranks.empty(), "single_process: needs a data-parallel degree >= 1 "
+                "and at least one rank to read, got degree ", reads->degree, " and ", reads->ranks.size(), " ranks");
+    for (int64_t r : reads->ranks)
+      TITAN_CHECK(r >= 0 && r < reads->degree, "single_process: data-parallel rank ", r, " is outside [0, ",
+                  reads->degree, ")");
+  }
+  // A single-process run (a reference) is one process whatever launched
+  // it: tests run it on every rank of a parallel job to compare against.
+  const bool single = options_.single_process.has_value();
   const dist::LaunchEnv env = single ? dist::LaunchEnv{} : dist::read_launch_env();
   rank_ = env.rank;
   config::check_supported(cfg_, env.world_size);
@@ -75,8 +81,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
     TITAN_CHECK(env.world_size == 1, "[checkpoint] create_seed_checkpoint runs on one process (the seed holds whole, "
                 "unsharded weights), not under WORLD_SIZE=", env.world_size);
   }
-  const int64_t dp_ranks_read = std::max<int64_t>(dims_.dp_degree(), options_.emulate_dp_ranks);
-  plan_ = config::plan_batches(cfg_, dp_ranks_read);
+  plan_ = config::plan_batches(cfg_, single ? options_.single_process->degree : dims_.dp_degree());
   device_ = resolve_device(cfg_.training.device, env.local_rank);
   // Mixed precision without FSDP: torchtitan's AMP for one device and DDP.
   autocast_ = autocast_dtype(dims_, cfg_.training.mixed_precision_param, device_, options_.autocast_on_cpu);
@@ -112,14 +117,13 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
     peak_ = metrics::resolve_rank_peak(in);
   }
 
-  // Data: this rank's shard of the documents, or (the reference) the shards
-  // of every emulated rank.
-  const int64_t dp_rank = dp_group_ ? dp_group_->rank() : 0;
-  for (int64_t k = 0; k < options_.emulate_dp_ranks; ++k)
-    loaders_.push_back(build_data_loader(cfg_, plan_, tokenizer_, options_.emulate_dp_ranks > 1 ? k : dp_rank,
-                                         args_.attn_mask_type == "block_causal"));
+  // Data: this rank's shard of the documents, or (single_process) the
+  // shards of the ranks it reads for.
+  read_ranks_ = single ? options_.single_process->ranks : std::vector<int64_t>{dp_group_ ? dp_group_->rank() : 0};
+  for (int64_t dp_rank : read_ranks_)
+    loaders_.push_back(build_data_loader(cfg_, plan_, tokenizer_, dp_rank, args_.attn_mask_type == "block_causal"));
 
-  if (cfg_.validation.enable) build_validator(dp_rank);
+  if (cfg_.validation.enable) build_validator();
 
   // Memory snapshots count tensors from here on, so that the model,
   // gradients and optimizer state are all seen.
@@ -177,7 +181,7 @@ void Trainer::join_job() {
 // so under PP they must have training's shapes, and under CP or
 // sequence parallelism its sequences training's length (the cuts those
 // layouts make were checked for that length).
-void Trainer::build_validator(int64_t dp_rank) {
+void Trainer::build_validator() {
   const config::ValidationSection& v = cfg_.validation;
   const bool same_len = dims_.pp > 1 || dims_.cp_enabled() ||
                         (dims_.tp_enabled() && parallelize_options_.tp.sequence_parallel);
@@ -187,9 +191,7 @@ void Trainer::build_validator(int64_t dp_rank) {
   TITAN_CHECK(dims_.pp == 1 || v.local_batch_size == plan_.local_batch, "[validation] local_batch_size = ",
               v.local_batch_size, " must equal the training's local batch ", plan_.local_batch,
               " under pipeline parallelism (the stages' micro-batches have that shape)");
-  std::vector<int64_t> ranks;
-  for (int64_t k = 0; k < options_.emulate_dp_ranks; ++k) ranks.push_back(options_.emulate_dp_ranks > 1 ? k : dp_rank);
-  validator_ = std::make_unique<Validator>(v, tokenizer_, ranks, plan_.dp_degree, args_.attn_mask_type == "block_causal",
+  validator_ = std::make_unique<Validator>(v, tokenizer_, read_ranks_, plan_.dp_degree, args_.attn_mask_type == "block_causal",
                                            mesh_ ? dist::world().group().get() : nullptr, device_);
 }
 

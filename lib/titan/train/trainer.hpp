@@ -69,6 +69,13 @@ struct StepResult {
   double data_seconds = 0;  ///< of which waiting for batches
 };
 
+/// @brief The data-parallel ranks whose batches one process reads (see
+/// TrainerOptions::single_process).
+struct DataParallelReads {
+  int64_t degree = 1;                ///< the data-parallel degree the data is cut for
+  std::vector<int64_t> ranks = {0};  ///< the ranks read (each in [0, degree)), one loader each
+};
+
 /// @brief Knobs that are not part of a job's config: for tests, benches and
 /// embedding the trainer in another program.
 struct TrainerOptions {
@@ -88,19 +95,14 @@ struct TrainerOptions {
   /// MFU denominator in FLOP/s; unset = measured (CPU, cached) or looked up
   /// by GPU name; 0 = no MFU (skips the CPU calibration).
   std::optional<double> peak_flops;
-  /// The single-process reference of an N-rank data-parallel run: on one
-  /// rank, read the batches that N data-parallel ranks would read (N
-  /// loaders, dp_rank 0..N-1) and accumulate all of them into each step,
-  /// so that losses, gradient norms and weights are those the N-rank run
-  /// must reproduce (tests compare the two). 1 = an ordinary run. > 1
-  /// ignores the launch environment: the reference is one process even
-  /// when a launcher started it, and the config's parallel degrees must
-  /// resolve on one rank (leave them at their defaults).
-  int64_t emulate_dp_ranks = 1;
-  /// Run as one process even under a launcher (what emulate_dp_ranks > 1
-  /// implies): the reference of a job whose only parallelism is TP reads
-  /// one rank's data, so it emulates one rank but must not join the job.
-  bool single_process = false;
+  /// Run as one process even under a launcher (the launch environment is
+  /// not read and no job is joined), reading the batches of `ranks` out of
+  /// `degree` data-parallel ranks and accumulating all of them into each
+  /// step. The config's parallel degrees must resolve on one rank. The
+  /// single-process references set it (verify::single_process_reference);
+  /// unset, the trainer joins the launched job, if any, and reads its own
+  /// data-parallel rank's batches.
+  std::optional<DataParallelReads> single_process;
   /// Mixed precision without FSDP (autocast.hpp) on the CPU too: it is
   /// applied on GPUs only by default; tests use this to run that path.
   bool autocast_on_cpu = false;
@@ -164,7 +166,7 @@ class Trainer {
   void join_job();
   /// [validation]'s loader over the same data-parallel ranks (collective
   /// at run time).
-  void build_validator(int64_t dp_rank);
+  void build_validator();
   /// The model on the meta device, parallelised, then each rank's pieces
   /// allocated and initialised (train/sharded_init.hpp).
   void build_model();
@@ -188,8 +190,10 @@ class Trainer {
   models::llama3::ModelArgs args_;
   std::shared_ptr<const data::Tokenizer> tokenizer_;
   std::string tokenizer_note_;  ///< which of tokenizer_path / hf_assets_path won, when both were set
-  /// One loader per data-parallel rank this process reads for: one, or
-  /// TrainerOptions::emulate_dp_ranks of them.
+  /// The data-parallel ranks this process reads for: its own, or
+  /// TrainerOptions::single_process's.
+  std::vector<int64_t> read_ranks_;
+  /// One loader per entry of read_ranks_.
   std::vector<std::unique_ptr<data::DataLoader>> loaders_;
   parallel::ParallelDims dims_;
   std::unique_ptr<dist::DeviceMesh> mesh_;

@@ -9,6 +9,7 @@
 #include "titan/dist/comm_log.hpp"
 #include "titan/metrics/format.hpp"
 #include "titan/train/trainer.hpp"
+#include "titan/verify/reference_trainer.hpp"
 #include "titan/util/error.hpp"
 #include "titan/util/strprintf.hpp"
 
@@ -126,10 +127,7 @@ LayoutCheckReport check_layout(const config::JobConfig& job, const LayoutCheckOp
   rc.training.enable_async_tensor_parallel = false;
   rc.training.context_parallel_degree = 1;
   rc.experimental.pipeline_parallel_degree = 1;
-  train::TrainerOptions ro = quiet_options();
-  ro.emulate_dp_ranks = report.emulated_ranks;
-  ro.single_process = true;
-  train::Trainer reference(rc, ro);
+  train::Trainer reference(rc, single_process_reference(report.emulated_ranks, quiet_options()));
   for (int64_t s = 1; s <= options.steps; ++s) {
     const train::StepResult r = reference.train_step();
     const train::StepResult& p = parallel_steps[static_cast<size_t>(s - 1)];

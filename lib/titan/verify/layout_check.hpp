@@ -6,8 +6,8 @@
 ///
 /// Both runs are the trainer (train/trainer.hpp), driven step by step: the
 /// layout on every rank of the job, then on rank 0 the single-process
-/// reference that reads every data-parallel rank's batches (the trainer's
-/// emulate_dp_ranks). After each step the parallel run's weights are
+/// reference that reads every data-parallel rank's batches
+/// (single_process_reference). After each step the parallel run's weights are
 /// gathered whole and kept; the reference's are compared with them after
 /// its same step. Both run in fp32 (mixed precision off), so the bounds are
 /// those of fp32 rounding, set from the equivalence matrix of
