@@ -45,6 +45,9 @@ DurableFile::~DurableFile() {
 void DurableFile::write(const void* data, size_t size) {
   TITAN_CHECK(fd_ >= 0, "checkpoint: write to ", path_, " after close");
   crc_ = crc32_update(crc_, data, size);
+  // write() may write less than asked (Linux moves at most ~2 GiB per
+  // call, a signal can cut it short): loop until all is written, in 1 GiB
+  // pieces, retrying an interrupted call.
   const char* p = static_cast<const char*>(data);
   size_t left = size;
   while (left > 0) {
@@ -62,6 +65,10 @@ void DurableFile::close() {
   if (fd_ < 0) return;
   const int fd = fd_;
   fd_ = -1;
+  // The data must be on disk before the checkpoint's commit (a rename)
+  // names it. A failed fsync fails the save rather than being retried:
+  // after one, Linux may already have dropped the unwritten pages, and a
+  // second fsync would report success for data that is gone.
   if (::fsync(fd) != 0) {
     const std::string why = errno_text();
     ::close(fd);
@@ -86,6 +93,10 @@ void fsync_directory(const std::string& dir) {
   TITAN_CHECK(rc == 0, "checkpoint: fsync of folder ", dir, " failed: ", why);
 }
 
+// rename() within one filesystem is atomic: a reader sees the old name or
+// the new one, never a half-written file. The rename itself is an entry in
+// the folder, so the folder is fsynced too, or a power cut could undo the
+// commit after it returned.
 void rename_durably(const std::string& from, const std::string& to) {
   TITAN_CHECK(::rename(from.c_str(), to.c_str()) == 0, "checkpoint: cannot rename ", from, " to ", to, ": ",
               errno_text());
@@ -121,6 +132,9 @@ uint32_t file_crc32(const std::string& path) {
 void read_exactly(const std::string& path, uint64_t offset, void* dst, size_t size) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   TITAN_CHECK(fd >= 0, "checkpoint: cannot open ", path, ": ", errno_text());
+  // pread() at an offset leaves no shared file position behind (the
+  // loaders of several threads may read one file); it too may return less
+  // than asked, and 0 at the end of a truncated file.
   char* p = static_cast<char*>(dst);
   size_t done = 0;
   while (done < size) {

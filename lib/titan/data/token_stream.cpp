@@ -61,6 +61,13 @@ TokenStream::TokenStream(std::shared_ptr<const Tokenizer> tokenizer, const std::
               " is not in a world of ", dp_world_);
 }
 
+// Data parallelism shards by document, round robin: rank r takes documents
+// r, r + dp_world, ... (the reader skips the others without parsing them).
+// Each rank packs its documents, BOS and EOS included, into one stream and
+// cuts windows of seq_len + 1 tokens from it, one after the other: the
+// inputs are a window's first seq_len tokens, the labels its last seq_len,
+// so no token is a label twice (torchtitan's HuggingFace dataset packs the
+// same way).
 void TokenStream::fill() {
   while (static_cast<int64_t>(buffer_.size() - head_) < window_len_) {
     if (!reader_.next(text_, /*skip=*/doc_index_ % dp_world_ != dp_rank_)) {
@@ -113,6 +120,9 @@ TokenStreamState TokenStream::state() const {
   s.epoch = epoch_;
   s.position = reader_.position();
   s.doc_index = doc_index_;
+  // The tokens already read but not yet cut into windows travel with the
+  // state: resuming re-reads nothing and skips nothing, so the windows
+  // after a resume are exactly those an uninterrupted run cuts.
   s.buffer.assign(buffer_.begin() + static_cast<std::ptrdiff_t>(head_), buffer_.end());
   s.windows = windows_;
   s.window_len = window_len_;

@@ -69,6 +69,10 @@ int64_t FlightRecorder::scheduled(const std::string& group, CommOp op, bool p2p,
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t cap = capacity_.load();
   if (cap == 0) return -1;
+  // Sequence numbers count per group, collectives and P2P apart, as
+  // torch's recorder does: every member issues a group's collectives in
+  // the same order, so the same seq on two ranks is the same collective,
+  // and the analysis can line the ranks' rings up by it.
   const std::string key = group + (p2p ? "/p" : "/c");
   int64_t* last = nullptr;
   for (auto& s : seq_)
@@ -90,7 +94,7 @@ void FlightRecorder::completed(int64_t id) {
   const int64_t cap = capacity_.load();
   if (cap == 0) return;
   FlightEntry& e = ring_[static_cast<size_t>(id % cap)];
-  if (e.id != id) return;  // overwritten since
+  if (e.id != id) return;  // overwritten since: the ring kept only the newest entries
   e.completed = true;
   e.completed_us = now;
 }

@@ -17,7 +17,10 @@ namespace {
 using flash_detail::Problem;
 using flash_detail::Strides;
 
-// A [B, H, S, D] operand the kernel can read through raw strides.
+// A [B, H, S, D] operand the kernel can read through raw strides. Only the
+// head dim must be contiguous (the kernel's vector loads run along it):
+// the model's q, k, v are transposed views of [B, S, H, D], and copying
+// them to make all four dims contiguous would cost a pass over each.
 at::Tensor usable(const at::Tensor& t, const char* name) {
   TITAN_CHECK(t.dim() == 4, "flash_attention: ", name, " must be [batch, heads, seq, head_dim], got ", t.sizes());
   TITAN_CHECK(t.device().is_cpu(), "flash_attention: ", name, " is on ", t.device(),
@@ -102,8 +105,10 @@ FlashGrads backward(const at::Tensor& dout_in, const at::Tensor& q_in, const at:
   if (a.p.sq > 0 && a.p.sk > 0) {
     run_backward(a);
   } else {
-    buf.dk.zero_(), buf.dv.zero_();
+    buf.dk.zero_(), buf.dv.zero_();  // the kernel did not run to write them
   }
+  // dq was summed over the kv tiles in fp32 (flash_operands.cpp); rounded
+  // once, here, to the inputs' dtype.
   return {buf.dq.to(q.scalar_type()), buf.dk, buf.dv};
 }
 
