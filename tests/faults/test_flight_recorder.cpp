@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "support/run_command.hpp"
@@ -42,6 +43,8 @@ struct Op {
   std::vector<int64_t> sizes{1024};
   bool completed = true;
   std::string context;
+  bool started = false;  ///< not completed: the rank waits in it ("started"), else only issued ("scheduled")
+  std::string state() const { return completed ? "completed" : started ? "started" : "scheduled"; }
 };
 
 void write_dump(const std::string& dir, int rank, int world, const std::vector<Op>& ops) {
@@ -55,7 +58,7 @@ void write_dump(const std::string& dir, int rank, int world, const std::vector<O
         << R"(, "p2p": false, "op": ")" << o.op << R"(", "input_sizes": [)";
     for (size_t k = 0; k < o.sizes.size(); ++k) out << (k ? ", " : "") << o.sizes[k];
     out << R"(], "dtype": "float32", "context": ")" << o.context << R"(", "step": 3, "state": ")"
-        << (o.completed ? "completed" : "scheduled") << R"(", "scheduled_s": )" << i << "}";
+        << o.state() << R"(", "scheduled_s": )" << i << "}";
   }
   out << "]}\n";
 }
@@ -113,7 +116,9 @@ TEST(FlightRecorder, ItsDumpReadsBackAndNamesTheCallersRange) {
     TITAN_PROFILE_RANGE("fsdp::all_gather layers.3");
     id = fr.scheduled("world", CommOp::AllGather, false, -1, at::ones({5}, at::kBFloat16), at::ones({10}));
   }
-  fr.scheduled("world", CommOp::Recv, true, 0, at::ones({7}), {});
+  const int64_t recv = fr.scheduled("world", CommOp::Recv, true, 0, at::ones({7}), {});
+  fr.scheduled("world", CommOp::Barrier, false, -1, {}, {});
+  fr.started(recv);
   fr.completed(id);
   const std::string path = fr.dump_to_target();
   ASSERT_EQ(path, dir + "/rank_1.json");
@@ -121,15 +126,17 @@ TEST(FlightRecorder, ItsDumpReadsBackAndNamesTheCallersRange) {
   EXPECT_EQ(d.rank, 1);
   EXPECT_EQ(d.world_size, 2);
   EXPECT_EQ(d.groups.at("world"), (std::vector<int>{0, 1}));
-  ASSERT_EQ(d.entries.size(), 2u);
+  ASSERT_EQ(d.entries.size(), 3u);
   EXPECT_EQ(d.entries[0].op, CommOp::AllGather);
   EXPECT_EQ(d.entries[0].context, "fsdp::all_gather layers.3");
   EXPECT_EQ(d.entries[0].dtype, "bfloat16");
   EXPECT_EQ(d.entries[0].output_sizes, (std::vector<int64_t>{10}));
   EXPECT_TRUE(d.entries[0].completed);
+  EXPECT_TRUE(d.entries[0].started) << "a completed op was started (its wait began)";
   EXPECT_TRUE(d.entries[1].p2p);
   EXPECT_EQ(d.entries[1].peer, 0);
-  EXPECT_FALSE(d.entries[1].completed);
+  EXPECT_STREQ(d.entries[1].state(), "started") << "waited for, not returned";
+  EXPECT_STREQ(d.entries[2].state(), "scheduled") << "issued, never waited for";
   fr.configure(0);
 }
 
@@ -185,6 +192,36 @@ TEST(FlightAnalysis, ARankWithoutATraceIsBehindTheCollectiveTheOthersWaitIn) {
   EXPECT_EQ(a.findings[0].kind, FlightFinding::Kind::NeverCompleted);
   EXPECT_EQ(a.findings[0].seq, 3);
   EXPECT_EQ(a.behind, (std::vector<int>{2}));
+}
+
+// Of the ranks where a collective never completed, those that were waiting
+// in it ("started") are told apart from those that had only issued it.
+TEST(FlightAnalysis, RanksWaitingInACollectiveAreToldFromRanksThatOnlyIssuedIt) {
+  const std::string dir = fresh_dir("waiting");
+  for (int r : {0, 2}) write_dump(dir, r, 3, {{.seq = 1}, {.seq = 2, .completed = false, .started = true}});
+  write_dump(dir, 1, 3, {{.seq = 1}, {.seq = 2, .completed = false}});
+  auto a = analyse(dir);
+  ASSERT_EQ(a.findings.size(), 1u);
+  EXPECT_EQ(a.findings[0].kind, FlightFinding::Kind::NeverCompleted);
+  EXPECT_NE(a.findings[0].text.find("never completed on ranks 0, 1, 2 (waiting in it: ranks 0, 2)"),
+            std::string::npos)
+      << a.findings[0].text;
+  // A state no recorder writes is refused in one line naming the file.
+  const std::string bad = fresh_dir("bad_state");
+  write_dump(bad, 0, 1, {{.seq = 1}});
+  {
+    std::ifstream in(bad + "/rank_0.json");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    text.replace(text.find("\"completed\""), 11, "\"running\"");
+    std::ofstream(bad + "/rank_0.json") << text;
+  }
+  try {
+    titan::dist::load_flight_dumps(bad);
+    FAIL() << "a dump with state 'running' was accepted";
+  } catch (const titan::Error& e) {
+    std::printf("%s\n", e.what());
+    EXPECT_NE(std::string(e.what()).find("rank_0.json: entry 0 has state 'running'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(FlightAnalysis, MismatchedSizesAndASkippedCollectiveAreNamed) {

@@ -84,8 +84,13 @@ FlightDump load_flight_dump(const std::string& path) {
       e.dtype = x.value("dtype", std::string());
       e.context = x.value("context", std::string());
       e.step = x.value("step", int64_t{0});
-      e.completed = x.value("state", std::string()) == "completed";
+      const std::string state = x.value("state", std::string());
+      TITAN_CHECK(state == "scheduled" || state == "started" || state == "completed", path, ": entry ", e.id,
+                  " has state '", state, "' (expected scheduled, started or completed)");
+      e.completed = state == "completed";
+      e.started = e.completed || state == "started";
       e.scheduled_us = x.value("scheduled_s", 0.0) * 1e6;
+      e.started_us = x.value("started_s", 0.0) * 1e6;
       e.completed_us = x.value("completed_s", 0.0) * 1e6;
       d.entries.push_back(std::move(e));
     }
@@ -156,7 +161,7 @@ FlightAnalysis analyse_flight_traces(const std::vector<FlightDump>& dumps) {
       std::map<std::string, std::vector<int>> by_signature;
       const FlightEntry* sample = nullptr;
       bool all_completed = true;
-      std::vector<int> not_completed;
+      std::vector<int> not_completed, waiting;
       for (int r : present) {
         auto it = seqs[r].find(s);
         if (it == seqs[r].end()) {
@@ -169,6 +174,7 @@ FlightAnalysis analyse_flight_traces(const std::vector<FlightDump>& dumps) {
         if (!it->second->completed) {
           all_completed = false;
           not_completed.push_back(r);
+          if (it->second->started) waiting.push_back(r);
         }
       }
       if (!sample) continue;
@@ -205,6 +211,12 @@ FlightAnalysis analyse_flight_traces(const std::vector<FlightDump>& dumps) {
         f.kind = FlightFinding::Kind::NeverCompleted;
         os << describe_entry(*sample) << " entered by " << ranks_phrase(entered) << ", never completed on "
            << ranks_phrase(not_completed);
+        // Which of them were blocked in it, and which had only issued it
+        // (an asynchronous op not yet needed).
+        if (!waiting.empty() && waiting.size() < not_completed.size())
+          os << " (waiting in it: " << ranks_phrase(waiting) << ")";
+        else if (!waiting.empty())
+          os << (waiting.size() == 1 ? " (waiting in it)" : " (each waiting in it)");
       } else {
         continue;  // agreed and done
       }

@@ -87,6 +87,18 @@ int64_t FlightRecorder::scheduled(const std::string& group, CommOp op, bool p2p,
   return next_id_ - 1;
 }
 
+void FlightRecorder::started(int64_t id) {
+  if (id < 0) return;
+  const double now = CommLog::instance().now_us();
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t cap = capacity_.load();
+  if (cap == 0) return;
+  FlightEntry& e = ring_[static_cast<size_t>(id % cap)];
+  if (e.id != id || e.started) return;  // overwritten since, or waited before
+  e.started = true;
+  e.started_us = now;
+}
+
 void FlightRecorder::completed(int64_t id) {
   if (id < 0) return;
   const double now = CommLog::instance().now_us();
@@ -95,6 +107,7 @@ void FlightRecorder::completed(int64_t id) {
   if (cap == 0) return;
   FlightEntry& e = ring_[static_cast<size_t>(id % cap)];
   if (e.id != id) return;  // overwritten since: the ring kept only the newest entries
+  if (!e.started) e.started = true, e.started_us = now;
   e.completed = true;
   e.completed_us = now;
 }
@@ -141,8 +154,9 @@ std::string FlightRecorder::to_json_locked() const {
               {"dtype", e.dtype},
               {"context", e.context},
               {"step", e.step},
-              {"state", e.completed ? "completed" : "scheduled"},
+              {"state", e.state()},
               {"scheduled_s", e.scheduled_us / 1e6},
+              {"started_s", e.started ? e.started_us / 1e6 : 0.0},
               {"completed_s", e.completed ? e.completed_us / 1e6 : 0.0}};
     if (e.p2p) j["peer"] = e.peer;
     entries.push_back(std::move(j));

@@ -6,8 +6,13 @@
 /// which rank never arrived where (torch's NCCL Flight Recorder, for every
 /// backend titan runs on).
 ///
-/// Every ProcessGroup op enters the buffer when it is issued ("scheduled")
-/// and is marked "completed" when its wait returns. A rank dumps its buffer
+/// Every ProcessGroup op enters the buffer when it is issued to the backend
+/// ("scheduled"), is marked "started" when this rank begins to wait for it,
+/// and "completed" when that wait returns. (torch's recorder marks "started"
+/// when the GPU kernel begins, which titan's backends do not report; what
+/// it tells about a hang is the same: a "started" entry that never
+/// completed is the op this rank is stuck in, while a "scheduled" one was
+/// issued ahead, e.g. FSDP's prefetched all-gather, and not yet needed.) A rank dumps its buffer
 /// when one of its collectives fails or times out (ProcessGroup::fail), on
 /// a fatal signal, and on SIGUSR1 (`kill -USR1 PID` on a hung job). The
 /// dumps are read by analyse_flight_traces (flight_analysis.hpp) and by
@@ -43,9 +48,13 @@ struct FlightEntry {
   std::string dtype;                    ///< e.g. "float32"
   std::string context;  ///< the caller's innermost TITAN_PROFILE_RANGE ("fsdp::all_gather layers.3")
   int64_t step = 0;     ///< the training step when issued (FlightRecorder::set_step)
-  bool completed = false;
+  bool started = false;    ///< this rank began to wait for it
+  bool completed = false;  ///< its wait returned
   double scheduled_us = 0;  ///< CommLog clock
+  double started_us = 0;
   double completed_us = 0;
+  /// "scheduled", "started" or "completed".
+  const char* state() const { return completed ? "completed" : started ? "started" : "scheduled"; }
 };
 
 /// @brief Process-wide ring buffer of FlightEntry (thread-safe).
@@ -70,6 +79,9 @@ class FlightRecorder {
   /// Records an op as issued; returns its id (−1 when off), for completed().
   int64_t scheduled(const std::string& group, CommOp op, bool p2p, int peer, const at::Tensor& input,
                     const at::Tensor& output);
+  /// Marks entry `id` started: this rank waits for it now (a no-op if the
+  /// buffer has moved past it).
+  void started(int64_t id);
   /// Marks entry `id` completed (a no-op if the buffer has moved past it).
   void completed(int64_t id);
   /// The entry `id` while it is still in the buffer; nullptr otherwise

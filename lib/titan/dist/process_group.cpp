@@ -136,6 +136,7 @@ PendingWork::PendingWork(const ProcessGroup* group, CommRecord record,
 
 void PendingWork::wait() {
   if (done_) return;
+  for (int64_t id : record_.flight_ids) FlightRecorder::instance().started(id);
   try {
     // NCCL: the current stream waits, the host does not (work_wait_timeout
     // says why); the CommRecord's end then marks when the wait was queued,
