@@ -70,6 +70,10 @@ using models::llama3::Transformer;
 
 namespace {
 
+// Relative bound on SP's measured activation saving against its formula
+// (section 3; the measured gap is stated where it is checked).
+constexpr double kNormSavingBound = 0.03;
+
 struct Options {
   int64_t steps = 3;
   std::string dtype = "fp32";
@@ -421,6 +425,20 @@ int main(int argc, char** argv) {
     // allocator's allocated bytes. (No peak: on Gloo a reduce-scatter's
     // input copy is freed on the backend's thread a moment after the call,
     // so a peak inside backward moves by that copy from run to run.)
+    // What sequence parallelism saves per rank, against the formula (the
+    // printout below says what it counts). Measured: 80.0 KiB of 80.0
+    // predicted at 2 ranks, 120.6 of 120.0 at 4 (+0.5 %: the rstd and other
+    // small tensors). The bound is 3 %; a norm that saved one more [B, S, D]
+    // tensor, or a layout that did not cut the stream, is off by 50 % or
+    // more.
+    const bool norm_formula_applies = spec.model.fused_kernels && !bf16 && n > 1;
+    const double norm_saving_predicted =
+        (1.0 - 1.0 / n) * double(2 * spec.model.n_layers + 1) *
+        double(spec.global_batch * spec.seq_len * spec.model.dim * 4);
+    const double norm_saving_measured = double(runs[0].held_after_forward - runs[2].held_after_forward);
+    const bool norm_saving_ok =
+        !norm_formula_applies ||
+        std::abs(norm_saving_measured - norm_saving_predicted) <= kNormSavingBound * norm_saving_predicted;
     if (chatty) {
       std::printf("3. activation memory of rank %d, last step (local shapes; bytes above the level before forward)\n",
                   rank);
@@ -442,23 +460,22 @@ int main(int argc, char** argv) {
       shape_row("held after forward / TP's", [&](const RunResult& r) {
         return titan::strprintf("%.2f", double(r.held_after_forward) / tp_held);
       });
-      // What SP cuts: each RMSNorm saves its input and its normalised
-      // output for backward, two [B, S, D] tensors per norm, 2L + 1 norms;
-      // under SP they hold S/n tokens. The attention's and the FFN's inputs,
-      // all-gathered again, are what their matmuls save: whole in both.
-      // (In bf16 the norm computes, and saves, in fp32 as well: the count of
-      // bf16 tensors does not predict it, so only the measurement is shown.)
-      const int64_t L = spec.model.n_layers;
-      const double A = double(spec.global_batch * spec.seq_len * spec.model.dim * 4);
-      const double predicted = (1.0 - 1.0 / n) * 2.0 * double(2 * L + 1) * A;
+      // What SP cuts: each RMSNorm's saved input, 2L + 1 norms. The fused
+      // RMSNorm ([model] fused_kernels, the default) saves for backward its
+      // input [B, S, D] (and a per-token rstd, too small to show here), not
+      // its output; under SP the input holds S/n tokens. Its output is
+      // all-gathered again and saved whole by the matmuls after it, in both
+      // layouts. (Op by op, or in bf16 where the norm computes and saves in
+      // fp32, the saved set is another: only the measurement is shown then.)
       const std::string saved = kib(double(runs[0].held_after_forward - runs[2].held_after_forward));
-      if (bf16)
+      if (!norm_formula_applies)
         std::printf("   TP - SP+TP held: %s measured (the norms' saved tensors at S/%d tokens)\n", saved.c_str(), n);
       else
-        std::printf("   TP - SP+TP held: %s measured; the norms' saved input and output, 2 x %lld norms x [%lld,%lld,%lld]\n"
-                    "   x (1 - 1/%d) = %s\n",
-                    saved.c_str(), (long long)(2 * L + 1), (long long)spec.global_batch, (long long)spec.seq_len,
-                    (long long)spec.model.dim, n, kib(predicted).c_str());
+        std::printf("   TP - SP+TP held: %s measured; the fused norms' saved inputs, %lld norms x [%lld,%lld,%lld]\n"
+                    "   x 4 B x (1 - 1/%d) = %s (bound %.0f %%)%s\n",
+                    saved.c_str(), (long long)(2 * spec.model.n_layers + 1), (long long)spec.global_batch,
+                    (long long)spec.seq_len, (long long)spec.model.dim, n, kib(norm_saving_predicted).c_str(),
+                    100 * kNormSavingBound, norm_saving_ok ? "" : "  <- differs from the formula");
       std::printf("   The all-gathered inputs of attention and the FFN, which their matmuls save for backward, stay\n"
                   "   whole; loss parallel saves the logits' softmax at V/%d columns\n\n", n);
     }
@@ -469,7 +486,7 @@ int main(int argc, char** argv) {
     bool mem_ok = sp_run.block_in->in_bytes * n == tp_run.block_in->in_bytes &&
                   sp_run.attention_norm->out_bytes * n == tp_run.attention_norm->out_bytes &&
                   sp_run.attention->in_bytes == tp_run.attention->in_bytes &&
-                  (n == 1 || sp_run.held_after_forward < tp_run.held_after_forward);
+                  (n == 1 || sp_run.held_after_forward < tp_run.held_after_forward) && norm_saving_ok;
     mem_ok = max_over_ranks(tp_group, mem_ok ? 0.0 : 1.0, spec.device) == 0.0;
     ok = ok && mem_ok;
     if (chatty && !mem_ok) std::printf("the SP layout is not what it should be (see the shapes above)\n");
