@@ -13,7 +13,7 @@
 #include "titan/checkpoint/dcp.hpp"
 #include "titan/checkpoint/hf_config.hpp"
 #include "titan/checkpoint/hf_folder.hpp"
-#include "titan/checkpoint/hf_llama.hpp"
+#include "titan/models/llama3/state_dict_adapter.hpp"
 #include "titan/checkpoint/torchtitan_v03.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/models/llama3/model_args.hpp"
@@ -93,7 +93,7 @@ Options parse(int argc, char** argv) {
 void check_flavor(const checkpoint::StateDict& state, const models::llama3::ModelArgs& flavor,
                   const Options& o) {
   try {
-    checkpoint::check_titan_state(state, flavor, o.checkpoint_path);
+    models::llama3::check_titan_state(state, flavor, o.checkpoint_path);
   } catch (const Error& e) {
     throw Error("titan convert: --model_flavor " + o.model_flavor + " does not match the checkpoint: " + e.what());
   }

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "models/test_util.hpp"
-#include "titan/checkpoint/hf_llama.hpp"
+#include "titan/models/llama3/state_dict_adapter.hpp"
 #include "titan/models/llama3/transformer.hpp"
 
 namespace titan::testing {
@@ -31,20 +31,20 @@ inline models::llama3::Transformer seeded_model(const models::llama3::ModelArgs&
 }
 
 /// The model's parameters by torchtitan name (detached views).
-inline checkpoint::StateDict state_of(models::llama3::Transformer& model) {
-  checkpoint::StateDict s;
+inline models::llama3::StateDict state_of(models::llama3::Transformer& model) {
+  models::llama3::StateDict s;
   for (const auto& p : model->named_parameters()) s[p.key()] = p.value().detach();
   return s;
 }
 
 /// Copies `state` into the model's parameters (names and shapes must match).
-inline void load_state(models::llama3::Transformer& model, const checkpoint::StateDict& state) {
+inline void load_state(models::llama3::Transformer& model, const models::llama3::StateDict& state) {
   torch::NoGradGuard no_grad;
   for (auto& p : model->named_parameters()) p.value().copy_(state.at(p.key()));
 }
 
 /// Same names, dtypes, shapes and bytes.
-inline void expect_bitwise_equal(const checkpoint::StateDict& a, const checkpoint::StateDict& b) {
+inline void expect_bitwise_equal(const models::llama3::StateDict& a, const models::llama3::StateDict& b) {
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, t] : a) {
     ASSERT_TRUE(b.count(name)) << name;

@@ -5,11 +5,11 @@
 #include <torch/torch.h>
 
 #include "checkpoint/hf_test_util.hpp"
-#include "titan/checkpoint/hf_llama.hpp"
+#include "titan/models/llama3/state_dict_adapter.hpp"
 #include "titan/ops/rope.hpp"
 #include "titan/util/error.hpp"
 
-using namespace titan::checkpoint;
+using namespace titan::models::llama3;
 
 TEST(HfLlamaNames, MapBothWays) {
   const std::pair<const char*, const char*> cases[] = {

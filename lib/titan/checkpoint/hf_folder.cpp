@@ -11,8 +11,14 @@
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/util/files.hpp"
 #include "titan/util/error.hpp"
+#include "titan/models/llama3/state_dict_adapter.hpp"
 
 namespace titan::checkpoint {
+
+using models::llama3::from_hf_state;
+using models::llama3::hf_name;
+using models::llama3::titan_llama_shapes;
+using models::llama3::to_hf_state;
 
 namespace {
 

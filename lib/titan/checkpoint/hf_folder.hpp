@@ -12,10 +12,12 @@
 #include <string>
 
 #include "titan/checkpoint/hf_config.hpp"
-#include "titan/checkpoint/hf_llama.hpp"
+#include "titan/models/llama3/state_dict_adapter.hpp"
 #include "titan/models/llama3/model_args.hpp"
 
 namespace titan::checkpoint {
+
+using models::llama3::StateDict;
 
 /// Hugging Face's default shard size (save_pretrained's max_shard_size="5GB").
 inline constexpr int64_t kHfDefaultShardBytes = 5'000'000'000;

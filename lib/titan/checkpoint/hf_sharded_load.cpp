@@ -7,12 +7,15 @@
 
 #include "titan/checkpoint/dcp.hpp"
 #include "titan/checkpoint/hf_folder.hpp"
-#include "titan/checkpoint/hf_llama.hpp"
+#include "titan/models/llama3/state_dict_adapter.hpp"
 #include "titan/checkpoint/safetensors.hpp"
 #include "titan/util/error.hpp"
 #include "titan/util/strings.hpp"
 
 namespace titan::checkpoint {
+
+using models::llama3::half_to_interleaved;
+using models::llama3::hf_name;
 
 namespace {
 

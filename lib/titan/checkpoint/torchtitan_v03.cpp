@@ -4,8 +4,11 @@
 
 #include "titan/util/error.hpp"
 #include "titan/util/strings.hpp"
+#include "titan/models/llama3/state_dict_adapter.hpp"
 
 namespace titan::checkpoint {
+
+using models::llama3::check_titan_state;
 
 namespace {
 

@@ -16,10 +16,12 @@
 /// qkv_linear.wq/wk/wv on save, so its checkpoints hold the split names;
 /// wqkv appears only in a dump of the module's parameters.
 
-#include "titan/checkpoint/hf_llama.hpp"
+#include "titan/models/llama3/state_dict_adapter.hpp"
 #include "titan/models/llama3/model_args.hpp"
 
 namespace titan::checkpoint {
+
+using models::llama3::StateDict;
 
 /// @brief The fused [n_kv·(hpk+2)·d, dim] wqkv of `wq` [n_heads·d, dim],
 /// `wk` and `wv` [n_kv·d, dim], in torchtitan 0.3's grouped layout.

@@ -1,4 +1,4 @@
-#include "titan/checkpoint/hf_llama.hpp"
+#include "titan/models/llama3/state_dict_adapter.hpp"
 
 #include <cctype>
 #include <set>
@@ -7,7 +7,7 @@
 #include "titan/util/error.hpp"
 #include "titan/util/strings.hpp"
 
-namespace titan::checkpoint {
+namespace titan::models::llama3 {
 
 namespace {
 
@@ -69,7 +69,7 @@ at::Tensor permute_rows(const at::Tensor& w, int64_t heads, bool to_half) {
 }  // namespace
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> titan_llama_shapes(
-    const models::llama3::ModelArgs& args) {
+    const ModelArgs& args) {
   args.validate();
   const int64_t dim = args.dim, hq = args.n_heads * args.head_dim(),
                 hkv = args.kv_heads() * args.head_dim(), ffn = args.ffn_hidden_dim();
@@ -116,7 +116,7 @@ at::Tensor interleaved_to_half(const at::Tensor& w, int64_t heads) { return perm
 
 at::Tensor half_to_interleaved(const at::Tensor& w, int64_t heads) { return permute_rows(w, heads, false); }
 
-void check_titan_state(const StateDict& state, const models::llama3::ModelArgs& args,
+void check_titan_state(const StateDict& state, const ModelArgs& args,
                        const std::string& what) {
   std::set<std::string> expected;
   for (const auto& [name, shape] : titan_llama_shapes(args)) {
@@ -133,7 +133,7 @@ void check_titan_state(const StateDict& state, const models::llama3::ModelArgs& 
                 name == "output.weight" ? " whose output is tied to tok_embeddings (tie_word_embeddings)" : "");
 }
 
-StateDict to_hf_state(const StateDict& titan_state, const models::llama3::ModelArgs& args) {
+StateDict to_hf_state(const StateDict& titan_state, const ModelArgs& args) {
   check_titan_state(titan_state, args, "hf export");
   StateDict out;
   for (const auto& [name, t] : titan_state) {
@@ -146,7 +146,7 @@ StateDict to_hf_state(const StateDict& titan_state, const models::llama3::ModelA
   return out;
 }
 
-StateDict from_hf_state(const StateDict& hf_state, const models::llama3::ModelArgs& args) {
+StateDict from_hf_state(const StateDict& hf_state, const ModelArgs& args) {
   StateDict out;
   for (const auto& [name, t] : hf_state) {
     // Older HF checkpoints store the RoPE frequencies as a buffer; they are
@@ -164,4 +164,4 @@ StateDict from_hf_state(const StateDict& hf_state, const models::llama3::ModelAr
   return out;
 }
 
-}  // namespace titan::checkpoint
+}  // namespace titan::models::llama3

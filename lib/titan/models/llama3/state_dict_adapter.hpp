@@ -1,8 +1,11 @@
 #pragma once
 /// @file
-/// @brief Llama 3 state dicts between torchtitan's names and layout and
-/// Hugging Face's LlamaForCausalLM: the name map and the q/k row permutation
-/// between the two RoPE layouts.
+/// @brief The Llama 3 state-dict adapter (torchtitan's
+/// Llama3StateDictAdapter): state dicts between torchtitan's names and
+/// layout and Hugging Face's LlamaForCausalLM, the name map and the q/k row
+/// permutation between the two RoPE layouts. The checkpoint layer reads and
+/// writes the files (checkpoint/hf_folder.hpp); what the names and rows
+/// mean is the model's, so it lives here.
 ///
 /// titan (like Meta's and torchtitan's checkpoints) rotates channel pairs
 /// (2i, 2i+1) of each head; HF's LlamaAttention rotates (i, i + head_dim/2)
@@ -17,7 +20,7 @@
 
 #include "titan/models/llama3/model_args.hpp"
 
-namespace titan::checkpoint {
+namespace titan::models::llama3 {
 
 /// Tensors by name (torchtitan's or HF's, as the function says).
 using StateDict = std::map<std::string, at::Tensor>;
@@ -26,7 +29,7 @@ using StateDict = std::map<std::string, at::Tensor>;
 /// (tok_embeddings, layer 0..n-1, norm, output) with their shapes; no
 /// output.weight when args.tie_word_embeddings (HF then has no lm_head.weight).
 std::vector<std::pair<std::string, std::vector<int64_t>>> titan_llama_shapes(
-    const models::llama3::ModelArgs& args);
+    const ModelArgs& args);
 
 /// @brief The HF name of a torchtitan name ("layers.3.attention.wq.weight" →
 /// "model.layers.3.self_attn.q_proj.weight"); titan::Error for a name outside
@@ -50,17 +53,17 @@ at::Tensor half_to_interleaved(const at::Tensor& w, int64_t heads);
 /// with `args`, with their shapes; a one-line titan::Error names the first
 /// missing, unexpected or mis-shaped tensor (and the shapes). `what` says
 /// where the tensors came from, for the message.
-void check_titan_state(const StateDict& titan_state, const models::llama3::ModelArgs& args,
+void check_titan_state(const StateDict& titan_state, const ModelArgs& args,
                        const std::string& what);
 
 /// @brief torchtitan state dict → HF LlamaForCausalLM state dict (names
 /// mapped, wq/wk rows permuted with n_heads/n_kv_heads). Checks the state
 /// against `args` first. Tensors keep their dtype and device.
-StateDict to_hf_state(const StateDict& titan_state, const models::llama3::ModelArgs& args);
+StateDict to_hf_state(const StateDict& titan_state, const ModelArgs& args);
 
 /// @brief HF LlamaForCausalLM state dict → torchtitan state dict: the exact
 /// inverse of to_hf_state (a round trip is bitwise equal). Errors name a
 /// missing or unknown HF tensor; the result is checked against `args`.
-StateDict from_hf_state(const StateDict& hf_state, const models::llama3::ModelArgs& args);
+StateDict from_hf_state(const StateDict& hf_state, const ModelArgs& args);
 
-}  // namespace titan::checkpoint
+}  // namespace titan::models::llama3
