@@ -1,8 +1,11 @@
 // Memory and time per training step of the real trainer (debugmodel by
 // default) under DDP, FSDP or HSDP on N emulated ranks, with the
 // communication each rank sent per step next to what the analytic formulas
-// predict from the parameter bytes. One line per run (rank 0); run.sh runs
-// N = 1, 2, 4 for each technique side by side and prints the ratios.
+// predict from the parameter bytes, tokens per second per rank, and (FSDP,
+// HSDP) the communication exposed per step: the time rank 0 was blocked
+// waiting for FSDP's collectives (its *_wait events), after the warm-up.
+// One line per run (rank 0); run.sh runs N = 1, 2, 4 for each technique
+// side by side and prints the ratios and the scaling efficiency.
 //
 //   bench_data_parallel --nproc 4 --mode fsdp [--steps 8] [--warmup 2] [--flavor debugmodel]
 #include <ATen/ATen.h>
@@ -19,6 +22,7 @@
 #include "titan/launch/options.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/metrics/memory.hpp"
+#include "titan/parallel/fsdp/fully_shard.hpp"
 #include "titan/train/trainer.hpp"
 #include "titan/util/error.hpp"
 
@@ -79,8 +83,14 @@ int main(int argc, char** argv) {
     opts.handle_signals = false;
     opts.peak_flops = 0;
     std::vector<double> step_seconds;
-    opts.on_step = [&](const titan::train::StepResult& r) { step_seconds.push_back(r.step_seconds); };
+    titan::train::Trainer* running = nullptr;
+    opts.on_step = [&](const titan::train::StepResult& r) {
+      step_seconds.push_back(r.step_seconds);
+      // The exposed communication counts the timed steps only.
+      if (r.step == a.warmup && running) titan::fsdp::clear_fsdp_events(*running->model());
+    };
     titan::train::Trainer trainer(cfg, opts);
+    running = &trainer;
 
     // What the optimizer holds on this rank: parameters (shards under FSDP),
     // their gradients (still there after the last step) and Adam state.
@@ -139,6 +149,13 @@ int main(int argc, char** argv) {
       ar_model = 2 * (r - 1) / r * S;
     }
 
+    // Exposed communication: rank 0's time blocked in FSDP's waits, per
+    // timed step (no FSDP: none recorded, printed as 0).
+    double exposed_us = 0;
+    for (const titan::fsdp::FsdpEvent& e : titan::fsdp::fsdp_events(*trainer.model()))
+      if (e.what.size() > 5 && e.what.compare(e.what.size() - 5, 5, "_wait") == 0) exposed_us += e.end_us - e.start_us;
+    const double exposed_ms = exposed_us / 1e3 / static_cast<double>(a.steps - a.warmup);
+
     std::sort(step_seconds.begin() + a.warmup, step_seconds.end());
     const double median = step_seconds[a.warmup + (step_seconds.size() - a.warmup) / 2];
     const titan::metrics::MemoryStats mem = titan::metrics::memory_stats(trainer.device());
@@ -150,10 +167,11 @@ int main(int argc, char** argv) {
       const double MiB = 1024.0 * 1024.0;
       std::printf(
           "RESULT mode=%s ranks=%d layout=%s step_ms=%.1f params_MiB=%.3f grads_MiB=%.3f optim_MiB=%.3f peak_rss_MiB=%.0f "
-          "ag_MiB=%.3f ag_model_MiB=%.3f rs_MiB=%.3f rs_model_MiB=%.3f ar_MiB=%.3f ar_model_MiB=%.3f\n",
+          "ag_MiB=%.3f ag_model_MiB=%.3f rs_MiB=%.3f rs_model_MiB=%.3f ar_MiB=%.3f ar_model_MiB=%.3f "
+          "tokens_per_s_per_rank=%.0f exposed_ms=%.1f\n",
           a.mode.c_str(), n, layout.c_str(), median * 1e3, param_bytes / MiB, grad_bytes / MiB,
           optimizer_bytes / MiB, mem.peak_bytes / MiB, ag / MiB, ag_model / MiB, rs / MiB, rs_model / MiB, ar / MiB,
-          ar_model / MiB);
+          ar_model / MiB, static_cast<double>(a.batch * a.seq_len) / median, exposed_ms);
     }
     return 0;
   });

@@ -192,7 +192,9 @@ void FsdpUnit::unshard() {
   if (sharded_state_ == ShardedState::Unsharded || params_.empty()) return;
   if (!pending_) issue_all_gather(/*prefetch=*/false);
   TITAN_PROFILE_RANGE("fsdp::unshard " + name_);  // waits for the all-gather, copies the weights out
+  const double wait_start = now_us();
   pending_->wait();
+  comm_->record_event({name_, "all_gather_wait", wait_start, now_us(), gather_prefetched_});
   pending_.reset();
   gather_in_ = at::Tensor();
   at::NoGradGuard no_grad;
@@ -267,7 +269,9 @@ struct GradReduction {
 };
 
 void finish_reduce_scatter(GradReduction& r) {
+  const double wait_start = now_us();
   r.rs->wait();
+  r.unit->comm_context()->record_event({r.unit->name(), "reduce_scatter_wait", wait_start, now_us(), false});
   r.rs.reset();
   r.unit->comm_context()->record_event({r.unit->name(), "reduce_scatter", r.rs_issued_us, now_us(), false});
   r.staged = at::Tensor();
@@ -283,7 +287,9 @@ void finish_reduce_scatter(GradReduction& r) {
 
 void finish_all_reduce(GradReduction& r) {
   if (!r.ar) return;
+  const double wait_start = now_us();
   r.ar->wait();
+  r.unit->comm_context()->record_event({r.unit->name(), "all_reduce_wait", wait_start, now_us(), false});
   r.ar.reset();
   r.unit->comm_context()->record_event({r.unit->name(), "all_reduce", r.ar_issued_us, now_us(), false});
 }

@@ -127,7 +127,10 @@ struct FsdpEvent {
   /// "reduce_scatter" (issued at the end of the unit's backward → waited,
   /// i.e. complete: it runs under the previous unit's backward),
   /// "all_reduce" (HSDP, across replicas: started when the reduce-scatter
-  /// was waited → waited).
+  /// was waited → waited). "all_gather_wait", "reduce_scatter_wait",
+  /// "all_reduce_wait": the time this rank was blocked waiting for that
+  /// collective, i.e. the communication compute did not hide (their sum
+  /// over a step is its exposed communication).
   std::string what;
   double start_us = 0;  ///< CommLog clock
   double end_us = 0;
