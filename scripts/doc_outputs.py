@@ -30,8 +30,15 @@ another: the fp32 rounding floor); checksums of trained weights (a block's
 
 --update rewrites a block's compared lines; a block marked `whole` is
 replaced whole (its timings too) by the same number of lines of output.
-Each program runs with a temp folder of its own; its paths print as
-/tmp/... whatever that folder is.
+Each program runs with a temp folder of its own (its TMPDIR, and its working
+directory unless `in_root`: run from the repository root, for arguments
+that name files there); its paths print as /tmp/... whatever that folder is.
+
+A block may leave parts of the output out: a line `...` on the page cuts it
+into pieces, and `start` is then a list, one first line per piece, each
+searched for after the piece before it. `prompt` says the block's first line
+is the command as typed, `$ build/bin/NAME ARGS` (compared like the rest);
+`status` is the exit status the command must end with (a refusal: 1).
 """
 import argparse
 import os
@@ -45,6 +52,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The schedules' equivalence rows of chapter 05 (losses and differences).
 CH05_ROWS = r"^(1\. equivalence|   schedule +last loss|   reference|   (naive|GPipe|1F1B|Interleaved1F1B|" \
             r"InterleavedZeroBubble|ZBVZeroBubble) +\d\.\d{8}|   tolerance|OK: every schedule)"
+
+# Chapter 01's step tables end in wall-clock columns (ref ms, ddp ms; comm ms);
+# the overlap timeline is wall-clock throughout.
+CH01_COMPARE = r"^(?!overlap in step|  all-reduce |\d+ of \d+ bucket all-reduces)."
+CH01_MS = r"( +\d+\.\d\d)+$"
+# Chapter 11's section 2 (ms before the four byte counts) and 3 (the two ms
+# columns, and their imbalances), section 4's imbalance of the measured times.
+CH11_MASK = [r"\d+\.\d(?=( +\d+){4}$)", r"( +\d+\.\d)+$", r"\d+\.\d\d +\d+\.\d\d(?= +\(max / mean)",
+             r"\d+\.\d\d(?= +\d+\.\d%$)"]
+ESTIMATE_405B = ["titan", "estimate", "--model.flavor", "405B"]
 
 BLOCKS = {
     "ch02-results": dict(page="docs/chapters/02-fsdp2.md", cmd=["ch02_fsdp2", "--nproc", "4"], start="FSDP2 on 4 ranks",
@@ -68,6 +85,88 @@ BLOCKS = {
     "ch08-crash": dict(page="docs/chapters/08-distributed-checkpoint.md",
                        cmd=["ch08_distributed_checkpoint", "--nproc", "4"],
                        start="5. crash safety", compare=r".", whole=True),
+    "ch01-fp32": dict(page="docs/chapters/01-data-parallel.md", cmd=["ch01_data_parallel", "--nproc", "4"],
+                      start="Chapter 01: data parallelism", compare=CH01_COMPARE, mask=[CH01_MS]),
+    "ch01-bf16": dict(page="docs/chapters/01-data-parallel.md",
+                      cmd=["ch01_data_parallel", "--nproc", "2", "--dtype", "bf16", "--grad-accum", "2", "--steps", "3"],
+                      start=["step     loss ref", "communication per step"], compare=CH01_COMPARE, mask=[CH01_MS]),
+    "ch03-tp4": dict(page="docs/chapters/03-tensor-parallel.md", cmd=["ch03_tensor_parallel", "--nproc", "4"],
+                     start="Chapter 03: tensor parallelism", compare=r"."),
+    "ch03-tp2": dict(page="docs/chapters/03-tensor-parallel.md", cmd=["ch03_tensor_parallel", "--nproc", "2"],
+                     start=["2. FFN pair", "   step     loss ref"], compare=r"."),
+    "ch03-tp2-bf16": dict(page="docs/chapters/03-tensor-parallel.md",
+                          cmd=["ch03_tensor_parallel", "--nproc", "2", "--dtype", "bf16", "--steps", "3"],
+                          start=["   vs the unsharded pair", "   step     loss ref", "OK: tensor parallelism"],
+                          compare=r"."),
+    "ch04-sp4": dict(page="docs/chapters/04-sequence-parallel.md", cmd=["ch04_sequence_parallel", "--nproc", "4"],
+                     start="Chapter 04: sequence parallelism", compare=r"."),
+    "ch04-sp2": dict(page="docs/chapters/04-sequence-parallel.md", cmd=["ch04_sequence_parallel", "--nproc", "2"],
+                     start="1. equivalence", compare=r"."),
+    "ch04-sp4-seq64": dict(page="docs/chapters/04-sequence-parallel.md",
+                           cmd=["ch04_sequence_parallel", "--nproc", "4", "--seq-len", "64"],
+                           start="3. activation memory", compare=r"."),
+    "ch04-sp2-bf16": dict(page="docs/chapters/04-sequence-parallel.md",
+                          cmd=["ch04_sequence_parallel", "--nproc", "2", "--dtype", "bf16"],
+                          start=["1. equivalence", "3. activation memory"], compare=r"."),
+    # The flash kernel's memory counts the tile scratch of the threads that
+    # picked up work, which varies from run to run below ~4096 tokens: masked,
+    # with the times. The sweep to 32768 needs ~10 GiB (math attention's S and P).
+    "ch06-ladder": dict(page="docs/chapters/06-flash-attention.md",
+                        cmd=["ch06_flash_attention", "--max-seq", "32768"], start="0. the ladder", compare=r".",
+                        mask=[r"(?<=flash kernel) +\d+\.\d{3} MiB", r" +\d+\.\d$"]),
+    "ch06-memory": dict(page="docs/chapters/06-flash-attention.md",
+                        cmd=["ch06_flash_attention", "--max-seq", "32768"], start="       seq S = seq", compare=r".",
+                        mask=[r" +\d+\.\d{3} MiB", r"( +\d+\.\d)+$", r"flash x\d+\.\d"]),
+    "ch06-equality": dict(page="docs/chapters/06-flash-attention.md",
+                          cmd=["ch06_flash_attention", "--max-seq", "32768"], start="2. flash vs math", compare=r"."),
+    "ch06-speed": dict(page="docs/chapters/06-flash-attention.md",
+                       cmd=["ch06_flash_attention", "--max-seq", "32768"], start="3. forward + backward",
+                       compare=r"^3\. forward|bench/attention runs", whole=True),
+    "ch07-results": dict(page="docs/chapters/07-async-tensor-parallel.md",
+                         cmd=["ch07_async_tensor_parallel", "--nproc", "4"], start="1. Both equal",
+                         compare=r"^(1\. Both|   run  |   (sync|async) TP +(0|\d\.\d+e-\d+) |   tolerance|2\. Time)"),
+    # Section 2's ranges are ordered by their times; the phase peaks and
+    # `other` of section 3 move with when the communication buffers are freed.
+    "ch09-profile": dict(page="docs/chapters/09-profiling.md", cmd=["ch09_profiling", "--nproc", "2"],
+                         start="1. trained 4 steps", compare=r"^(?!   (titan|fsdp|c10d|aten)::).",
+                         mask=[r"tb/\d{8}-\d{4}", r"took \d+\.\d+ ms", r"( +\d+\.\d\d){2}$"]),
+    "ch11-documents": dict(page="docs/chapters/11-context-parallel.md", cmd=["ch11_context_parallel", "--nproc", "4"],
+                           start="4. Per-rank attention work under block-causal", compare=r".", mask=CH11_MASK),
+    "ch11-results": dict(page="docs/chapters/11-context-parallel.md", cmd=["ch11_context_parallel", "--nproc", "4"],
+                         start=["1. The sequence cut", "5. Llama"], compare=r".", mask=CH11_MASK),
+    "ch11-seq-len": dict(page="docs/chapters/11-context-parallel.md",
+                         cmd=["titan", "train", "--nproc", "4", "--parallelism.context_parallel_degree", "2",
+                              "--parallelism.context_parallel_rotate_method", "alltoall",
+                              "--parallelism.context_parallel_load_balancer", "headtail", "--training.seq_len", "18"],
+                         in_root=True, status=1, start="error: [training] seq_len", compare=r"."),
+    "ch12-layout": dict(page="docs/chapters/12-capstone.md", cmd=["ch12_capstone", "--nproc", "8"],
+                        start="Chapter 12: PP 2 x FSDP 2 x TP 2", compare=r"."),
+    "ch12-4d": dict(page="docs/chapters/12-capstone.md", cmd=["ch12_capstone", "--nproc", "16", "--cp", "2"],
+                    start=["Chapter 12: PP 2 x FSDP 2 x CP 2", "2e. FSDP 4"], compare=r"."),
+    "ch12-at-scale": dict(page="docs/chapters/12-capstone.md", cmd=["ch12_capstone", "--nproc", "8"],
+                          start="4. At scale.", compare=r"."),
+    "ch12-estimate-2048": dict(page="docs/chapters/12-capstone.md", in_root=True, prompt=True, start="model ",
+                               cmd=["titan", "estimate", "--job.config_file", "train_configs/llama3_405b_large.toml",
+                                    "--model.flavor", "405B", "--nproc", "2048"], compare=r"."),
+    "ch12-estimate-64": dict(page="docs/chapters/12-capstone.md", prompt=True, start="model ", compare=r".",
+                             cmd=ESTIMATE_405B + ["--nproc", "64", "--training.data_parallel_shard_degree", "2",
+                                                  "--training.tensor_parallel_degree", "8",
+                                                  "--experimental.pipeline_parallel_degree", "4"]),
+    "ch12-estimate-128": dict(page="docs/chapters/12-capstone.md", prompt=True, start="error: ", status=1,
+                              compare=r".",
+                              cmd=ESTIMATE_405B + ["--nproc", "128", "--training.data_parallel_shard_degree", "2",
+                                                   "--training.tensor_parallel_degree", "8",
+                                                   "--experimental.pipeline_parallel_degree", "4"]),
+    "ch12-estimate-128-ac": dict(page="docs/chapters/12-capstone.md", prompt=True, start="model ", compare=r".",
+                                 cmd=ESTIMATE_405B + ["--nproc", "128", "--training.data_parallel_shard_degree", "4",
+                                                      "--training.tensor_parallel_degree", "8",
+                                                      "--experimental.pipeline_parallel_degree", "4",
+                                                      "--activation_checkpoint.mode", "full"]),
+    "ch12-estimate-128-cp": dict(page="docs/chapters/12-capstone.md", prompt=True, start="model ", compare=r".",
+                                 cmd=ESTIMATE_405B + ["--nproc", "128", "--training.data_parallel_shard_degree", "2",
+                                                      "--training.context_parallel_degree", "2",
+                                                      "--training.tensor_parallel_degree", "8",
+                                                      "--experimental.pipeline_parallel_degree", "4"]),
 }
 
 MARK = re.compile(r"^<!-- output: ([a-z0-9-]+) -->$")
@@ -75,8 +174,9 @@ SCI = re.compile(r"^[-+]?\d+(\.\d+)?e[-+]\d+$")
 DEC = re.compile(r"^[-+]?\d+\.(\d{6,})$")
 
 
-def same(old, new, masks):
-    """Whether a page's line still says what the program's says (see the top)."""
+def same(old, new, masks, exact=False):
+    """Whether a page's line still says what the program's says (see the top).
+    `exact`: word for word outside the masks (no rounding-floor tolerance)."""
     for m in masks:
         old, new = re.sub(m, "<machine>", old), re.sub(m, "<machine>", new)
     a, b = old.split(), new.split()
@@ -85,6 +185,8 @@ def same(old, new, masks):
     for x, y in zip(a, b):
         if x == y:
             continue
+        if exact:
+            return False
         if SCI.match(x) and SCI.match(y):
             fx, fy = float(x), float(y)
             if fx > 0 and fy > 0 and max(fx, fy) / min(fx, fy) <= 4:
@@ -103,27 +205,48 @@ def normalise(line):
     return re.sub(r"(?<![\w.])/\S*?/(titan_ch\d\d)", r"/tmp/\1", line)
 
 
-def run(bin_dir, cmd, cache):
+def run(bin_dir, spec, cache):
+    cmd = spec["cmd"]
     key = tuple(cmd)
     if key not in cache:
-        exe = os.path.join(bin_dir, cmd[0])
+        exe = os.path.abspath(os.path.join(bin_dir, cmd[0]))
         # A temp folder of its own: the chapters' CTest runs may use theirs
-        # (/tmp/titan_chNN_...) at the same time.
+        # (/tmp/titan_chNN_...) at the same time; what a program writes to its
+        # working directory (ch07's SVG) lands there too.
         with tempfile.TemporaryDirectory(prefix="titan_doc_outputs_") as tmp:
             p = subprocess.run([exe] + cmd[1:], capture_output=True, text=True, timeout=900,
-                               env=dict(os.environ, TMPDIR=tmp))
-        if p.returncode != 0:
+                               cwd=ROOT if spec.get("in_root") else tmp, env=dict(os.environ, TMPDIR=tmp))
+        if p.returncode != spec.get("status", 0):
             sys.exit(f"error: {' '.join(cmd)} exited {p.returncode}:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
         lines = [l for l in (p.stdout + p.stderr).split("\n") if not re.match(r"^\[rank [1-9]", l)]
         cache[key] = [normalise(l) for l in lines]
     return cache[key]
 
 
-def excerpt(output, start, n, name):
-    for i, line in enumerate(output):
-        if line.startswith(start):
-            return output[i:i + n]
-    sys.exit(f"error: {name}: no line starting with '{start}' in the program's output")
+def excerpt(output, spec, page, name):
+    """The program's lines for a page block `page` (a list of lines): from
+    each start on, as many lines as the block's piece has, pieces joined by
+    `...` (see the top)."""
+    starts = spec["start"] if isinstance(spec["start"], list) else [spec["start"]]
+    pieces = [[]]
+    for line in page:
+        if line == "...":
+            pieces.append([])
+        else:
+            pieces[-1].append(line)
+    if len(pieces) != len(starts):
+        sys.exit(f"error: {name}: {len(pieces)} piece(s) on the page (cut by '...'), {len(starts)} start(s)")
+    fresh, at = [], 0
+    if spec.get("prompt"):
+        fresh.append("$ build/bin/" + " ".join(spec["cmd"]))
+    for k, (piece, start) in enumerate(zip(pieces, starts)):
+        n = len(piece) - (1 if k == 0 and spec.get("prompt") else 0)
+        i = next((i for i in range(at, len(output)) if output[i].startswith(start)), None)
+        if i is None:
+            sys.exit(f"error: {name}: no line starting with '{start}' in the program's output")
+        fresh += output[i:i + n] + (["..."] if k + 1 < len(pieces) else [])
+        at = i + n
+    return fresh
 
 
 def blocks_of(text):
@@ -178,7 +301,7 @@ def main():
             seen.add(name)
             spec = BLOCKS[name]
             want_re = re.compile(spec["compare"])
-            fresh = excerpt(run(args.bin_dir, spec["cmd"], cache), spec["start"], b - a, name)
+            fresh = excerpt(run(args.bin_dir, spec, cache), spec, lines[a:b], name)
             page_cmp = [(k, l) for k, l in enumerate(lines[a:b]) if want_re.search(l)]
             fresh_cmp = [l for l in fresh if want_re.search(l)]
             if len(page_cmp) != len(fresh_cmp):
@@ -188,8 +311,12 @@ def main():
             for (k, old), new in zip(page_cmp, fresh_cmp):
                 if not same(old, new, spec.get("mask", [])):
                     stale.append(f"{page}:{a + k + 1}: block {name}\n    page:    {old}\n    program: {new}")
-                    if args.update and not spec.get("whole"):
-                        lines[a + k] = new
+                # --update writes what this run printed even where --check
+                # would let the page's value pass (a difference at the
+                # rounding floor): the page then shows one run's numbers, not
+                # a mix of runs. Masked fields (timings) stay as pasted.
+                if args.update and not spec.get("whole") and not same(old, new, spec.get("mask", []), exact=True):
+                    lines[a + k] = new
             if args.update and spec.get("whole"):
                 lines[a:b] = fresh
         if args.update:
