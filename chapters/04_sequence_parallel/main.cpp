@@ -72,7 +72,7 @@ namespace {
 
 // Relative bound on SP's measured activation saving against its formula
 // (section 3; the measured gap is stated where it is checked).
-constexpr double kNormSavingBound = 0.03;
+constexpr double kNormSavingBound = 0.10;
 
 struct Options {
   int64_t steps = 3;
@@ -428,9 +428,11 @@ int main(int argc, char** argv) {
     // What sequence parallelism saves per rank, against the formula (the
     // printout below says what it counts). Measured: 80.0 KiB of 80.0
     // predicted at 2 ranks, 120.6 of 120.0 at 4 (+0.5 %: the rstd and other
-    // small tensors). The bound is 3 %; a norm that saved one more [B, S, D]
-    // tensor, or a layout that did not cut the stream, is off by 50 % or
-    // more.
+    // small tensors). The bound is 10 %: wide enough for a collective's
+    // buffer that Gloo's thread frees a moment late on a loaded machine
+    // (one [B, S/n, D] shard is 6.7 % at 4 ranks), while a norm that saved
+    // one more [B, S, D] tensor, or a layout that did not cut the stream,
+    // is off by 50 % or more.
     const bool norm_formula_applies = spec.model.fused_kernels && !bf16 && n > 1;
     const double norm_saving_predicted =
         (1.0 - 1.0 / n) * double(2 * spec.model.n_layers + 1) *
