@@ -28,9 +28,9 @@ echo "figures: ch06 flash attention, memory and time against length"
 echo "figures: ch07 sync vs async TP timeline (2 ranks)"
 "$BIN/ch07_async_tensor_parallel" --nproc 2 --svg "$OUT/ch07_async_tp_timeline.svg" >"$tmp/ch07.log" 2>&1
 
-echo "figures: ch11 the causal mask by owner, contiguous vs head-tail (4 ranks; exact counts)"
+echo "figures: ch11 the causal mask by owner and the ring's steps, contiguous vs head-tail (4 ranks; exact counts)"
 "$BIN/ch11_context_parallel" --nproc 4 --seq 4096 --model-seq 256 --reps 1 --svg "$OUT/ch11_causal_split.svg" \
-  >"$tmp/ch11.log" 2>&1
+  --ring-svg "$OUT/ch11_ring.svg" >"$tmp/ch11.log" 2>&1
 
 echo "figures: ch09 memory timeline of a profiled step (titan train --nproc 2, FSDP, rank 0)"
 for p in titan; do [ -x "$BIN/$p" ] || { echo "figures: $BIN/$p not built" >&2; exit 1; }; done

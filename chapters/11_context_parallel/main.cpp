@@ -67,6 +67,7 @@ struct Options {
   int64_t steps = 2;
   int64_t reps = 3;          // timing repetitions (median)
   std::string svg;           // section 1's figure (the causal mask by owner), when given
+  std::string ring_svg;      // the ring's figure (whose K/V at each step, the work left), when given
 };
 
 const dist::ProcessGroup& cp_group() { return *dist::world().group(); }
@@ -333,6 +334,7 @@ int main(int argc, char** argv) {
     p.add("--steps", &o.steps, "section 5: AdamW steps");
     p.add("--reps", &o.reps, "timing repetitions (median)");
     p.add("--svg", &o.svg, "also draw section 1 as a figure: the causal mask coloured by owner, both splits");
+    p.add("--ring-svg", &o.ring_svg, "also draw the ring: whose K/V each rank holds at each step, both splits (causal)");
     p.parse(argc, argv);
     dist::InitOptions init;
     const dist::World& world = dist::init_distributed(init);
@@ -356,6 +358,10 @@ int main(int argc, char** argv) {
       if (!o.svg.empty()) {
         std::ofstream(o.svg) << ch11::causal_split_svg(n, o.seq);
         std::printf("   (drawn in %s)\n", o.svg.c_str());
+      }
+      if (!o.ring_svg.empty()) {
+        std::ofstream(o.ring_svg) << ch11::ring_svg(n);
+        std::printf("   (the ring drawn in %s)\n", o.ring_svg.c_str());
       }
       std::printf("\n");
     }

@@ -79,6 +79,97 @@ double causal_work(const titan::cp::SequenceLayout& layout, int64_t rank, int64_
   return pairs;
 }
 
+double block_work(const titan::cp::SequenceLayout& layout, int64_t q_rank, int64_t k_rank) {
+  // Chunk pairs (q, k): below the diagonal whole, on it half (the causal
+  // triangle, up to the diagonal's own c/2 pairs), above it nothing.
+  double pairs = 0, all = 0;
+  for (int64_t q : layout.chunks_of(q_rank))
+    for (int64_t k : layout.chunks_of(k_rank)) {
+      all += 1;
+      pairs += k < q ? 1.0 : k == q ? 0.5 : 0.0;
+    }
+  return pairs / all;
+}
+
+namespace {
+
+// One ring grid at (x0, y0): ranks (rows) by steps (columns), each cell the
+// K/V that rank holds at that step, filled as far as the causal mask
+// leaves work; each row's total at its end.
+std::string ring_panel(const titan::cp::SequenceLayout& layout, const std::string& title, double x0, double y0,
+                       double cell) {
+  const int64_t cp = layout.cp;
+  const double left = 70, gx = x0 + left, gy = y0;
+  std::string s = fmt("<text x=\"%.1f\" y=\"%.1f\" font-size=\"14\" font-weight=\"bold\">", x0, y0 - 26) + title +
+                  "</text>\n";
+  for (int64_t t = 0; t < cp; ++t)
+    s += fmt("<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">step %.0f</text>\n",
+             gx + cell * (static_cast<double>(t) + 0.5), gy - 8, static_cast<double>(t));
+  for (int64_t r = 0; r < cp; ++r) {
+    const double y = gy + cell * static_cast<double>(r);
+    s += fmt("<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">rank %.0f (Q)</text>\n", x0, y + cell / 2 + 4,
+             static_cast<double>(r));
+    double row_work = 0;
+    for (int64_t t = 0; t < cp; ++t) {
+      const int64_t src = ((r - t) % cp + cp) % cp;
+      const double w = block_work(layout, r, src);
+      row_work += w;
+      const double x = gx + cell * static_cast<double>(t);
+      s += fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f4f4f4\" stroke=\"#999\"/>\n", x,
+               y, cell, cell);
+      if (w > 0)
+        s += fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"", x + 1, y + cell * (1 - w) + 1,
+                 cell - 2, cell * w - 2) +
+             color_of(src) + "\" opacity=\"0.85\"/>\n";
+      s += fmt("<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">KV %.0f</text>\n", x + cell / 2,
+               y + 16, static_cast<double>(src));
+      s += fmt("<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"middle\">%.2f</text>\n", x + cell / 2,
+               y + cell - 6, w);
+    }
+    s += fmt("<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">%.2f</text>\n", gx + cell * static_cast<double>(cp) + 8,
+             y + cell / 2 + 4, row_work);
+  }
+  // A step lasts as long as its slowest rank's block: the sum of the
+  // columns' maxima against the mean row.
+  double slowest = 0, mean = 0;
+  for (int64_t t = 0; t < cp; ++t) {
+    double m = 0;
+    for (int64_t r = 0; r < cp; ++r) m = std::max(m, block_work(layout, r, ((r - t) % cp + cp) % cp));
+    slowest += m;
+  }
+  for (int64_t r = 0; r < cp; ++r)
+    for (int64_t q = 0; q < cp; ++q) mean += block_work(layout, r, q);
+  mean /= static_cast<double>(cp);
+  s += fmt("<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">steps paced by the slowest block: %.2f blocks of time for "
+           "%.2f of work per rank</text>\n",
+           x0, gy + cell * static_cast<double>(cp) + 20, slowest, mean);
+  return s;
+}
+
+}  // namespace
+
+std::string ring_svg(int64_t cp) {
+  const titan::cp::SequenceLayout contiguous{cp, titan::cp::LoadBalance::contiguous};
+  const titan::cp::SequenceLayout head_tail{cp, titan::cp::LoadBalance::head_tail};
+  const double cell = std::max(40.0, 256.0 / static_cast<double>(cp)), margin = 30, gap = 110;
+  const double panel_w = 70 + cell * static_cast<double>(cp) + 40;
+  const double width = std::max(820.0, 2 * margin + 2 * panel_w + gap);
+  const double top = 96;
+  const double height = top + cell * static_cast<double>(cp) + 50;
+  std::string s = fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" ", width, height) +
+                  "font-family=\"sans-serif\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  s += fmt("<text x=\"%.1f\" y=\"20\" font-size=\"13\">Ring attention over %.0f ranks, causal: at step t rank r "
+           "computes its queries against the K/V of rank (r - t) mod n, then passes that K/V on to rank r + 1</text>\n",
+           margin, static_cast<double>(cp));
+  s += fmt("<text x=\"%.1f\" y=\"38\" font-size=\"11\">each cell: whose K/V (colour, label) and the share of that "
+           "block the causal mask leaves to compute (filled height; row totals at the right)</text>\n",
+           margin);
+  s += ring_panel(contiguous, "contiguous split", margin, top, cell);
+  s += ring_panel(head_tail, "head-tail split", margin + panel_w + gap, top, cell);
+  s += "</svg>\n";
+  return s;
+}
+
 std::string causal_split_svg(int64_t cp, int64_t seq) {
   const titan::cp::SequenceLayout contiguous{cp, titan::cp::LoadBalance::contiguous};
   const titan::cp::SequenceLayout head_tail{cp, titan::cp::LoadBalance::head_tail};
