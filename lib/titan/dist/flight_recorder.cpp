@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <type_traits>
 
 #include "titan/util/range.hpp"
 
@@ -87,38 +88,44 @@ int64_t FlightRecorder::scheduled(const std::string& group, CommOp op, bool p2p,
   return next_id_ - 1;
 }
 
+namespace {
+
+// Entry `id` of a ring of `cap` slots while the ring still holds it (its
+// slot has not been reused by a newer entry); null otherwise.
+template <typename Ring>
+auto* live_entry(Ring& ring, int64_t cap, int64_t id) {
+  using Entry = std::remove_reference_t<decltype(ring[0])>;
+  if (id < 0 || cap == 0) return static_cast<Entry*>(nullptr);
+  Entry& e = ring[static_cast<size_t>(id % cap)];
+  return e.id == id ? &e : nullptr;
+}
+
+}  // namespace
+
 void FlightRecorder::started(int64_t id) {
-  if (id < 0) return;
   const double now = CommLog::instance().now_us();
   std::lock_guard<std::mutex> lock(mu_);
-  const int64_t cap = capacity_.load();
-  if (cap == 0) return;
-  FlightEntry& e = ring_[static_cast<size_t>(id % cap)];
-  if (e.id != id || e.started) return;  // overwritten since, or waited before
-  e.started = true;
-  e.started_us = now;
+  FlightEntry* e = live_entry(ring_, capacity_.load(), id);
+  if (!e || e->started) return;  // overwritten since, or waited for before
+  e->started = true;
+  e->started_us = now;
 }
 
 void FlightRecorder::completed(int64_t id) {
-  if (id < 0) return;
   const double now = CommLog::instance().now_us();
   std::lock_guard<std::mutex> lock(mu_);
-  const int64_t cap = capacity_.load();
-  if (cap == 0) return;
-  FlightEntry& e = ring_[static_cast<size_t>(id % cap)];
-  if (e.id != id) return;  // overwritten since: the ring kept only the newest entries
-  if (!e.started) e.started = true, e.started_us = now;
-  e.completed = true;
-  e.completed_us = now;
+  FlightEntry* e = live_entry(ring_, capacity_.load(), id);
+  if (!e) return;  // overwritten since: the ring kept only the newest entries
+  if (!e->started) e->started = true, e->started_us = now;
+  e->completed = true;
+  e->completed_us = now;
 }
 
 bool FlightRecorder::find(int64_t id, FlightEntry& out) const {
   std::lock_guard<std::mutex> lock(mu_);
-  const int64_t cap = capacity_.load();
-  if (id < 0 || cap == 0) return false;
-  const FlightEntry& e = ring_[static_cast<size_t>(id % cap)];
-  if (e.id != id) return false;
-  out = e;
+  const FlightEntry* e = live_entry(ring_, capacity_.load(), id);
+  if (!e) return false;
+  out = *e;
   return true;
 }
 
