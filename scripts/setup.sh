@@ -18,9 +18,11 @@ say() { echo "[setup] $*"; }
 # compile (gloo's code itself lives inside libtorch_cpu; we never link libgloo).
 # fortunes: the English text of the built-in demo corpus.
 # zlib1g-dev: CRC-32 of checkpoint files.
+# clang: its libFuzzer, for the coverage-guided fuzzer of the readers
+# (tests/fuzz/libfuzzer; the project itself builds with g++).
 DEB_PACKAGES=(cmake ninja-build g++ git python3 python3-venv
   libgtest-dev libgmock-dev libbenchmark-dev libtomlplusplus-dev
-  nlohmann-json3-dev libgloo-dev doxygen ccache fortunes zlib1g-dev)
+  nlohmann-json3-dev libgloo-dev doxygen ccache fortunes zlib1g-dev clang)
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -71,7 +71,10 @@ HfTokenizer::HfTokenizer(HfTokenizerSpec spec, std::string source)
   // tokens, and a pair listed twice keeps its last rank.
   merges_.reserve(spec.merges.size());
   for (size_t rank = 0; rank < spec.merges.size(); ++rank) {
-    const auto& [a, b] = spec.merges[rank];
+    // Not a structured binding: a lambda may capture those only from C++20
+    // (clang, which builds the libFuzzer target, holds C++17 to it).
+    const std::string& a = spec.merges[rank].first;
+    const std::string& b = spec.merges[rank].second;
     auto id_of = [&](const std::string& t, const char* what) {
       auto it = vocab_.find(t);
       TITAN_CHECK(it != vocab_.end(), source_, ": merge ", rank, " (", shown(a), ", ", shown(b), ") references ", what,
