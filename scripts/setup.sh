@@ -53,7 +53,11 @@ for spec in "${PY_PACKAGES[@]}"; do
 done
 if ((${#need[@]})); then
   say "installing Python packages: ${need[*]}"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${need[@]}"
+  # torch's CUDA wheel and its nvidia-* wheels are the bulk (about 4 GB once
+  # installed); pip's lines name each file it downloads with its size.
+  case " ${need[*]}" in *" torch=="*) say "torch brings its CUDA libraries: about 4 GB once installed" ;; esac
+  "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off "${need[@]}" \
+    | { grep -E --line-buffered "^ *(Collecting|Downloading|Successfully installed)" || true; }
 else
   say "Python packages: all present ($VENV)"
 fi

@@ -7,7 +7,10 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 BUILD="${TITAN_BUILD_DIR:-build}"
 JOBS="${TITAN_JOBS:-$(nproc)}"
+say() { echo "[test $(date +%H:%M:%S)] $*"; }
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
+say "building everything: the library, the CLI, the tests, chapters, labs and benches (ninja counts the steps)"
 cmake --build "$BUILD" -j "$JOBS"
+say "running the CTest suite"
 cd "$BUILD"
 ctest --output-on-failure --timeout 600 -j "${TITAN_TEST_JOBS:-1}" "$@"

@@ -40,10 +40,6 @@ using namespace titan;
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 uint64_t state_bytes(const checkpoint::ShardedState& s) {
   uint64_t b = 0;
   for (const auto& t : s) b += static_cast<uint64_t>(t.numel()) * t.local.element_size();

@@ -16,6 +16,7 @@
 #include "titan/dist/process_group.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/strings.hpp"
 
 namespace titan::checkpoint {
 
@@ -23,11 +24,6 @@ namespace {
 
 namespace files = titan::files;
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 // "step-12" -> 12; anything else (step-12.partial, notes) -> nullopt.
 std::optional<int64_t> parse_step_name(const std::string& name, const std::string& suffix = "") {

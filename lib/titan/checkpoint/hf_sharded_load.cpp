@@ -19,11 +19,6 @@ using models::llama3::hf_name;
 
 namespace {
 
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::ostringstream os;
-  os << at::IntArrayRef(s);
-  return os.str();
-}
 
 // One target box and where its values are.
 struct Piece {

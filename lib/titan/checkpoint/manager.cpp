@@ -24,6 +24,7 @@
 #include "titan/optim/adam_state.hpp"
 #include "titan/optim/lr_schedule.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/measure.hpp"
 #include "titan/util/internal_assert.hpp"
 #include "titan/util/strprintf.hpp"
 
@@ -34,9 +35,6 @@ namespace {
 namespace files = titan::files;
 using titan::strprintf;
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 std::string store_key(int64_t seq, int rank) {
   return "titan/checkpoint/" + std::to_string(seq) + "/rank/" + std::to_string(rank);

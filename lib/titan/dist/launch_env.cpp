@@ -1,11 +1,11 @@
 #include "titan/dist/launch_env.hpp"
 
+#include <unistd.h>  // environ (declared under _GNU_SOURCE, which g++ defines)
+
 #include <cstdlib>
 #include <string>
 
 #include "titan/util/error.hpp"
-
-extern char** environ;
 
 namespace titan::dist {
 namespace {

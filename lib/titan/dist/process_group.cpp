@@ -14,6 +14,7 @@
 #include "titan/dist/work_wait.hpp"
 #include "titan/util/range.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/strings.hpp"
 
 // The group's own ranges in profiler traces. Unlike TITAN_PROFILE_RANGE
 // they do not replace the caller's range as the flight recorder's label of
@@ -46,10 +47,6 @@ void finish_avg(at::Tensor& t, ReduceOp op, int n) {
 
 int64_t nbytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
-std::string first_line(const std::string& s) {
-  auto nl = s.find('\n');
-  return nl == std::string::npos ? s : s.substr(0, nl);
-}
 
 }  // namespace
 

@@ -15,6 +15,7 @@
 #include "titan/dist/flight_recorder.hpp"
 #include "titan/dist/heartbeat.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/strings.hpp"
 
 #ifdef TITAN_HAS_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -28,7 +29,6 @@ std::unique_ptr<Heartbeat> g_heartbeat;  ///< this rank's, on a job of more than
 std::mutex g_mu;
 bool g_clean_exit = false;
 
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "titan/util/error.hpp"
+#include "titan/util/measure.hpp"
 
 namespace titan::metrics {
 
@@ -43,9 +44,6 @@ class ThreadScope {
   int old_;
 };
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // CPU time of every thread of this process: with wall time it tells whether
 // the measuring threads ran all the time or were preempted.

@@ -129,8 +129,7 @@ std::string scalar_event(double wall_time, int64_t step, const std::string& tag,
 namespace {
 
 double wall_time_now() {
-  using namespace std::chrono;
-  return duration<double>(system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // mkdir -p; false (errno set) on failure.

@@ -12,13 +12,11 @@
 #include "titan/ops/cross_entropy.hpp"
 #include "titan/train/autocast.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/measure.hpp"
 
 namespace titan::train {
 
 namespace {
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 }  // namespace
 
 LossNormalizer normalize_over_global_batch(int64_t local_targets, const dist::ProcessGroup* loss_group,

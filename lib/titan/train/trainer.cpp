@@ -40,6 +40,7 @@
 #include "titan/train/train_step.hpp"
 #include "titan/train/validator.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/measure.hpp"
 #include "titan/util/strprintf.hpp"
 
 namespace titan::train {
@@ -48,9 +49,6 @@ using titan::strprintf;
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 std::string nonfinite_name(double v) { return std::isnan(v) ? "NaN" : (v > 0 ? "inf" : "-inf"); }
 

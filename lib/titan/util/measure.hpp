@@ -1,8 +1,8 @@
 #pragma once
 /// @file
-/// @brief Small helpers that benches and chapter programs share: the median
-/// of timings, a steady clock in milliseconds, and comma-separated option
-/// lists.
+/// @brief Small helpers that the library, benches and chapter programs
+/// share: the median of timings, seconds since a time point, a steady clock
+/// in milliseconds, and comma-separated option lists.
 
 #include <algorithm>
 #include <chrono>
@@ -16,6 +16,11 @@ namespace titan {
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
+}
+
+/// @brief Seconds on the steady clock since `t0`.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 /// @brief Milliseconds on the steady clock (differences only).

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# How long a newcomer waits for `titan`: the build of the titan_cli target
+# (libtitan.so with its CUDA sources where LibTorch has CUDA, and the CLI)
+# from an empty build folder with ccache off, once per variant, side by side
+# in one run:
+#   unity     libtitan's sources compiled in batches (TITAN_UNITY_BUILD=ON,
+#             the default): the torch inline code each source instantiates
+#             and optimises is compiled once per batch instead of once per file
+#   per-file  every source on its own (TITAN_UNITY_BUILD=OFF)
+# Prints wall seconds for the configure and the build, and the ratio.
+#
+#   bench/build_time/run.sh [--jobs N] [--target T] [--variants "unity per-file"] [--batch 8]
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+JOBS=$(nproc)
+TARGET=titan_cli
+VARIANTS="unity per-file"
+BATCH=8
+while (($#)); do
+  case "$1" in
+    --jobs) JOBS=$2; shift 2 ;;
+    --target) TARGET=$2; shift 2 ;;
+    --variants) VARIANTS=$2; shift 2 ;;
+    --batch) BATCH=$2; shift 2 ;;
+    *) echo "usage: bench/build_time/run.sh [--jobs N] [--target T] [--variants \"unity per-file\"] [--batch N]" >&2
+       exit 2 ;;
+  esac
+done
+
+now() { date +%s.%N; }
+declare -A build_s
+echo "build of $TARGET from an empty folder, ccache off, -j $JOBS, $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"
+printf '%-10s %12s %10s %8s\n' variant configure_s build_s objects
+for v in $VARIANTS; do
+  case "$v" in
+    unity) unity=ON ;;
+    per-file) unity=OFF ;;
+    *) echo "unknown variant $v (unity, per-file)" >&2; exit 2 ;;
+  esac
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/titan-build-time.XXXXXX")
+  t0=$(now)
+  # CCACHE_PROGRAM set to not-found: no compiler launcher at all.
+  cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCCACHE_PROGRAM=CCACHE_PROGRAM-NOTFOUND \
+    -DTITAN_UNITY_BUILD=$unity -DTITAN_UNITY_BATCH="$BATCH" >"$dir.configure.log" 2>&1 \
+    || { echo "configure failed: $dir.configure.log" >&2; exit 1; }
+  t1=$(now)
+  cmake --build "$dir" -j "$JOBS" --target "$TARGET" >"$dir.build.log" 2>&1 \
+    || { echo "build failed: $dir.build.log" >&2; exit 1; }
+  t2=$(now)
+  objects=$(grep -c "Building" "$dir.build.log" || true)
+  build_s[$v]=$(python3 -c "print(f'{$t2 - $t1:.0f}')")
+  printf '%-10s %12.0f %10s %8s\n' "$v" "$(python3 -c "print($t1 - $t0)")" "${build_s[$v]}" "$objects"
+  rm -rf "$dir" "$dir.configure.log" "$dir.build.log"
+done
+if [[ -n "${build_s[unity]:-}" && -n "${build_s[per-file]:-}" ]]; then
+  python3 -c "print(f'per-file / unity: {${build_s[per-file]} / ${build_s[unity]}:.2f}x')"
+fi
