@@ -151,13 +151,12 @@ Tally fuzz(Target& target, int64_t inputs, uint64_t seed, unsigned time_limit_s,
       if (out.located) ++tally.located;
       else if (tally.unlocated.size() < 3) tally.unlocated.push_back(out.message.substr(0, 200));
     }
-    const std::string& finding = out.finding;
     ++tally.inputs;
-    if (!finding.empty()) {
+    if (!out.finding.empty()) {
       ++tally.findings;
       const std::string saved = findings_dir + "/" + target.name + "-" + std::to_string(i);
       write_bytes(saved, input);
-      if (tally.examples.size() < 5) tally.examples.push_back(finding.substr(0, 300) + " [input: " + saved + "]");
+      if (tally.examples.size() < 5) tally.examples.push_back(out.finding.substr(0, 300) + " [input: " + saved + "]");
     }
   }
   tally.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -32,6 +32,8 @@ void write_bytes(const std::string& path, const std::string& bytes) {
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+namespace {
+
 std::string read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), {});
@@ -53,6 +55,8 @@ std::string gzip(const std::string& bytes) {
 
 const std::vector<std::string> kJsonTokens = {"\"", "{", "}", "[", "]", ",", ":", "null", "true", "-1", "1e999",
                                               "\"\\u0000\"", "99999999999999999999", "[[[[", "\"text\"", "0.5"};
+
+}  // namespace
 
 std::vector<Target> make_targets(const std::string& dir, const std::string& source_dir) {
   std::vector<Target> t;

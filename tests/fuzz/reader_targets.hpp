@@ -43,8 +43,7 @@ struct Outcome {
 /// Crashes and hangs are not caught here: the drivers see them.
 Outcome run_input(const Target& target, const std::string& input, bool is_seed);
 
+/// Writes `bytes` to `path` (the drivers save findings and seeds with it).
 void write_bytes(const std::string& path, const std::string& bytes);
-std::string read_bytes(const std::string& path);
-std::string gzip(const std::string& bytes);
 
 }  // namespace titan_fuzz
