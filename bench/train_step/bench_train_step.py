@@ -10,9 +10,11 @@ hits both alike:
             hyper-parameters, the same warm-up + linear-decay LR schedule,
             gradient clipping at max_norm 1.0 and a loss.item() per step, as
             the C++ trainer does.
-titan runs twice: with its fused kernels ([model] fused_kernels, the
-default) and op by op (fused_kernels = false: ATen's RMSNorm, SiLU and
-product, RoPE and cross-entropy, as the Python side computes them).
+titan runs three times: with its fused kernels ([model] fused_kernels, the
+default), op by op (fused_kernels = false: ATen's RMSNorm, SiLU and
+product, RoPE and cross-entropy, as the Python side computes them), and
+fused with titan's own flash attention kernel instead of ATen's SDPA
+([model] attn_type = "flash").
 After the timed rounds one more step of each contender is profiled (not
 timed) and the CPU time of its ops split into GEMMs, attention and
 everything else (--no-breakdown skips it).
@@ -46,11 +48,19 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 import llama3_ref as ref  # noqa: E402
 
 # torchtitan's debugmodel (lib/titan/models/llama3/model_args.cpp).
+DEBUGMODEL = dict(dim=256, n_layers=6, n_heads=16, n_kv_heads=None, vocab_size=2048, multiple_of=256,
+                  ffn_dim_multiplier=None, norm_eps=1e-5, rope_theta=500000.0, depth_init=True,
+                  rope_scaling=dict(enabled=True, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                    original_max_position=8192))
+# Each bench model: the Python side's dims, titan's [model] flavor and shape
+# overrides that make the same model, and the batch it is timed at.
 FLAVORS = {
-    "debugmodel": dict(dim=256, n_layers=6, n_heads=16, n_kv_heads=None, vocab_size=2048, multiple_of=256,
-                       ffn_dim_multiplier=None, norm_eps=1e-5, rope_theta=500000.0, depth_init=True,
-                       rope_scaling=dict(enabled=True, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-                                         original_max_position=8192)),
+    "debugmodel": dict(cfg=DEBUGMODEL, titan=["--model.flavor", "debugmodel"], batch_size=4, seq_len=128),
+    # The debug model widened to dim 1024 (head_dim 64, FFN 2816), 4 blocks,
+    # seq 512: GEMMs weigh more in its step than in the debug model's.
+    "wide": dict(cfg=dict(DEBUGMODEL, dim=1024, n_layers=4),
+                 titan=["--model.flavor", "debugmodel", "--model.dim", "1024", "--model.n_layers", "4"],
+                 batch_size=1, seq_len=512),
 }
 
 
@@ -101,7 +111,9 @@ GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matm
 def op_class(name):
     if name in GEMM_OPS:
         return "GEMM"
-    if "scaled_dot_product" in name or "flash_attention" in name:
+    # ATen's SDPA, titan's flash forward (titan::flash_attention) and its
+    # backward node (FlashAttentionFunction).
+    if "scaled_dot_product" in name or "flash_attention" in name or "FlashAttentionFunction" in name:
         return "attention"
     return "everything else"
 
@@ -174,14 +186,15 @@ def python_step_times(cfg, args, attention, profile=False):
     return {e.key: e.self_cpu_time_total for e in prof.key_averages()}
 
 
-def titan_step_times(args, fused=True, profile=False):
+def titan_step_times(args, fused=True, flash=False, profile=False):
     with tempfile.TemporaryDirectory(prefix="titan_bench_") as dump:
         cmd = [args.titan, "train", "--job.config_file", os.path.join(ROOT, "train_configs", "debug_model.toml"),
-               "--job.dump_folder", dump, "--training.device", "cpu", "--model.flavor", args.flavor,
+               "--job.dump_folder", dump, "--training.device", "cpu", *FLAVORS[args.flavor]["titan"],
                "--training.steps", str(args.steps), "--training.batch_size", str(args.batch_size),
                "--training.seq_len", str(args.seq_len), "--optimizer.lr", str(args.lr),
                "--lr_scheduler.warmup_steps", str(args.lr_warmup), "--metrics.log_freq", str(args.steps),
-               "--model.fused_kernels", "true" if fused else "false"]
+               "--model.fused_kernels", "true" if fused else "false",
+               "--model.attn_type", "flash" if flash else "sdpa"]
         if profile:  # a Kineto trace of the last step (not timed)
             cmd += ["--profiling.enable_profiling", "true", "--profiling.profile_freq", str(args.steps)]
         env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
@@ -200,8 +213,8 @@ def main():
     ap.add_argument("--flavor", default="debugmodel", choices=sorted(FLAVORS))
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5, help="leading steps left out of the median")
-    ap.add_argument("--batch-size", type=int, default=4)
-    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--batch-size", type=int, help="default: the flavor's (debugmodel 4, wide 1)")
+    ap.add_argument("--seq-len", type=int, help="default: the flavor's (debugmodel 128, wide 512)")
     ap.add_argument("--lr", type=float, default=8e-4)
     ap.add_argument("--lr-warmup", type=int, default=10)
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
@@ -209,6 +222,8 @@ def main():
     ap.add_argument("--py-attention", default="both", choices=["both", "ref", "sdpa"])
     ap.add_argument("--titan-op-by-op", action=argparse.BooleanOptionalAction, default=True,
                     help="also time titan with [model] fused_kernels = false")
+    ap.add_argument("--titan-flash", action=argparse.BooleanOptionalAction, default=True,
+                    help="also time titan with [model] attn_type = flash (titan's CPU flash kernel)")
     ap.add_argument("--breakdown", action=argparse.BooleanOptionalAction, default=True,
                     help="after the timed rounds, profile one step of each contender: CPU time in GEMMs, "
                          "attention and everything else")
@@ -216,11 +231,15 @@ def main():
     if args.steps <= args.warmup:
         sys.exit("--steps must exceed --warmup")
     torch.set_num_threads(args.threads)
-    cfg = FLAVORS[args.flavor]
+    cfg = FLAVORS[args.flavor]["cfg"]
+    args.batch_size = args.batch_size or FLAVORS[args.flavor]["batch_size"]
+    args.seq_len = args.seq_len or FLAVORS[args.flavor]["seq_len"]
 
     contenders = ["titan (C++)"]
     if args.titan_op_by_op:
         contenders.append("titan, op by op")
+    if args.titan_flash:
+        contenders.append("titan, flash attention")
     if args.py_attention in ("both", "sdpa"):
         contenders.append("python eager, sdpa")
     if args.py_attention in ("both", "ref"):
@@ -229,7 +248,7 @@ def main():
     for rnd in range(args.rounds):
         for c in contenders:
             if c.startswith("titan"):
-                t = titan_step_times(args, fused=c == "titan (C++)")
+                t = titan_step_times(args, fused=c != "titan, op by op", flash=c == "titan, flash attention")
             else:
                 t = python_step_times(cfg, args, "sdpa" if "sdpa" in c else "ref")
             times[c] += t[args.warmup:]
@@ -251,7 +270,8 @@ def main():
     print(f"\n{'contender':32s} {'GEMM':>8s} {'attention':>10s} {'everything else':>16s}  (share of profiled op time)")
     for c in contenders:
         if c.startswith("titan"):
-            st = titan_step_times(args, fused=c == "titan (C++)", profile=True)
+            st = titan_step_times(args, fused=c != "titan, op by op", flash=c == "titan, flash attention",
+                                  profile=True)
         else:
             st = python_step_times(cfg, args, "sdpa" if "sdpa" in c else "ref", profile=True)
         sh = shares(st)

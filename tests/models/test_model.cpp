@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "models/test_util.hpp"
+#include "titan/config/job_config.hpp"
 #include "titan/models/llama3/flops.hpp"
 #include "titan/models/llama3/model_args.hpp"
 #include "titan/models/llama3/transformer.hpp"
@@ -70,6 +71,51 @@ TEST(Llama3Flavors, NLayersOverridesOnlyTheBlockCount) {
   } catch (const titan::Error& e) {
     EXPECT_NE(std::string(e.what()).find("[model] n_layers"), std::string::npos) << e.what();
   }
+}
+
+// [model] dim / n_heads / n_kv_heads: the debug model widened to the bench's
+// dim 1024 keeps its vocabulary and FFN rounding (4·1024 → 2730 → 2816);
+// a shape that does not divide is one line naming the fields.
+TEST(Llama3Flavors, ShapeOverridesReplaceOnlyTheirFields) {
+  ShapeOverrides o;
+  o.n_layers = 4, o.dim = 1024, o.n_heads = 16;
+  const ModelArgs debug = flavor_args("debugmodel"), wide = flavor_args("debugmodel", o);
+  EXPECT_EQ(wide.dim, 1024);
+  EXPECT_EQ(wide.n_layers, 4);
+  EXPECT_EQ(wide.n_heads, 16);
+  EXPECT_EQ(wide.head_dim(), 64);
+  EXPECT_EQ(wide.ffn_hidden_dim(), 2816);
+  EXPECT_EQ(wide.vocab_size, debug.vocab_size);
+  EXPECT_EQ(wide.kv_heads(), 16);
+  o.n_kv_heads = 4;
+  EXPECT_EQ(flavor_args("debugmodel", o).kv_heads(), 4);
+
+  titan::config::ModelSection m;
+  m.flavor = "8B", m.dim = 2048, m.n_layers = 2;
+  const ModelArgs from_section = flavor_args(m);
+  EXPECT_EQ(from_section.dim, 2048);
+  EXPECT_EQ(from_section.n_layers, 2);
+  EXPECT_EQ(from_section.n_heads, 32);
+  EXPECT_EQ(from_section.kv_heads(), 8);
+
+  const auto error_of = [](const ShapeOverrides& bad) {
+    try {
+      flavor_args("debugmodel", bad);
+    } catch (const titan::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  ShapeOverrides negative;
+  negative.n_kv_heads = -2;
+  EXPECT_NE(error_of(negative).find("[model] n_kv_heads"), std::string::npos) << error_of(negative);
+  ShapeOverrides indivisible;
+  indivisible.dim = 1000;  // 16 heads of 62.5
+  EXPECT_NE(error_of(indivisible).find("dim 1000 is not divisible by n_heads 16"), std::string::npos)
+      << error_of(indivisible);
+  ShapeOverrides gqa;
+  gqa.n_kv_heads = 3;
+  EXPECT_NE(error_of(gqa).find("n_heads 16 is not divisible by n_kv_heads 3"), std::string::npos) << error_of(gqa);
 }
 
 TEST(Llama3Flavors, UnknownFlavorIsOneLineErrorListingValidOnes) {

@@ -50,6 +50,11 @@ struct ModelSection {
   /// titan's: the flavor with this many transformer blocks instead of its
   /// own (0 = the flavor's), e.g. an 8B-shaped model cut to fit one GPU.
   int64_t n_layers = 0;
+  /// titan's: the flavor's width, query heads and key/value heads replaced
+  /// (0 = the flavor's), e.g. the debug model widened for a benchmark.
+  int64_t dim = 0;
+  int64_t n_heads = 0;     ///< titan's: query heads instead of the flavor's (0 = the flavor's)
+  int64_t n_kv_heads = 0;  ///< titan's: key/value heads instead of the flavor's (0 = the flavor's)
   std::string norm_type = "rmsnorm";   ///< normalisation layer
   /// attention backend (torchtitan's attn_type): "sdpa" (ATen's dispatch),
   /// "flash" (titan's CPU flash kernel) or "math" (explicit softmax)

@@ -57,6 +57,9 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(model, n_layers,
                   "titan's: transformer blocks instead of the flavor's (0 = the flavor's), e.g. an 8B-shaped model "
                   "that fits one GPU"),
+      TITAN_FIELD(model, dim, "titan's: model width instead of the flavor's (0 = the flavor's)"),
+      TITAN_FIELD(model, n_heads, "titan's: query heads instead of the flavor's (0 = the flavor's)"),
+      TITAN_FIELD(model, n_kv_heads, "titan's: key/value heads instead of the flavor's (0 = the flavor's)"),
       TITAN_FIELD(model, norm_type, "normalisation layer", "rmsnorm", "layernorm", "np_layernorm", "fused_rmsnorm"),
       TITAN_FIELD(model, attn_type,
                   "attention backend: sdpa (ATen's dispatch), flash (titan's flash kernels: CPU, and CUDA GPUs "

@@ -126,7 +126,7 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
                          const std::optional<models::llama3::ModelArgs>& model_args) {
   JobEstimate e;
   e.flavor = model_args ? "custom" : cfg.model.flavor;
-  e.args = model_args ? *model_args : models::llama3::flavor_args(cfg.model.flavor, cfg.model.n_layers);
+  e.args = model_args ? *model_args : models::llama3::flavor_args(cfg.model);
   e.args.max_seq_len = cfg.training.seq_len;
   ModelArgs& args = e.args;
   e.dims = parallel::ParallelDims::from_config(cfg, world_size);

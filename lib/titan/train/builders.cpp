@@ -16,7 +16,7 @@ namespace titan::train {
 
 models::llama3::ModelArgs build_model_args(const config::JobConfig& cfg,
                                            const std::optional<models::llama3::ModelArgs>& given, c10::Device device) {
-  models::llama3::ModelArgs args = given ? *given : models::llama3::flavor_args(cfg.model.flavor, cfg.model.n_layers);
+  models::llama3::ModelArgs args = given ? *given : models::llama3::flavor_args(cfg.model);
   args.max_seq_len = cfg.training.seq_len;
   args.attn_type = cfg.model.attn_type;
   args.fused_kernels = cfg.model.fused_kernels;

@@ -5,6 +5,7 @@
 #include <map>
 #include <sstream>
 
+#include "titan/config/job_config.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::models::llama3 {
@@ -119,10 +120,28 @@ ModelArgs flavor_args(const std::string& flavor) {
 }
 
 ModelArgs flavor_args(const std::string& flavor, int64_t n_layers) {
-  TITAN_CHECK(n_layers >= 0, "[model] n_layers must be 0 (the flavor's) or a number of blocks, got ", n_layers);
+  ShapeOverrides o;
+  o.n_layers = n_layers;
+  return flavor_args(flavor, o);
+}
+
+ModelArgs flavor_args(const std::string& flavor, const ShapeOverrides& o) {
+  for (const auto& [key, value] : {std::pair<const char*, int64_t>{"n_layers", o.n_layers}, {"dim", o.dim},
+                                   {"n_heads", o.n_heads}, {"n_kv_heads", o.n_kv_heads}})
+    TITAN_CHECK(value >= 0, "[model] ", key, " must be 0 (the flavor's) or positive, got ", value);
   ModelArgs a = flavor_args(flavor);
-  if (n_layers > 0) a.n_layers = n_layers;
+  if (o.n_layers > 0) a.n_layers = o.n_layers;
+  if (o.dim > 0) a.dim = o.dim;
+  if (o.n_heads > 0) a.n_heads = o.n_heads;
+  if (o.n_kv_heads > 0) a.n_kv_heads = o.n_kv_heads;
+  a.validate();
   return a;
+}
+
+ModelArgs flavor_args(const config::ModelSection& model) {
+  ShapeOverrides o;
+  o.n_layers = model.n_layers, o.dim = model.dim, o.n_heads = model.n_heads, o.n_kv_heads = model.n_kv_heads;
+  return flavor_args(model.flavor, o);
 }
 
 }  // namespace titan::models::llama3

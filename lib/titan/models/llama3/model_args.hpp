@@ -10,6 +10,10 @@
 
 #include "titan/ops/rope.hpp"
 
+namespace titan::config {
+struct ModelSection;
+}
+
 namespace titan::models::llama3 {
 
 /// @brief Everything that fixes the shape of a Llama 3 model.
@@ -80,5 +84,25 @@ ModelArgs flavor_args(const std::string& flavor);
 /// @brief flavor_args(flavor) with `n_layers` transformer blocks when it is
 /// positive ([model] n_layers); a negative count is a one-line titan::Error.
 ModelArgs flavor_args(const std::string& flavor, int64_t n_layers);
+
+/// @brief titan's [model] shape overrides: each positive field replaces the
+/// flavor's (0 keeps it). They make a model of any width or depth from a
+/// named flavor's other choices (vocabulary, FFN rounding, RoPE), e.g. the
+/// debug model widened to dim 1024 for a benchmark.
+struct ShapeOverrides {
+  int64_t n_layers = 0;    ///< transformer blocks
+  int64_t dim = 0;         ///< model width
+  int64_t n_heads = 0;     ///< query heads
+  int64_t n_kv_heads = 0;  ///< key/value heads
+};
+
+/// @brief flavor_args(flavor) with the positive fields of `overrides`; a
+/// negative one is a one-line titan::Error naming its [model] key, and the
+/// result is validated (dim divisible by n_heads, ...).
+ModelArgs flavor_args(const std::string& flavor, const ShapeOverrides& overrides);
+
+/// @brief The model a job's [model] section names: its flavor with its
+/// n_layers / dim / n_heads / n_kv_heads overrides.
+ModelArgs flavor_args(const config::ModelSection& model);
 
 }  // namespace titan::models::llama3
