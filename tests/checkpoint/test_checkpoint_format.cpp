@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../train/train_test_util.hpp"
+#include "support/error_of.hpp"
 #include "titan/checkpoint/dcp.hpp"
 #include "titan/checkpoint/file_io.hpp"
 #include "titan/util/files.hpp"
@@ -24,14 +25,7 @@ using titan::testing::ScratchDir;
 
 #define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "missing: " << (part) << "\n" << (text)
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using titan::testing::error_of;
 
 at::Tensor draw(std::vector<int64_t> shape, uint64_t seed) {
   auto gen = at::detail::createCPUGenerator(seed);

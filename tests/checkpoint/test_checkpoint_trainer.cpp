@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "../train/train_test_util.hpp"
+#include "support/error_of.hpp"
 #include "titan/checkpoint/dcp.hpp"
 #include "titan/checkpoint/file_io.hpp"
 #include "titan/checkpoint/manager.hpp"
@@ -66,14 +67,7 @@ JobConfig checkpointed(const std::string& dump, int64_t steps = 6, int64_t inter
   return c;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using titan::testing::error_of;
 
 void expect_bitwise_equal(const TrainRun& resumed, const TrainRun& whole, size_t from_step) {
   ASSERT_EQ(resumed.losses.size() + from_step, whole.losses.size());

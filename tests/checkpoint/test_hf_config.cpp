@@ -35,7 +35,7 @@ void expect_same_model(const ModelArgs& a, const ModelArgs& b) {
   }
 }
 
-std::string error_of(const std::string& text) {
+std::string config_error(const std::string& text) {
   try {
     parse_hf_config(text);
   } catch (const titan::Error& e) {
@@ -179,7 +179,7 @@ TEST(HfConfig, RefusesWhatTitanCannotRepresentNamingTheKey) {
       {"{not json", "not valid JSON"},
   };
   for (const auto& [text, want] : cases) {
-    const std::string m = error_of(text);
+    const std::string m = config_error(text);
     EXPECT_NE(m.find(want), std::string::npos) << "want " << want << " in: " << m;
     EXPECT_NE(m.find("config.json"), std::string::npos) << m;
     EXPECT_EQ(m.find('\n'), std::string::npos) << m;

@@ -37,7 +37,7 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
-std::string error_of(const std::string& folder) {
+std::string folder_error(const std::string& folder) {
   try {
     read_hf_folder(folder);
   } catch (const titan::Error& e) {
@@ -158,7 +158,7 @@ TEST(HfFolder, TiedEmbeddingsRoundTripAsOneTensor) {
 
 TEST(HfFolder, ErrorsNameTheMissingPiece) {
   Fixture f;
-  EXPECT_NE(error_of(f.dir + "/nowhere").find("nowhere is not a folder"), std::string::npos);
+  EXPECT_NE(folder_error(f.dir + "/nowhere").find("nowhere is not a folder"), std::string::npos);
 
   const std::string out = f.dir + "/hf";
   write_hf_folder(out, f.state, f.args, at::kFloat, 20'000);
@@ -171,12 +171,12 @@ TEST(HfFolder, ErrorsNameTheMissingPiece) {
       if (name != "model.layers.0.self_attn.q_proj.weight") kept.emplace_back(name, t);
     save_safetensors(out + "/" + shard, kept, {{"format", "pt"}});
   }
-  std::string m = error_of(out);
+  std::string m = folder_error(out);
   EXPECT_NE(m.find("tensor 'model.layers.0.self_attn.q_proj.weight' is listed in model.safetensors.index.json"),
             std::string::npos) << m;
   // A whole shard missing.
   std::remove((out + "/" + shard).c_str());
-  m = error_of(out);
+  m = folder_error(out);
   EXPECT_NE(m.find("shard " + out + "/" + shard), std::string::npos) << m;
   EXPECT_NE(m.find("is missing"), std::string::npos) << m;
 
@@ -189,16 +189,16 @@ TEST(HfFolder, ErrorsNameTheMissingPiece) {
       if (name != "model.layers.1.mlp.up_proj.weight") kept.emplace_back(name, t);
     save_safetensors(single + "/model.safetensors", kept, {{"format", "pt"}});
   }
-  m = error_of(single);
+  m = folder_error(single);
   EXPECT_NE(m.find("missing tensor 'layers.1.feed_forward.w3.weight' (model.layers.1.mlp.up_proj.weight"),
             std::string::npos) << m;
   EXPECT_EQ(m.find('\n'), std::string::npos) << m;
 
   std::remove((single + "/model.safetensors").c_str());
-  EXPECT_NE(error_of(single).find("has neither model.safetensors nor model.safetensors.index.json"),
+  EXPECT_NE(folder_error(single).find("has neither model.safetensors nor model.safetensors.index.json"),
             std::string::npos);
   std::remove((single + "/config.json").c_str());
-  EXPECT_NE(error_of(single).find("has no config.json"), std::string::npos);
+  EXPECT_NE(folder_error(single).find("has no config.json"), std::string::npos);
 
   // A bad config key, reported with the file's path.
   const std::string bad = f.dir + "/bad";
@@ -206,7 +206,7 @@ TEST(HfFolder, ErrorsNameTheMissingPiece) {
   auto config = nlohmann::json::parse(read_text(bad + "/config.json"));
   config["mlp_bias"] = true;
   std::ofstream(bad + "/config.json") << config.dump();
-  m = error_of(bad);
+  m = folder_error(bad);
   EXPECT_NE(m.find(bad + "/config.json: key 'mlp_bias'"), std::string::npos) << m;
 }
 

@@ -21,10 +21,7 @@ using titan::models::llama3::ModelArgs;
 
 namespace {
 
-std::string python() {
-  const char* p = std::getenv("TITAN_PYTHON");
-  return p && *p ? p : "python3";
-}
+using titan::testing::python;
 
 std::string script() { return python() + " " + titan::testing::source_path("tests/reference/hf_llama_check.py"); }
 

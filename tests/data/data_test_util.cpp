@@ -38,11 +38,6 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-std::string python() {
-  const char* p = std::getenv("TITAN_PYTHON");
-  return p ? p : "";
-}
-
 std::string quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "titan/data/tokenizer.hpp"
+#include "support/error_of.hpp"
+#include "support/run_command.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::testing {
@@ -27,8 +29,6 @@ class TempDir {
 void write_file(const std::string& path, const std::string& text);
 std::string read_file(const std::string& path);
 
-/// The venv python from CTest's environment, or "" when unset.
-std::string python();
 /// Runs tests/reference/`script` (default tiktoken_reference.py) with
 /// `args`; fails the test (ADD_FAILURE) and returns false when it exits
 /// non-zero.
@@ -45,15 +45,5 @@ std::shared_ptr<const data::Tokenizer> bytes();
 /// Shell-quotes a path.
 std::string quote(const std::string& s);
 
-/// The message of the titan::Error that `fn` throws ("" if none).
-template <typename F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const titan::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace titan::testing

@@ -25,7 +25,7 @@ using titan::testing::TempDir;
 
 namespace {
 #define SKIP_WITHOUT_PYTHON() \
-  if (titan::testing::python().empty()) GTEST_SKIP() << "TITAN_PYTHON is not set (run through ctest)"
+  if (titan::testing::ctest_python().empty()) GTEST_SKIP() << "TITAN_PYTHON is not set (run through ctest)"
 
 bool have_fortunes() {
   try {

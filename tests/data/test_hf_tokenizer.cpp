@@ -34,7 +34,7 @@ using titan::testing::error_of;
 namespace {
 
 #define SKIP_WITHOUT_PYTHON() \
-  if (titan::testing::python().empty()) GTEST_SKIP() << "TITAN_PYTHON is not set (run through ctest)"
+  if (titan::testing::ctest_python().empty()) GTEST_SKIP() << "TITAN_PYTHON is not set (run through ctest)"
 
 std::vector<std::string> split_gpt2(const std::string& text) {
   std::vector<std::string> out;

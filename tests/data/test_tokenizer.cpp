@@ -31,7 +31,7 @@ std::vector<std::string> split(const std::string& text) {
 }
 
 #define SKIP_WITHOUT_PYTHON() \
-  if (titan::testing::python().empty()) GTEST_SKIP() << "TITAN_PYTHON is not set (run through ctest)"
+  if (titan::testing::ctest_python().empty()) GTEST_SKIP() << "TITAN_PYTHON is not set (run through ctest)"
 
 }  // namespace
 

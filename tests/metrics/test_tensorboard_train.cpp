@@ -20,10 +20,7 @@ using titan::testing::source_path;
 
 #define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "missing: " << (part) << "\n" << (text)
 
-std::string python() {
-  const char* p = std::getenv("TITAN_PYTHON");
-  return p && *p ? p : "python3";
-}
+using titan::testing::python;
 
 // The debug model cut to a few tiny steps; log_freq 2 over 5 steps logs at
 // 1, 2, 4 and 5, so intervals of 1 and 2 steps are both checked.

@@ -19,10 +19,7 @@ using namespace titan::models::llama3;
 using titan::checkpoint::save_safetensors;
 
 namespace {
-std::string python() {
-  const char* p = std::getenv("TITAN_PYTHON");
-  return p && *p ? p : "python3";
-}
+using titan::testing::python;
 }  // namespace
 
 // Builds `args` with the seed, runs forward + loss + backward, writes the

@@ -52,10 +52,7 @@ void expect_matches(const SafetensorsFile& f) {
   EXPECT_EQ(f.metadata, kMetadata);
 }
 
-std::string python() {
-  const char* p = std::getenv("TITAN_PYTHON");
-  return p && *p ? p : "python3";
-}
+using titan::testing::python;
 
 std::string script() { return titan::testing::source_path("tests/reference/safetensors_roundtrip.py"); }
 

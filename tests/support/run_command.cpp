@@ -33,4 +33,14 @@ std::string source_path(const std::string& relative) {
   return std::string(dir ? dir : "..") + "/" + relative;
 }
 
+std::string ctest_python() {
+  const char* p = std::getenv("TITAN_PYTHON");
+  return p ? p : "";
+}
+
+std::string python() {
+  const std::string p = ctest_python();
+  return p.empty() ? "python3" : p;
+}
+
 }  // namespace titan::testing

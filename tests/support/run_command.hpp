@@ -20,4 +20,10 @@ CommandResult run_command(const std::string& command);
 std::string bin_path(const std::string& name);
 std::string source_path(const std::string& relative);
 
+/// The Python interpreter CTest passes in TITAN_PYTHON (the venv's, with the
+/// reference packages), or "" when the test runs outside CTest.
+std::string ctest_python();
+/// ctest_python(), or "python3" outside CTest.
+std::string python();
+
 }  // namespace titan::testing
