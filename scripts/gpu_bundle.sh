@@ -11,8 +11,10 @@
 # TITAN_WITH_CUDA=ON), JOBS (parallel compile jobs; default 2).
 #
 # The bundle:
-#   bin/      titan, test_flash_cuda, test_fused_ops, bench_attention_cuda and the tests
-#             that run as one NCCL rank (stripped)
+#   bin/      titan, bench_attention_cuda and the test executables of the
+#             tests gpu_check.sh runs (stripped): test_attention (flash_cuda),
+#             test_ops (fused_ops) and the folders whose tests run as one
+#             NCCL rank
 #   lib/      libtitan.so (stripped) and libtomlplusplus.so.3 (a system
 #             package here, maybe absent there)
 #   compat/   this machine's libstdc++ and libgcc_s, which gpu_check.sh puts
@@ -31,12 +33,12 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUNDLE="${1:-$ROOT/gpu_bundle}"
 case "$BUNDLE" in /*) ;; *) BUNDLE="$PWD/$BUNDLE" ;; esac
 JOBS="${JOBS:-2}"
-# The test binaries gpu_check.sh runs with --nproc 1 on the GPU (NCCL, world
-# size 1): the tests registered with NPROCS 1 (tests/*/CMakeLists.txt).
-NP1_TESTS=(test_collectives test_device_mesh test_dtensor test_grad_clip test_parallel_dims
-           test_tensor_parallel test_data_parallel test_activation_checkpoint test_pipeline)
-PROGRAMS=(titan test_flash_cuda test_fused_ops bench_attention_cuda "${NP1_TESTS[@]}")
-TARGETS=(titan titan_cli test_flash_cuda test_fused_ops bench_attention_cuda "${NP1_TESTS[@]}")
+# The test executables gpu_check.sh runs with --nproc 1 on the GPU (NCCL,
+# world size 1): the folders of the tests registered with NPROCS 1
+# (tests/*/CMakeLists.txt; a folder's DIST tests are test_<folder>_ranks).
+NP1_TESTS=(test_dist_ranks test_dtensor_ranks test_optim_ranks test_parallel_ranks)
+PROGRAMS=(titan test_attention test_ops bench_attention_cuda "${NP1_TESTS[@]}")
+TARGETS=(titan titan_cli test_attention test_ops bench_attention_cuda "${NP1_TESTS[@]}")
 MAX_MB=48  # the device carries 64 MiB in all, the working tree included
 
 die() { echo "gpu_bundle: $*" >&2; exit 1; }

@@ -157,10 +157,12 @@ TRAIN=("$T" train --job.config_file "$CFG" --training.device cuda)
 LOSS='tokens/s|loss  |error|Error'
 
 # 1. titan's CUDA flash kernel against math attention (accuracy).
-step flash_cuda 90 'PASSED|FAILED|SKIPPED|tests ran' "$BUNDLE/bin/test_flash_cuda"
+#    (A folder's tests are one executable; --titan-test-files picks a file's.)
+step flash_cuda 90 'PASSED|FAILED|SKIPPED|tests ran' "$BUNDLE/bin/test_attention" --titan-test-files=test_flash_cuda.cpp
 #    titan's fused CUDA kernels (SwiGLU, RoPE) and the chunked cross-entropy
 #    against the op-by-op versions and float64, on the GPU.
-step fused_ops_cuda 60 'PASSED|FAILED|cross|swiglu .*fp32|rope .*fp32|model' env TITAN_TEST_DEVICE=cuda "$BUNDLE/bin/test_fused_ops"
+step fused_ops_cuda 60 'PASSED|FAILED|cross|swiglu .*fp32|rope .*fp32|model' env TITAN_TEST_DEVICE=cuda "$BUNDLE/bin/test_ops" \
+  --titan-test-files=test_fused_ops.cpp
 # 2. The debug model trained on the GPU with SDPA and with the flash kernel
 #    (fp32 model: the kernel casts to bf16 and back, docs/attention.md).
 for attn in sdpa flash; do
@@ -234,10 +236,13 @@ step bench_attention_gqa 45 'RESULT|speed|seq' "$B" --seqs 4096 --heads 32 --kv-
 step bench_attention_docs 45 'RESULT|speed|seq' "$B" --seqs 4096 --doc-len 512 --reps 10
 # 5. The multi-process tests as one NCCL rank on the GPU (run directly: the
 #    CTest files of the build machine hold its absolute paths).
-for t in test_collectives test_device_mesh test_dtensor test_grad_clip test_tensor_parallel test_data_parallel \
-         test_activation_checkpoint test_parallel_dims test_pipeline; do
-  [ -x "$BUNDLE/bin/$t" ] || { say "SKIP    $t (not in the bundle)"; continue; }
-  step "${t#test_}_np1_cuda" 45 '^\[  (PASSED|FAILED) |tests ran' env TITAN_TEST_DEVICE=cuda "$BUNDLE/bin/$t" --nproc 1
+#    Each entry: the folder's executable and the test file.
+for t in dist/collectives dist/device_mesh dtensor/dtensor optim/grad_clip parallel/tensor_parallel \
+         parallel/data_parallel parallel/activation_checkpoint parallel/parallel_dims parallel/pipeline; do
+  exe="$BUNDLE/bin/test_${t%/*}_ranks"
+  [ -x "$exe" ] || { say "SKIP    ${t#*/} ($(basename "$exe") not in the bundle)"; continue; }
+  step "${t#*/}_np1_cuda" 45 '^\[  (PASSED|FAILED) |tests ran' env TITAN_TEST_DEVICE=cuda "$exe" --nproc 1 \
+    --titan-test-files="test_${t#*/}.cpp"
 done
 # 6. Float8 on the tensor cores: tokens/s without, tensorwise, rowwise
 #    (at::_scaled_mm with per-row scales needs sm_90 and cuBLAS >= 12.9).

@@ -22,7 +22,7 @@
 namespace titan::cli {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kConvertUsage =
     "usage: titan convert --checkpoint_path P --output_path O --model_flavor F\n"
     "                     [--model_type llama3] [--export_dtype float32|bfloat16|float16]\n"
     "                     [--output_format hf|checkpoint] [--naming titan|torchtitan-0.3] [--fuse_qkv]\n"
@@ -218,7 +218,7 @@ static int cmd_convert(int argc, char** argv) {
   return run_main(argc, argv, [](int argc, char** argv) {
     for (int i = 2; i < argc; ++i)
       if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-        std::fputs(kUsage, stdout);
+        std::fputs(kConvertUsage, stdout);
         return 0;
       }
     const Options o = parse(argc, argv);

@@ -19,7 +19,7 @@
 namespace titan::cli {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kTokenizerUsage =
     "usage: titan tokenizer train [--input PATH] [--vocab-size N] --output FILE\n"
     "       titan tokenizer encode [--tokenizer PATH] TEXT...\n"
     "       titan tokenizer encode [--tokenizer PATH] --file FILE\n"
@@ -133,7 +133,7 @@ int encode(const Args& a) {
 static int cmd_tokenizer(int argc, char** argv) {
   return run_main(argc, argv, [](int argc, char** argv) {
     if (argc < 3 || !std::strcmp(argv[2], "--help") || !std::strcmp(argv[2], "-h")) {
-      std::fputs(kUsage, argc < 3 ? stderr : stdout);
+      std::fputs(kTokenizerUsage, argc < 3 ? stderr : stdout);
       return argc < 3 ? 2 : 0;
     }
     const std::string sub = argv[2];

@@ -17,6 +17,8 @@
 #include "titan/ops/attention/flash_function.hpp"
 #include "titan/ops/attention/math_attention.hpp"
 
+namespace flash_cuda_test {
+
 namespace {
 
 using namespace titan;
@@ -93,3 +95,5 @@ TEST(FlashCuda, MatchesMathAttentionAndSdpa) {
 }
 
 }  // namespace
+
+}  // namespace flash_cuda_test

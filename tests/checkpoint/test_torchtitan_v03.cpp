@@ -7,24 +7,12 @@
 #include <torch/torch.h>
 
 #include "checkpoint/hf_test_util.hpp"
+#include "support/error_of.hpp"
 #include "titan/checkpoint/torchtitan_v03.hpp"
 #include "titan/util/error.hpp"
 
 using namespace titan::checkpoint;
-
-namespace {
-
-template <typename F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const titan::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-}  // namespace
+using titan::testing::error_of;
 
 TEST(TorchtitanV03, FusedQkvIsGroupedByKvHead) {
   const int64_t H = 6, KV = 2, d = 4, dim = 5, hpk = H / KV;

@@ -10,65 +10,32 @@
 #include <functional>
 #include <sstream>
 
+#include "support/error_of.hpp"
 #include "support/run_command.hpp"
+#include "support/temp_toml.hpp"
 #include "titan/config/config.hpp"
 #include "titan/config/suggest.hpp"
 #include "titan/util/error.hpp"
 
 namespace fs = std::filesystem;
 using namespace titan::config;
+using titan::testing::required_error_of;
+using titan::testing::TempToml;
 using titan::testing::bin_path;
 using titan::testing::run_command;
 using titan::testing::source_path;
 
 namespace {
 
-// A TOML file in a per-process temp folder, removed by the test's end.
-class TempToml {
- public:
-  explicit TempToml(const std::string& text, const std::string& name = "job.toml") {
-    dir_ = fs::temp_directory_path() / ("titan_config_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    fs::create_directories(dir_);
-    path_ = (dir_ / name).string();
-    std::ofstream(path_) << text;
-  }
-  // Not fs::remove_all: the copy of it that libtorch.so exports crashes
-  // (it wins symbol resolution over libstdc++'s).
-  ~TempToml() {
-    std::remove(path_.c_str());
-    ::rmdir(dir_.c_str());
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path dir_;
-  std::string path_;
-};
-
-// The message of the titan::Error that `fn` throws; fails if none.
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const titan::Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not a titan::Error: " << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error thrown";
-  return "";
-}
-
 JobConfig parse(std::vector<std::string> args) { return parse_job_config(args); }
 
 std::string toml_error(const std::string& text) {
   TempToml f(text);
-  return error_of([&] { parse({"--job.config_file", f.path()}); });
+  return required_error_of([&] { parse({"--job.config_file", f.path()}); });
 }
 
 std::string cli_error(std::vector<std::string> args) {
-  return error_of([&] { parse(args); });
+  return required_error_of([&] { parse(args); });
 }
 
 #define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << "message: " << (msg)
@@ -330,7 +297,7 @@ TEST(ConfigAliases, EveryAliasTargetsARealOptionOfItsType) {
 
 TEST(ConfigSupported, LaterFeaturesAreRefusedWithTheirChapter) {
   JobConfig c = parse({"--model.norm_type", "layernorm"});
-  std::string e = error_of([&] { check_supported(c); });
+  std::string e = required_error_of([&] { check_supported(c); });
   EXPECT_HAS(e, "not supported yet: [model] norm_type = \"layernorm\" (only rmsnorm is implemented");
   EXPECT_HAS(e, "--model.norm_type rmsnorm");
   EXPECT_ONE_LINE(e);
@@ -371,7 +338,7 @@ TEST(ConfigSupported, LaterFeaturesAreRefusedWithTheirChapter) {
   for (const Case& k : cases) {
     SCOPED_TRACE(k.args[0]);
     JobConfig x = parse(k.args);
-    const std::string m = error_of([&] { check_supported(x); });
+    const std::string m = required_error_of([&] { check_supported(x); });
     EXPECT_HAS(m, "not supported yet: ");
     EXPECT_HAS(m, k.expect);
     EXPECT_ONE_LINE(m);
@@ -559,12 +526,12 @@ TEST(ConfigBatches, GlobalBatchAndAccumulation) {
   c.training.gradient_accumulation_steps = 4;
   EXPECT_EQ(plan_batches(c, 2).global_batch, 32);
   c.training.gradient_accumulation_steps = 3;
-  std::string e = error_of([&] { plan_batches(c, 2); });
+  std::string e = required_error_of([&] { plan_batches(c, 2); });
   EXPECT_HAS(e, "disagrees");
   EXPECT_ONE_LINE(e);
   c.training.gradient_accumulation_steps = -1;
   c.training.global_batch_size = 30;
-  e = error_of([&] { plan_batches(c, 2); });
+  e = required_error_of([&] { plan_batches(c, 2); });
   EXPECT_HAS(e, "[training] global_batch_size = 30 is not a multiple of batch_size x data-parallel degree = 4 x 2");
   c.training.global_batch_size = -1;
   c.training.gradient_accumulation_steps = 3;

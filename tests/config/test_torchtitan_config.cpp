@@ -12,12 +12,16 @@
 #include <set>
 #include <sstream>
 
+#include "support/error_of.hpp"
 #include "support/run_command.hpp"
+#include "support/temp_toml.hpp"
 #include "titan/config/config.hpp"
 #include "titan/util/error.hpp"
 
 namespace fs = std::filesystem;
 using namespace titan::config;
+using titan::testing::required_error_of;
+using titan::testing::TempToml;
 using titan::testing::source_path;
 
 namespace {
@@ -208,31 +212,6 @@ deterministic_warn_only = false
 moe_force_load_balance = false
 )";
 
-class TempToml {
- public:
-  explicit TempToml(const std::string& text) {
-    path_ = (fs::temp_directory_path() / ("titan_tt_config_" + std::to_string(::getpid()) + "_" +
-                                          std::to_string(counter_++) + ".toml"))
-                .string();
-    std::ofstream(path_) << text;
-  }
-  ~TempToml() { std::remove(path_.c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  std::string path_;
-};
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const titan::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no error thrown";
-  return "";
-}
 
 JobConfig load_text(const std::string& text) {
   TempToml t(text);
@@ -364,16 +343,16 @@ TEST(TorchtitanConfig, CustomConfigModulesKeysAreKnown) {
   for (const std::string& n : table) EXPECT_TRUE(hand.count(n)) << n << " is not a key of torchtitan's modules";
   // At their defaults they load and pass, as torchtitan's JobConfig's do.
   JobConfig c;
-  ASSERT_NO_THROW(c = load_text(kTorchtitanModuleDefaults)) << error_of([&] { load_text(kTorchtitanModuleDefaults); });
-  EXPECT_NO_THROW(check_supported(c)) << error_of([&] { check_supported(c); });
+  ASSERT_NO_THROW(c = load_text(kTorchtitanModuleDefaults)) << required_error_of([&] { load_text(kTorchtitanModuleDefaults); });
+  EXPECT_NO_THROW(check_supported(c)) << required_error_of([&] { check_supported(c); });
   // The fault-tolerance module's DiLoCo knobs change nothing without
   // semi_sync_method (torchtitan reads them only with it): any value
   // passes; semi_sync_method itself is refused in one line naming it.
   const JobConfig ft = load_text(
       "[job]\ncustom_config_module = \"torchtitan.components.ft.config\"\n"
       "[fault_tolerance]\nsync_steps = 10\nnum_fragments = 2\nfragment_update_alpha = 0.5\n");
-  EXPECT_NO_THROW(check_supported(ft)) << error_of([&] { check_supported(ft); });
-  const std::string m = error_of([] {
+  EXPECT_NO_THROW(check_supported(ft)) << required_error_of([&] { check_supported(ft); });
+  const std::string m = required_error_of([] {
     check_supported(load_text("[fault_tolerance]\nenable = true\nsync_steps = 10\nsemi_sync_method = \"diloco\"\n"));
   });
   EXPECT_NE(m.find("[fault_tolerance] semi_sync_method"), std::string::npos) << m;
@@ -382,7 +361,7 @@ TEST(TorchtitanConfig, CustomConfigModulesKeysAreKnown) {
   for (const char* text : {"[compile]\nenable = true\npasses = [\"autobucketing_reordering\"]\n",
                            "[hf_transformers]\nmodel = \"Qwen/Qwen3-0.6B\"\n", "[training]\nimg_size = 512\n",
                            "[data]\npatch_size = 14\n", "[experimental]\nautop_force_bf16 = true\n"}) {
-    const std::string e = error_of([&] { check_supported(load_text(text)); });
+    const std::string e = required_error_of([&] { check_supported(load_text(text)); });
     EXPECT_NE(e.find("not supported"), std::string::npos) << text << ": " << e;
     EXPECT_EQ(e.find('\n'), std::string::npos) << e;
   }
@@ -391,8 +370,8 @@ TEST(TorchtitanConfig, CustomConfigModulesKeysAreKnown) {
 TEST(TorchtitanConfig, EveryKeyAtItsDefaultLoadsAndRuns) {
   for (const std::string& text : {std::string(kTorchtitanDefaults), table_defaults_toml()}) {
     JobConfig c;
-    ASSERT_NO_THROW(c = load_text(text)) << error_of([&] { load_text(text); });
-    EXPECT_NO_THROW(check_supported(c)) << error_of([&] { check_supported(c); });
+    ASSERT_NO_THROW(c = load_text(text)) << required_error_of([&] { load_text(text); });
+    EXPECT_NO_THROW(check_supported(c)) << required_error_of([&] { check_supported(c); });
     EXPECT_EQ(c.training.batch_size, 8);
     EXPECT_EQ(c.comm.timeout_seconds, 100);  // [comm] train_timeout_seconds
     EXPECT_TRUE(c.checkpoint.model_weights_only);  // last_save_model_only
@@ -421,7 +400,7 @@ TEST(TorchtitanConfig, EveryRowHasTheStatusItsTableSays) {
 }
 
 TEST(TorchtitanConfig, TurningOnAFeatureTitanLacksIsOneLineNamingTheKey) {
-  const std::string e = error_of([] { check_supported(load_text("[compile]\nenable = true\n")); });
+  const std::string e = required_error_of([] { check_supported(load_text("[compile]\nenable = true\n")); });
   EXPECT_NE(e.find("not supported"), std::string::npos) << e;
   EXPECT_NE(e.find("[compile] enable = true"), std::string::npos) << e;
   EXPECT_EQ(e.find('\n'), std::string::npos) << e;
@@ -429,7 +408,7 @@ TEST(TorchtitanConfig, TurningOnAFeatureTitanLacksIsOneLineNamingTheKey) {
                            "[checkpoint]\nenable = true\ninitial_load_in_hf_quantized = true\n", "[quantize.linear.float8]\nemulate = true\n",
                            "[parallelism]\nexpert_parallel_degree = 2\n", "[checkpoint]\nenable = true\nexclude_from_loading = [\"optimizer\"]\n",
                            "[job]\ncustom_config_module = \"my_project.config\"\n", "[model]\nconverters = [\"mx\"]\n"}) {
-    const std::string m = error_of([&] { check_supported(load_text(text)); });
+    const std::string m = required_error_of([&] { check_supported(load_text(text)); });
     EXPECT_NE(m.find("not supported"), std::string::npos) << text << ": " << m;
     EXPECT_EQ(m.find('\n'), std::string::npos) << m;
   }
@@ -442,7 +421,7 @@ TEST(TorchtitanConfig, TurningOnAFeatureTitanLacksIsOneLineNamingTheKey) {
     if (on && on->type == FieldType::Bool && k.key != "enable")
       args.insert(args.end(), {"--" + k.section + ".enable", "true"});
     const JobConfig c = parse_job_config(args);
-    const std::string m = error_of([&] { check_supported(c); });
+    const std::string m = required_error_of([&] { check_supported(c); });
     EXPECT_NE(m.find(k.display()), std::string::npos) << m;
     EXPECT_EQ(m.find('\n'), std::string::npos) << m;
   }
@@ -458,10 +437,10 @@ TEST(TorchtitanConfig, KeysOfASwitchedOffFeaturePass) {
                            "[checkpoint]\nenable = false\ninitial_load_in_hf_quantized = true\n",
                            "[validation]\nenable = false\nfreq = 5\nsteps = 3\n"}) {
     const JobConfig c = load_text(text);
-    EXPECT_NO_THROW(check_supported(c)) << text << error_of([&] { check_supported(c); });
+    EXPECT_NO_THROW(check_supported(c)) << text << required_error_of([&] { check_supported(c); });
   }
   const std::string e =
-      error_of([] { check_supported(load_text("[fault_tolerance]\nenable = true\nreplica_id = 1\n")); });
+      required_error_of([] { check_supported(load_text("[fault_tolerance]\nenable = true\nreplica_id = 1\n")); });
   EXPECT_NE(e.find("[fault_tolerance] replica_id"), std::string::npos) << e;
   EXPECT_NE(e.find("[fault_tolerance] enable"), std::string::npos) << e;
 }
@@ -472,7 +451,7 @@ TEST(TorchtitanConfig, CosmeticKeysAndHonouredAlternativesPass) {
       "[metrics]\ndisable_color_printing = true\n[experimental]\ncustom_import = \"my.models\"\n"
       "[training.dataloader]\nnum_workers = 4\npin_memory = true\n[comm]\ntrace_buf_size = 0\n"
       "[quantize.linear.float8]\nrecipe_name = \"tensorwise\"\n");
-  EXPECT_NO_THROW(check_supported(c)) << error_of([&] { check_supported(c); });
+  EXPECT_NO_THROW(check_supported(c)) << required_error_of([&] { check_supported(c); });
   EXPECT_EQ(std::get<int64_t>(resolve("training.dataloader", "num_workers").field->get(c)), 4);
 }
 
@@ -486,10 +465,10 @@ TEST(TorchtitanConfig, StringListsFromTomlAndCommandLine) {
   // Printed as a TOML array, and back.
   EXPECT_NE(c.to_toml().find("filter_fqns = [\"output\", \"w2\"]"), std::string::npos) << c.to_toml();
   EXPECT_EQ(load_text(c.to_toml()).float8.filter_fqns, c.float8.filter_fqns);
-  const std::string e = error_of([] { load_text("[float8]\nfilter_fqns = [\"a\", 2]\n"); });
+  const std::string e = required_error_of([] { load_text("[float8]\nfilter_fqns = [\"a\", 2]\n"); });
   EXPECT_NE(e.find("[float8] filter_fqns"), std::string::npos) << e;
   EXPECT_NE(e.find("list of strings"), std::string::npos) << e;
-  EXPECT_NE(error_of([] { load_text("[float8]\nfilter_fqns = \"output\"\n"); }).find("list of strings"),
+  EXPECT_NE(required_error_of([] { load_text("[float8]\nfilter_fqns = \"output\"\n"); }).find("list of strings"),
             std::string::npos);
   // torchtitan turns float8 on with a converter.
   EXPECT_TRUE(parse_job_config({"--model.converters", "quantize.linear.float8"}).float8.enable_float8_linear);
@@ -513,16 +492,16 @@ TEST(TorchtitanConfig, CommandLineSpellingsOfTorchtitanUsers) {
   EXPECT_EQ(c.training.tensor_parallel_degree, 2);
   EXPECT_EQ(c.training.seed, 3);
   EXPECT_FALSE(c.checkpoint.model_weights_only);
-  const std::string e = error_of([] { parse_job_config({"--training.dataloader.num_worker", "2"}); });
+  const std::string e = required_error_of([] { parse_job_config({"--training.dataloader.num_worker", "2"}); });
   EXPECT_NE(e.find("num_workers"), std::string::npos) << e;
 }
 
 TEST(TorchtitanConfig, UnknownNestedSectionsAndKeysStillFail) {
-  EXPECT_NE(error_of([] { load_text("[quantize.linear.float9]\nemulate = false\n"); }).find("unknown"),
+  EXPECT_NE(required_error_of([] { load_text("[quantize.linear.float9]\nemulate = false\n"); }).find("unknown"),
             std::string::npos);
-  EXPECT_NE(error_of([] { load_text("[training.dataloader]\nworkers = 1\n"); }).find("num_workers"),
+  EXPECT_NE(required_error_of([] { load_text("[training.dataloader]\nworkers = 1\n"); }).find("num_workers"),
             std::string::npos);
-  EXPECT_NE(error_of([] { load_text("[quantize]\nfoo = 1\n"); }).find("unknown"), std::string::npos);
+  EXPECT_NE(required_error_of([] { load_text("[quantize]\nfoo = 1\n"); }).find("unknown"), std::string::npos);
 }
 
 TEST(TorchtitanConfig, TheRepositorysTrainConfigsLoadAndPassTheGates) {
@@ -530,6 +509,6 @@ TEST(TorchtitanConfig, TheRepositorysTrainConfigsLoadAndPassTheGates) {
                         "train_configs/llama3_405b.toml", "train_configs/debug_model.toml"}) {
     JobConfig c;
     ASSERT_NO_THROW(c = load_job_config(source_path(f))) << f;
-    EXPECT_NO_THROW(check_supported(c)) << f << ": " << error_of([&] { check_supported(c); });
+    EXPECT_NO_THROW(check_supported(c)) << f << ": " << required_error_of([&] { check_supported(c); });
   }
 }

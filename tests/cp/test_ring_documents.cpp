@@ -32,6 +32,8 @@
 #include "titan/parallel/context_parallel/sharding.hpp"
 #include "titan/util/error.hpp"
 
+namespace ring_documents_test {
+
 namespace {
 
 using titan::testing::max_abs_diff;
@@ -178,3 +180,5 @@ TEST(RingAttentionDocuments, BadStartsAreClearErrors) {
 }
 
 }  // namespace
+
+}  // namespace ring_documents_test

@@ -19,6 +19,8 @@
 #include "support/run_command.hpp"
 #include "train/train_test_util.hpp"
 
+namespace mfu_oversubscribed_test {
+
 namespace {
 
 using titan::testing::bin_path;
@@ -115,3 +117,5 @@ TEST(MfuOversubscribed, FourRanksOnTheCoresFromAnEmptyCacheStayAtOrBelow100) {
   EXPECT_NE(r.output.find("1 threads, measured now"), std::string::npos) << r.output;
   EXPECT_FALSE(read_json(cache)["entries"][key].contains("invalid"));
 }
+
+}  // namespace mfu_oversubscribed_test

@@ -26,6 +26,8 @@
 #include "titan/parallel/tensor_parallel/async_tp.hpp"
 #include "titan/parallel/tensor_parallel/parallelize_module.hpp"
 
+namespace float8_tp_test {
+
 namespace {
 
 using titan::Placement;
@@ -197,3 +199,5 @@ TEST(Float8TensorParallel, AsyncRingComputesWhatSyncFloat8TpComputes) {
 }
 
 }  // namespace
+
+}  // namespace float8_tp_test

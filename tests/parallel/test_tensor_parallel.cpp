@@ -42,6 +42,8 @@
 #include "titan/ops/cross_entropy.hpp"
 #include "titan/util/error.hpp"
 
+namespace tensor_parallel_test {
+
 namespace {
 
 using titan::Placement;
@@ -633,3 +635,5 @@ TEST(AsyncTp, WithoutSequenceParallelThereIsNothingToOverlap) {
   o.async_tp = true;
   EXPECT_THROW(titan::models::llama3::check_tp_job(tp_args(), mesh.size(0), kSeq, o), titan::Error);
 }
+
+}  // namespace tensor_parallel_test

@@ -2,13 +2,15 @@
 // itself (through titan's launcher); each rank joins the job and runs every
 // test. Rank 0 prints gtest's full report, the others only their failures,
 // so a failure on any rank is visible and makes that rank (and so the
-// launcher) exit non-zero.
+// launcher) exit non-zero. --titan-test-files picks the tests of one
+// titan_add_test out of its folder's executable (support/test_files.hpp).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
 
+#include "support/test_files.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/launch/program.hpp"
 
@@ -30,6 +32,7 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 int main(int argc, char** argv) {
   return titan::run_main(argc, argv, [](int argc, char** argv) {
     ::testing::InitGoogleTest(&argc, argv);
+    titan::testing::select_test_files(argc, argv);
     titan::dist::InitOptions options;
     const char* device = std::getenv("TITAN_TEST_DEVICE");
     options.device = device ? device : "cpu";

@@ -1,9 +1,12 @@
 #pragma once
 /// @file
 /// @brief The message of the error a piece of code throws, for tests of bad
-/// input: one helper for every test file (a test executable built as one
-/// unity source cannot hold two).
+/// input: one helper for every test file (the tests of a folder are built
+/// as one unity source, which cannot hold two).
 
+#include <gtest/gtest.h>
+
+#include <exception>
 #include <string>
 
 #include "titan/util/error.hpp"
@@ -20,6 +23,23 @@ std::string error_of(F&& fn) {
   } catch (const titan::Error& e) {
     return e.what();
   }
+  return "";
+}
+
+/// @brief Like error_of, for code that must fail: a test failure when `fn`
+/// throws nothing or an exception other than titan::Error (whose message is
+/// then returned).
+template <typename F>
+std::string required_error_of(F&& fn) {
+  try {
+    fn();
+  } catch (const titan::Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not a titan::Error: " << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no error thrown";
   return "";
 }
 
