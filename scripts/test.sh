@@ -13,4 +13,9 @@ say "building everything: the library, the CLI, the tests, chapters, labs and be
 cmake --build "$BUILD" -j "$JOBS"
 say "running the CTest suite"
 cd "$BUILD"
-ctest --output-on-failure --timeout 600 -j "${TITAN_TEST_JOBS:-1}" "$@"
+# One test per core, at most 4 (the multi-rank tests start up to 16
+# processes each; TITAN_TEST_JOBS sets it): a test that needs the machine to
+# itself says so with CTest's PROCESSORS, and the longest ones carry a COST
+# so that a fresh build folder starts them first.
+CORES=$(nproc)
+ctest --output-on-failure --timeout 600 -j "${TITAN_TEST_JOBS:-$((CORES < 4 ? CORES : 4))}" "$@"

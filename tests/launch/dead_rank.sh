@@ -19,7 +19,16 @@ fail() { echo "FAIL ($MODE): $*"; echo "--- job output"; grep -v "step:" "$WORK"
 ARGS=(train --job.config_file "$SRC/train_configs/debug_model.toml" --job.dump_folder "$WORK/out"
       --training.device cpu --training.seq_len 16 --training.batch_size 4 --training.steps 2000
       --metrics.log_freq 1 --comm.timeout_seconds 10)
-PORT=$(( 20000 + RANDOM % 20000 ))
+# A port nothing uses now, from the kernel (bind to port 0). A random pick
+# could land on a port another test's connection holds (the ephemeral range
+# starts at 32768): torchrun's agent then cannot host its store, falls back
+# to joining one there and waits 60 s.
+PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# A mark in the job's environment that only this run's ranks carry: under
+# `ctest -j`, the torchrun and Slurm runs of this test (and other tests'
+# jobs) have titan processes with RANK=2 of their own, which are not ours
+# to kill.
+export TITAN_DEAD_RANK_RUN="$WORK"
 PIDS=()
 if [ "$MODE" = torchrun ]; then
   "$PY" -m torch.distributed.run --nnodes=1 --nproc_per_node=4 --rdzv-backend=c10d \
@@ -34,7 +43,7 @@ else
 fi
 
 # Step 3 reached, then rank 2's process (its environment says RANK=2 or
-# SLURM_PROCID=2) is killed.
+# SLURM_PROCID=2, and carries this run's mark) is killed.
 for _ in $(seq 900); do
   grep -q "step: *3 " "$WORK"/*.log 2> /dev/null && break
   sleep 0.1
@@ -43,6 +52,7 @@ grep -q "step: *3 " "$WORK"/*.log || fail "no step 3 within 90 s"
 VICTIM=""
 for pid in $(pgrep -f "^$TITAN train"); do
   env_of=$({ tr '\0' '\n' < "/proc/$pid/environ"; } 2> /dev/null) || continue
+  echo "$env_of" | grep -qx "TITAN_DEAD_RANK_RUN=$WORK" || continue
   echo "$env_of" | grep -qx "RANK=2\|SLURM_PROCID=2" && VICTIM=$pid
 done
 [ -n "$VICTIM" ] || fail "rank 2's process not found"

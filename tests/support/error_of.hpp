@@ -8,6 +8,7 @@
 
 #include <exception>
 #include <string>
+#include <utility>
 
 #include "titan/util/error.hpp"
 
@@ -27,20 +28,19 @@ std::string error_of(F&& fn) {
 }
 
 /// @brief Like error_of, for code that must fail: a test failure when `fn`
-/// throws nothing or an exception other than titan::Error (whose message is
-/// then returned).
+/// throws nothing (or a titan::Error without a message) or an exception
+/// other than titan::Error (whose message is then returned).
 template <typename F>
 std::string required_error_of(F&& fn) {
+  std::string message;
   try {
-    fn();
-  } catch (const titan::Error& e) {
-    return e.what();
+    message = error_of(std::forward<F>(fn));
   } catch (const std::exception& e) {
     ADD_FAILURE() << "not a titan::Error: " << e.what();
     return e.what();
   }
-  ADD_FAILURE() << "no error thrown";
-  return "";
+  if (message.empty()) ADD_FAILURE() << "no error thrown";
+  return message;
 }
 
 }  // namespace titan::testing
