@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "commands.hpp"
+#include "titan/util/host_allocator.hpp"
 
 namespace titan::cli {
 std::map<std::string, CommandInfo>& commands() {
@@ -31,6 +32,10 @@ int main(int argc, char** argv) {
   // error naming the file; left at its default, SIGXFSZ would kill the
   // process with no word about what it was writing.
   std::signal(SIGXFSZ, SIG_IGN);
+  // A CPU training step frees and allocates the same activations every
+  // step; keeping freed blocks in the process spares the page faults of
+  // mapping them again (util/host_allocator.hpp).
+  titan::keep_freed_host_memory();
   auto& table = titan::cli::commands();
   auto it = table.find(argv[1]);
   if (it == table.end()) {

@@ -18,6 +18,9 @@ fused with titan's own flash attention kernel instead of ATen's SDPA
 After the timed rounds one more step of each contender is profiled (not
 timed) and the CPU time of its ops split into GEMMs, attention and
 everything else (--no-breakdown skips it).
+`titan` keeps freed blocks below 32 MiB in the process (glibc's malloc
+thresholds, util/host_allocator.hpp); Python runs with glibc's defaults unless
+--py-keep-freed-memory gives it the same thresholds.
 Both use the same thread count (OMP_NUM_THREADS for titan, torch.set_num_threads
 for Python). The first --warmup steps of each run are skipped; the median
 step time of the rest gives tokens/s.
@@ -144,6 +147,15 @@ def trace_self_times(path):
     return self_us
 
 
+def keep_freed_host_memory():
+    """What titan's keep_freed_host_memory() does, for this Python process."""
+    import ctypes
+    libc = ctypes.CDLL("libc.so.6")
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # <malloc.h>
+    if not (libc.mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1 and libc.mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1):
+        sys.exit("mallopt refused the thresholds")
+
+
 def python_step_times(cfg, args, attention, profile=False):
     torch.manual_seed(0)
     init = ref.replay_init(cfg, 0, shapes(cfg))
@@ -224,6 +236,9 @@ def main():
                     help="also time titan with [model] fused_kernels = false")
     ap.add_argument("--titan-flash", action=argparse.BooleanOptionalAction, default=True,
                     help="also time titan with [model] attn_type = flash (titan's CPU flash kernel)")
+    ap.add_argument("--py-keep-freed-memory", action="store_true",
+                    help="give the Python contenders glibc's malloc thresholds that `titan` sets at start "
+                         "(util/host_allocator.hpp: mmap threshold 32 MiB, trim threshold 1 GiB)")
     ap.add_argument("--breakdown", action=argparse.BooleanOptionalAction, default=True,
                     help="after the timed rounds, profile one step of each contender: CPU time in GEMMs, "
                          "attention and everything else")
@@ -231,6 +246,8 @@ def main():
     if args.steps <= args.warmup:
         sys.exit("--steps must exceed --warmup")
     torch.set_num_threads(args.threads)
+    if args.py_keep_freed_memory:
+        keep_freed_host_memory()
     cfg = FLAVORS[args.flavor]["cfg"]
     args.batch_size = args.batch_size or FLAVORS[args.flavor]["batch_size"]
     args.seq_len = args.seq_len or FLAVORS[args.flavor]["seq_len"]
