@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -201,6 +202,29 @@ JobConfig base_config(const titan::testing::ScratchDir& dir) {
 TEST(TrainerDataParallel, FsdpMatchesReference) {
   titan::testing::ScratchDir dir("trainer_fsdp");
   expect_matches_reference(base_config(dir), "FSDP");
+}
+
+// Ctrl-C or SIGTERM reaching one rank only (here the last, during step 3)
+// stops every rank after the same step: the ranks agree on the stop. A rank
+// that stopped alone would sit in its shutdown collectives while the others
+// wait in step 4's, until the collective timeout.
+TEST(TrainerDataParallel, SignalOnOneRankStopsEveryRankAfterTheSameStep) {
+  titan::testing::ScratchDir dir("trainer_one_rank_signal");
+  JobConfig c = base_config(dir);
+  c.training.steps = 20;
+  TrainerOptions o;
+  o.model_args = titan::testing::tiny_model();
+  o.console = false;
+  o.peak_flops = 0;
+  o.handle_signals = true;
+  const int last = titan::testing::world().size() - 1;
+  o.on_step = [&](const StepResult& r) {
+    if (r.step == 3 && titan::testing::world().rank() == last) std::raise(SIGINT);
+  };
+  Trainer trainer(std::move(c), o);
+  const titan::train::TrainSummary s = trainer.train();
+  EXPECT_TRUE(s.interrupted) << "rank " << titan::testing::world().rank();
+  EXPECT_EQ(s.steps_done, 3) << "rank " << titan::testing::world().rank();
 }
 
 TEST(TrainerDataParallel, DdpMatchesReference) {

@@ -52,6 +52,23 @@ namespace {
 
 std::string nonfinite_name(double v) { return std::isnan(v) ? "NaN" : (v > 0 ? "inf" : "-inf"); }
 
+// Whether the job stops after this step. Every rank of a multi-rank job
+// decides together (the largest flag over the world): a signal reaches each
+// rank at its own moment (Ctrl-C the processes of a terminal, torchrun's
+// SIGTERM each rank in turn), and a rank that left the loop on its own would
+// wait in its shutdown collectives while its peers wait in the next step's
+// — on different groups, until the collective timeout. One one-element
+// all-reduce per step, only where signals are handled.
+bool stop_agreed(const std::optional<StopSignal>& stop, int64_t world_size) {
+  if (!stop) return false;
+  const bool mine = stop->requested();
+  if (world_size == 1) return mine;
+  const dist::World& w = dist::world();
+  at::Tensor flag = at::full({1}, mine ? 1.0f : 0.0f, at::TensorOptions().dtype(at::kFloat).device(w.device()));
+  w.group()->all_reduce(flag, dist::ReduceOp::Max);
+  return flag.item<float>() > 0.0f;
+}
+
 }  // namespace
 
 Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
@@ -470,10 +487,12 @@ TrainSummary Trainer::train() {
       if (validator_ && validator_->due(step_)) s.validation_losses.push_back({step_, validate(step_).loss});
       if (checkpoint_) checkpoint_->maybe_save(step_, step_ == cfg_.training.steps);
       if (options_.on_step) options_.on_step(r);
-      if (stop && stop->requested()) {
+      if (stop_agreed(stop, dims_.world_size)) {
         s.interrupted = true;
-        print(strprintf("%s received: stopped cleanly after step %lld of %lld",
-                        stop->signal_number() == SIGTERM ? "SIGTERM" : "Ctrl-C (SIGINT)",
+        const int sig = stop->signal_number();
+        print(strprintf("%s: stopped cleanly after step %lld of %lld",
+                        sig == SIGTERM ? "SIGTERM received"
+                                       : (sig == SIGINT ? "Ctrl-C (SIGINT) received" : "a peer rank was signalled"),
                         static_cast<long long>(step_), static_cast<long long>(cfg_.training.steps)));
         break;
       }
