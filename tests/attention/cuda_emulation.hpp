@@ -63,7 +63,10 @@ struct Block {
   std::vector<float> exchange;       // one slot per thread, for shuffles
   std::vector<unsigned char> smem;   // the dynamic shared memory
   Block(Dim3 i, unsigned threads, size_t smem_bytes)
-      : idx(i), dim{threads, 1, 1}, all(static_cast<int>(threads)), exchange(threads), smem(smem_bytes + 128) {
+      // Shared memory starts as NaN bytes, not zeros: a kernel that reads
+      // what it never wrote (or another thread's write before a barrier)
+      // gets NaN here, as it may get garbage on a GPU.
+      : idx(i), dim{threads, 1, 1}, all(static_cast<int>(threads)), exchange(threads), smem(smem_bytes + 128, 0xFF) {
     for (unsigned w = 0; w < (threads + 31) / 32; ++w) warps.push_back(std::make_unique<Barrier>(32));
   }
 };

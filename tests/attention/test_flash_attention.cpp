@@ -136,6 +136,24 @@ TEST(FlashAttention, StridedInputsAndExplicitScale) {
   EXPECT_LT(rel_diff(a, b), 5e-6);
 }
 
+TEST(FlashAttention, BackwardKeepsAGivenScaleEvenBelowZero) {
+  // The backward used to take a saved scale ≤ 0 for "none" and fall back to
+  // 1/√D: a given -0.2 trained with wrong gradients (7e-1 off).
+  const auto in = attn_test::make_inputs(1, 2, 2, 40, 64, 13);
+  for (double scale : {0.3, -0.2}) {
+    at::Tensor q = in.q.clone().requires_grad_(), k = in.k.clone().requires_grad_(),
+               v = in.v.clone().requires_grad_();
+    flash_attention(q, k, v, true, scale).backward(in.dout);
+    at::Tensor qd = in.q.to(at::kDouble).requires_grad_(), kd = in.k.to(at::kDouble).requires_grad_(),
+               vd = in.v.to(at::kDouble).requires_grad_();
+    math_attention(qd, kd, vd, true, scale).backward(in.dout.to(at::kDouble));
+    const double d = std::max({rel_diff(q.grad(), qd.grad()), rel_diff(k.grad(), kd.grad()),
+                               rel_diff(v.grad(), vd.grad())});
+    std::printf("scale %+.1f: gradients vs fp64 math %.2e\n", scale, d);
+    EXPECT_LT(d, 5e-6);  // the fp32 floor of Fp32MatchesMathForwardAndBackward
+  }
+}
+
 TEST(FlashAttention, BadInputsAreOneLineErrors) {
   const auto in = attn_test::make_inputs(1, 3, 2, 8, 64, 1);
   EXPECT_THROW(flash_attention_forward(in.q, in.k, in.v, false), titan::Error);  // 3 % 2 != 0

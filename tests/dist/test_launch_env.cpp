@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "titan/dist/launch_env.hpp"
+#include "titan/dist/world.hpp"
 #include "titan/util/error.hpp"
 
 using titan::dist::parse_launch_env;
@@ -63,3 +64,19 @@ TEST(LaunchEnv, BadValuesNameTheVariable) {
 }
 
 }  // namespace
+
+// The GPU of a rank: LOCAL_RANK among all visible GPUs, the only one when a
+// launcher gave each rank its own (Slurm's --gpus-per-task), and a one-line
+// error when LOCAL_RANK is past the visible ones.
+TEST(CudaDeviceFor, LocalRankAmongVisibleGpusOrTheOnlyOne) {
+  using titan::dist::cuda_device_for;
+  EXPECT_EQ(cuda_device_for(0, 8), 0);
+  EXPECT_EQ(cuda_device_for(5, 8), 5);
+  EXPECT_EQ(cuda_device_for(3, 1), 0);  // one GPU per task: SLURM_LOCALID 3 sees it as GPU 0
+  try {
+    cuda_device_for(4, 2);
+    FAIL() << "LOCAL_RANK 4 with 2 visible GPUs was accepted";
+  } catch (const titan::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("LOCAL_RANK 4 has no GPU: 2 visible"), std::string::npos) << e.what();
+  }
+}

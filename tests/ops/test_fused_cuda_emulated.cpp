@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include "titan/ops/fused/fused_ops.hpp"
@@ -147,6 +148,12 @@ TEST(FusedCudaEmulated, CrossEntropyForwardAndBackward) {
       EXPECT_LE(e_grad, f.bf16 ? 4e-3 : 3e-7);  // bf16: the gradient is rounded to bf16
       EXPECT_EQ(loss[2].item<float>(), 0.0f);
       EXPECT_TRUE(dlogits[2].eq(0).all().item<bool>());
+      // A label past the vocabulary: a NaN loss (which the trainer stops
+      // on), not a read past the row.
+      labels[3] = vocab;
+      cuda_emu::launch({static_cast<unsigned>(rows), 1, 1}, k::kThreads, 2 * k::kThreads * sizeof(float), forward_body);
+      EXPECT_TRUE(std::isnan(loss[3].item<float>())) << loss[3].item<float>();
+      EXPECT_LE(rel_err(loss.narrow(0, 0, 3), per_row.detach().narrow(0, 0, 3)), 3e-7);  // the other rows unchanged
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 #include "titan/dist/backend.hpp"
@@ -31,6 +32,19 @@ void warn_on_nccl_header_mismatch() {
   });
 }
 
+// torch's own NCCL flight recorder, on unless the user chose: titan's
+// recorder (flight_recorder.hpp) sees an NCCL collective complete when the
+// stream waits for it, not when the GPU finishes it, so on NCCL a hang is
+// named by torch's, which tracks completion on the device and dumps
+// (TORCH_FR_DUMP_TEMP_FILE, default /tmp/nccl_trace_rank_<rank>) when its
+// watchdog times a collective out. Set before the first ProcessGroupNCCL,
+// which reads them.
+void enable_torch_nccl_flight_recorder() {
+  if (std::getenv("TORCH_FR_BUFFER_SIZE") == nullptr && std::getenv("TORCH_NCCL_TRACE_BUFFER_SIZE") == nullptr)
+    setenv("TORCH_FR_BUFFER_SIZE", "2000", 0);
+  setenv("TORCH_NCCL_DUMP_ON_TIMEOUT", "1", 0);
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,
@@ -38,6 +52,7 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
                                                     std::chrono::milliseconds timeout,
                                                     const c10::Device& device) {
   warn_on_nccl_header_mismatch();
+  enable_torch_nccl_flight_recorder();
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
   auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);

@@ -39,7 +39,7 @@ c10::Device pick_device(const std::string& want, const LaunchEnv& env) {
   if (want == "cpu" || (want == "auto" && !cuda)) return c10::Device(c10::kCPU);
   TITAN_CHECK(want == "cuda" || want == "auto", "unknown device '", want, "' (expected cpu, cuda or auto)");
   TITAN_CHECK(cuda, "device 'cuda' requested but no CUDA device is available");
-  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+  return c10::Device(c10::kCUDA, cuda_device_for(env.local_rank, static_cast<int>(at::getNumGPUs())));
 }
 
 c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& env, std::chrono::milliseconds timeout) {
@@ -227,6 +227,19 @@ const World& world() {
 }
 
 bool is_initialized() { return g_world != nullptr; }
+
+c10::DeviceIndex cuda_device_for(int local_rank, int visible_devices) {
+  if (visible_devices == 1) return 0;
+  TITAN_CHECK(local_rank >= 0 && local_rank < visible_devices, "LOCAL_RANK ", local_rank, " has no GPU: ",
+              visible_devices, " visible (CUDA_VISIBLE_DEVICES='",
+              std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "", "')");
+  return static_cast<c10::DeviceIndex>(local_rank);
+}
+
+at::Tensor to_comm_device(const at::Tensor& t) {
+  if (g_world == nullptr || t.device() == g_world->device()) return t;
+  return t.to(g_world->device());
+}
 
 void shutdown() {
   std::lock_guard<std::mutex> lock(g_mu);

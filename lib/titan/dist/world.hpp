@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -76,6 +77,20 @@ const World& world();
 
 /// @brief True between init_distributed() and shutdown().
 bool is_initialized();
+
+/// @brief The CUDA device a rank uses: GPU LOCAL_RANK of the visible ones
+/// (torchrun, `titan run`, Slurm with every GPU visible to each task), or
+/// GPU 0 when the launcher left each rank a single visible GPU (Slurm's
+/// --gpus-per-task, a CUDA_VISIBLE_DEVICES per rank). Throws a one-line
+/// titan::Error naming both numbers when LOCAL_RANK is not a visible GPU.
+c10::DeviceIndex cuda_device_for(int local_rank, int visible_devices);
+
+/// @brief `t` on the device the job's collectives run on (world().device()),
+/// or `t` itself when it is there already or no job is initialised. For the
+/// small host-side values that meet a collective — a gradient-norm partial
+/// or float8 amaxes over FSDP's CPU-offloaded shards — since NCCL takes only
+/// CUDA tensors (Gloo takes either, so a CPU job never copies).
+at::Tensor to_comm_device(const at::Tensor& t);
 
 /// @brief Leaves the job: a barrier (so no rank tears down sockets its peers
 /// still use), then the groups and store are released. Safe to call twice.

@@ -78,11 +78,13 @@ at::Tensor reduced_partial(const std::vector<at::Tensor>& params, double norm_ty
                            const std::vector<const dist::ProcessGroup*>& groups) {
   at::Tensor partial = grad_norm_partial(params, norm_type);
   const bool inf = norm_type == kInfNorm;
+  const c10::Device home = partial.device();  // the gradients' (the CPU under FSDP's CPU offload)
   for (const dist::ProcessGroup* g : groups) {
     if (g == nullptr || g->size() == 1) continue;
+    partial = dist::to_comm_device(partial);
     g->all_reduce(partial, inf ? dist::ReduceOp::Max : dist::ReduceOp::Sum);
   }
-  return partial;
+  return partial.to(home);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 
+#include "titan/dist/world.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::train {
@@ -12,7 +13,7 @@ c10::Device resolve_device(const std::string& want, int local_rank) {
   TITAN_CHECK(want == "cuda" || want == "auto", "[training] device = '", want,
               "' is not one of cpu, cuda, auto");
   TITAN_CHECK(cuda, "[training] device = 'cuda' but no CUDA device is available (use --training.device cpu)");
-  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+  return c10::Device(c10::kCUDA, dist::cuda_device_for(local_rank, static_cast<int>(at::getNumGPUs())));
 }
 
 }  // namespace titan::train

@@ -27,7 +27,10 @@ at::Tensor usable(const at::Tensor& t, const at::Tensor& q, const char* name) {
   TITAN_CHECK(t.scalar_type() == q.scalar_type(), "flash_attention (CUDA): q, k, v (and dout) must share a dtype");
   const bool aligned = t.stride(3) == 1 && t.stride(0) % 8 == 0 && t.stride(1) % 8 == 0 && t.stride(2) % 8 == 0 &&
                        reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-  return aligned ? t : t.contiguous();
+  // clone, not contiguous(): a contiguous view at an odd offset stays
+  // misaligned under contiguous(), and a misaligned 16-byte load is a
+  // sticky CUDA error.
+  return aligned ? t : t.clone(at::MemoryFormat::Contiguous);
 }
 
 Problem problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
@@ -91,7 +94,7 @@ FlashForward flash_attention_forward_cuda(const at::Tensor& q_in, const at::Tens
   const at::Tensor doc_start = device_row_bounds(doc_start_in, key_begin, causal, a.p, q, "flash_attention (CUDA)");
   if (doc_start.defined()) a.p.doc_start = doc_start.data_ptr<int64_t>();
   const FlashForward f = flash_detail::forward_operands(a, q, k, v);
-  if (a.p.sq > 0 && a.p.sk > 0) {
+  if (a.p.sq > 0 && a.p.sk > 0 && a.p.batch > 0 && a.p.hq > 0) {  // an empty grid is a launch error
     const char* err = flash_cuda_detail::launch_forward(a, dtype_of(a.p), at::cuda::getCurrentCUDAStream().stream());
     TITAN_CHECK(err == nullptr, "flash_attention (CUDA): forward launch failed: ", err);
   }
@@ -110,9 +113,12 @@ FlashGrads flash_attention_backward_cuda(const at::Tensor& dout_in, const at::Te
   const at::Tensor doc_start =
       device_row_bounds(doc_start_in, key_begin, causal, a.p, q, "flash_attention_backward (CUDA)");
   if (doc_start.defined()) a.p.doc_start = doc_start.data_ptr<int64_t>();
+  TITAN_CHECK(out.device() == q.device() && lse_in.device() == q.device(),
+              "flash_attention_backward (CUDA): out (", out.device(), ") and lse (", lse_in.device(),
+              ") must be on q's device ", q.device());
   const flash_detail::BackwardBuffers buf =
       flash_detail::backward_operands(a, dout, q, k, v, out, lse_in, "flash_attention_backward (CUDA)");
-  if (a.p.sq > 0 && a.p.sk > 0) {
+  if (a.p.sq > 0 && a.p.sk > 0 && a.p.batch > 0 && a.p.hq > 0) {
     const char* err =
         flash_cuda_detail::launch_backward(a, dtype_of(a.p), at::cuda::getCurrentCUDAStream().stream());
     TITAN_CHECK(err == nullptr, "flash_attention_backward (CUDA): launch failed: ", err);

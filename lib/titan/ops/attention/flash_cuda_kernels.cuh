@@ -150,6 +150,9 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardArgs a) 
 
   load_rows<T, D>(sQ, q, a.qs.s, q0, p.sq, kRows);
   for (int idx = threadIdx.x; idx < kRows * LDO; idx += kThreads) sO[idx] = 0.0f;
+  // The zeros are other threads' writes: visible before any warp reads its
+  // rows, also when the tile sees no key and the loop below never runs.
+  __syncthreads();
 
   // Lane pair (2r, 2r+1) owns row r of the warp's 16; each lane half its columns.
   const int r = lane / 2, half = lane % 2;
@@ -211,7 +214,9 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardArgs a) 
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     T* out = static_cast<T*>(a.out) + b * a.os.b + h * a.os.h + row * a.os.s;
     const float* orow = O + r * LDO;
-    for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c) out[c] = from_float<T>(orow[c] * inv);
+    // A row that saw no key writes zeros without reading O (0 · NaN is NaN).
+    for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c)
+      out[c] = from_float<T>(l > 0.0f ? orow[c] * inv : 0.0f);
     if (half == 0) a.lse[(b * p.hq + h) * p.sq + row] = l > 0.0f ? (m + log2f(l)) * kLn2 : -INFINITY;
   }
 }

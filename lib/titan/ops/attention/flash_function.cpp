@@ -23,7 +23,7 @@ struct FlashAttentionFunction : torch::autograd::Function<FlashAttentionFunction
     ctx->save_for_backward({q, k, v, f.out, f.lse});
     ctx->saved_data["doc_start"] = doc.starts;
     ctx->saved_data["causal"] = causal;
-    ctx->saved_data["scale"] = scale.value_or(-1.0);
+    ctx->saved_data["scale"] = scale ? c10::IValue(*scale) : c10::IValue();  // None: 1/√D (any given value kept, ≤ 0 too)
     ctx->saved_data["q_tile"] = opts.q_tile;
     ctx->saved_data["kv_tile"] = opts.kv_tile;
     ctx->saved_data["gemm"] = static_cast<int64_t>(opts.gemm);
@@ -32,14 +32,16 @@ struct FlashAttentionFunction : torch::autograd::Function<FlashAttentionFunction
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list s = ctx->get_saved_variables();
-    const double scale = ctx->saved_data["scale"].toDouble();
+    const c10::IValue& saved_scale = ctx->saved_data["scale"];
+    const std::optional<double> scale =
+        saved_scale.isNone() ? std::nullopt : std::optional<double>(saved_scale.toDouble());
     FlashOptions opts;
     opts.q_tile = ctx->saved_data["q_tile"].toInt();
     opts.kv_tile = ctx->saved_data["kv_tile"].toInt();
     opts.gemm = static_cast<TileGemm>(ctx->saved_data["gemm"].toInt());
     FlashGrads g = flash_attention_backward(grads[0], s[0], s[1], s[2], s[3], s[4],
                                             ctx->saved_data["causal"].toBool(),
-                                            scale > 0 ? std::optional<double>(scale) : std::nullopt, opts,
+                                            scale, opts,
                                             ctx->saved_data["doc_start"].toTensor());
     return {g.dq, g.dk, g.dv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }

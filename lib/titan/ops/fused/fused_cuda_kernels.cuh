@@ -14,6 +14,7 @@
 // kPerThread consecutive values; value k of thread t is at t + k·kThreads,
 // so each of the kPerThread loads of a warp is coalesced.
 
+#include <cmath>
 #include <cstdint>
 
 #include "titan/ops/fused/fused_cpu_args.hpp"
@@ -128,7 +129,11 @@ __global__ void cross_entropy_forward_kernel(fused_detail::CrossEntropyForward p
     const float lse = ms[0] + logf(ss[0]);
     const int64_t label = p.labels[row];
     p.lse[row] = lse;
-    p.loss[row] = label == fused_detail::kIgnoredLabel ? 0.0f : lse - to_f(x[label]);
+    // A label outside the vocabulary (the CPU path's gather throws on it)
+    // gives a NaN loss, which the trainer stops on, rather than a read
+    // past the row.
+    const bool in_vocab = label >= 0 && label < p.vocab;
+    p.loss[row] = label == fused_detail::kIgnoredLabel ? 0.0f : (in_vocab ? lse - to_f(x[label]) : NAN);
   }
 }
 

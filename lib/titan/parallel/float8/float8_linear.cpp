@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "titan/dist/process_group.hpp"
+#include "titan/dist/world.hpp"
 #include "titan/ops/forward_hooks.hpp"
 #include "titan/ops/linear.hpp"
 #include "titan/parallel/fsdp/all_gather_extension.hpp"
@@ -400,7 +401,10 @@ int64_t precompute_float8_dynamic_scale_for_fsdp(torch::nn::Module& root) {
   // same layers in the same order, so the vectors line up.
   std::vector<at::Tensor> amaxes;
   for (Float8Hook* h : hooks) amaxes.push_back(local_amax(h->linear()->weight));
-  at::Tensor all = at::cat(amaxes);
+  // On the collectives' device (the shards are host memory under FSDP's
+  // CPU offload, and NCCL takes CUDA tensors only), back after.
+  const at::Tensor local = at::cat(amaxes);
+  at::Tensor all = dist::to_comm_device(local);
   std::vector<const dist::ProcessGroup*> groups;
   for (Float8Hook* h : hooks)
     for (const dist::ProcessGroup* g : {h->gather()->shard_group().get(), h->gather()->tp_group().get()})
@@ -416,7 +420,7 @@ int64_t precompute_float8_dynamic_scale_for_fsdp(torch::nn::Module& root) {
     g->all_reduce(part, dist::ReduceOp::Max);
     all = at::where(member, part, all);
   }
-  at::Tensor scales = scale_from_amax(all, at::kFloat8_e4m3fn);
+  at::Tensor scales = scale_from_amax(all.to(local.device()), at::kFloat8_e4m3fn);
   for (size_t i = 0; i < hooks.size(); ++i)
     hooks[i]->gather()->set_precomputed_scale(scales[static_cast<int64_t>(i)].clone());
   return static_cast<int64_t>(hooks.size());
