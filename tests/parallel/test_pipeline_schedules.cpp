@@ -139,6 +139,31 @@ TEST(PipelineSchedules, ABrokenOrderIsCaught) {
   EXPECT_NE(error_of([&] { simulate(spec, a); }).find("runs on rank 1"), std::string::npos);
 }
 
+// NCCL pairs two ranks' point-to-point messages in the order each posts
+// them, not by tag (Gloo matches tags). A rank that consumes a peer's
+// messages in another order than the peer sends them must receive them in
+// the sender's order, ahead of need; add_communication does, and simulate()
+// asserts it for every list (EveryScheduleIsCompleteAndDeadlockFree covers
+// the zero-bubble lists, where rank 0 of InterleavedZeroBubble at 4 ranks x
+// 2 stages x 16 micro-batches runs 0F12 before 4F11 while rank 1 runs 5F11
+// before 1F12).
+TEST(PipelineSchedules, ReceivesFollowTheSendersOrder) {
+  ScheduleSpec gpipe{ScheduleKind::GPipe, 2, 1, 2};
+  auto a = compute_actions(gpipe);
+  ASSERT_EQ(format_schedule(a), "rank 0: 0F0 0F1 0B1 0B0\nrank 1: 1F0 1F1 1B1 1B0\n");
+  // Rank 1 runs its forwards 1, 0: it receives micro-batch 0's activation
+  // first all the same, as rank 0 sends it first.
+  std::swap(a[1][0], a[1][1]);
+  ASSERT_NO_THROW(simulate(gpipe, a));
+  const std::string with_comm = format_schedule(add_communication(gpipe, a), /*compute_only=*/false);
+  std::printf("%s", with_comm.c_str());
+  EXPECT_NE(with_comm.find("rank 1: 1RECV_F0 1RECV_F1 1F1 1F0 1B1 1SEND_B1 1B0 1SEND_B0"), std::string::npos)
+      << with_comm;
+  // Unchanged where the orders agree: each receive right before its use.
+  EXPECT_NE(format_schedule(build_schedule(gpipe), false).find("rank 1: 1RECV_F0 1F0 1RECV_F1 1F1"),
+            std::string::npos);
+}
+
 TEST(PipelineSchedules, NamesAndShapes) {
   EXPECT_EQ(parse_schedule_kind("1f1b"), ScheduleKind::OneFOneB);
   EXPECT_EQ(parse_schedule_kind("gpipe"), ScheduleKind::GPipe);

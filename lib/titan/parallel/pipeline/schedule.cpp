@@ -295,19 +295,67 @@ std::vector<RankActions> compute_actions(const ScheduleSpec& spec) {
 
 std::vector<RankActions> add_communication(const ScheduleSpec& spec, const std::vector<RankActions>& compute) {
   const int S = spec.num_stages();
+  const int p = static_cast<int>(compute.size());
+  // The message a compute action sends (as the receiving action) and the
+  // one it needs, if any: F of stage s sends stage s+1's input and needs its
+  // own; B / I of stage s sends stage s-1's output gradient and needs its own.
+  auto remote = [&](int stage, int rank) { return stage >= 0 && stage < S && spec.rank_of_stage(stage) != rank; };
+  auto sends = [&](const Action& a, int rank, Action* msg) {
+    const bool backward = a.type == ActionType::Backward || a.type == ActionType::BackwardInput;
+    if (a.type == ActionType::Forward && remote(a.stage + 1, rank))
+      *msg = {ActionType::RecvForward, a.stage + 1, a.microbatch};
+    else if (backward && remote(a.stage - 1, rank))
+      *msg = {ActionType::RecvBackward, a.stage - 1, a.microbatch};
+    else
+      return false;
+    return true;
+  };
+  auto needs = [&](const Action& a, int rank, Action* msg) {
+    const bool backward = a.type == ActionType::Backward || a.type == ActionType::BackwardInput;
+    if (a.type == ActionType::Forward && remote(a.stage - 1, rank))
+      *msg = {ActionType::RecvForward, a.stage, a.microbatch};
+    else if (backward && remote(a.stage + 1, rank))
+      *msg = {ActionType::RecvBackward, a.stage, a.microbatch};
+    else
+      return false;
+    return true;
+  };
+  auto sender_of = [&](const Action& recv) {
+    return spec.rank_of_stage(recv.type == ActionType::RecvForward ? recv.stage - 1 : recv.stage + 1);
+  };
+  // Each rank's messages to each peer, in the order it sends them.
+  std::map<std::pair<int, int>, std::vector<Action>> outbox;  // (from, to) -> messages
+  for (int r = 0; r < p; ++r)
+    for (const Action& a : compute[static_cast<size_t>(r)]) {
+      Action msg;
+      if (sends(a, r, &msg)) {
+        outbox[{r, spec.rank_of_stage(msg.stage)}].push_back(msg);  // the receiving stage's rank
+      }
+    }
   std::vector<RankActions> out(compute.size());
-  for (size_t r = 0; r < compute.size(); ++r) {
-    const int rank = static_cast<int>(r);
-    for (const Action& a : compute[r]) {
-      const int s = a.stage, i = a.microbatch;
-      const bool prev_remote = s > 0 && spec.rank_of_stage(s - 1) != rank;
-      const bool next_remote = s < S - 1 && spec.rank_of_stage(s + 1) != rank;
-      const bool backward = a.type == ActionType::Backward || a.type == ActionType::BackwardInput;
-      if (a.type == ActionType::Forward && prev_remote) out[r].push_back({ActionType::RecvForward, s, i});
-      if (backward && next_remote) out[r].push_back({ActionType::RecvBackward, s, i});
-      out[r].push_back(a);
-      if (a.type == ActionType::Forward && next_remote) out[r].push_back({ActionType::SendForward, s, i});
-      if (backward && prev_remote) out[r].push_back({ActionType::SendBackward, s, i});
+  for (int r = 0; r < p; ++r) {
+    std::map<int, size_t> posted;  // peer -> how many of its messages to r are received
+    for (const Action& a : compute[static_cast<size_t>(r)]) {
+      Action need;
+      if (needs(a, r, &need)) {
+        // Receive the peer's messages in its order, up to the one this
+        // action needs (nothing if that one was received ahead already).
+        const int from = sender_of(need);
+        const std::vector<Action>& in = outbox[{from, r}];
+        const auto at = std::find_if(in.begin(), in.end(), [&](const Action& m) {
+          return m.type == need.type && m.stage == need.stage && m.microbatch == need.microbatch;
+        });
+        TITAN_CHECK(at != in.end(), "pipeline schedule: rank ", r, "'s ", a.str(), " needs ", need.str(),
+                    " from rank ", from, ", whose list never sends it");
+        size_t& k = posted[from];
+        for (; k <= static_cast<size_t>(at - in.begin()); ++k) out[static_cast<size_t>(r)].push_back(in[k]);
+      }
+      out[static_cast<size_t>(r)].push_back(a);
+      Action msg;
+      if (sends(a, r, &msg))
+        out[static_cast<size_t>(r)].push_back(
+            {msg.type == ActionType::RecvForward ? ActionType::SendForward : ActionType::SendBackward, a.stage,
+             a.microbatch});
     }
   }
   return out;

@@ -96,10 +96,14 @@ struct ScheduleSpec {
 /// produced by list scheduling under unit costs (see schedule.cpp).
 std::vector<RankActions> compute_actions(const ScheduleSpec& spec);
 
-/// @brief Inserts the communication: RECV_F before each forward whose
-/// input comes from another rank, SEND_F after each forward whose output
-/// goes to one, and RECV_B / SEND_B around each B or I likewise. Stages on
-/// the same rank (ZBV's turn of the V) hand tensors over without messages.
+/// @brief Inserts the communication: SEND_F after each forward whose output
+/// goes to another rank and SEND_B after each B or I whose input gradient
+/// does; RECV_F / RECV_B before the compute that needs them, posted in the
+/// order the peer sends: where a rank consumes a peer's messages in another
+/// order than the peer produced them (the zero-bubble lists do), the
+/// earlier-sent ones are received ahead, since NCCL pairs two ranks'
+/// messages by order, not by tag. Stages on the same rank (ZBV's turn of
+/// the V) hand tensors over without messages.
 std::vector<RankActions> add_communication(const ScheduleSpec& spec, const std::vector<RankActions>& compute);
 
 /// @brief compute_actions followed by add_communication: what the runtime runs.

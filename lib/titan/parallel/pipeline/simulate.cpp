@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "titan/util/error.hpp"
+#include "titan/util/internal_assert.hpp"
 
 namespace titan::pp {
 namespace {
@@ -22,6 +23,46 @@ double cost_of(const Action& a, const ActionCosts& c) {
     case ActionType::BackwardInput: return c.backward_input;
     case ActionType::BackwardWeight: return c.backward_weight;
     default: return 0;
+  }
+}
+
+// One message between two ranks: (backward, the stage that receives it,
+// micro-batch), spelled as the receiving action ("1RECV_F0").
+using Message = std::tuple<bool, int, int>;
+
+std::string message_str(const Message& m) {
+  const auto [backward, stage, mb] = m;
+  return Action{backward ? ActionType::RecvBackward : ActionType::RecvForward, stage, mb}.str();
+}
+
+// NCCL matches a rank pair's point-to-point messages in the order each side
+// posts them (Gloo matches tags, so a Gloo run cannot show a mismatch):
+// every rank's sends to a peer must be in the order the peer receives them,
+// else same-shaped activations or gradients land in the wrong buffers.
+// add_communication builds the lists so; this checks that it did.
+void check_message_order(const ScheduleSpec& spec, const std::vector<RankActions>& with_comm) {
+  const int p = spec.pp;
+  std::map<std::pair<int, int>, std::vector<Message>> sent, received;  // (from, to) -> messages in order
+  for (int r = 0; r < p; ++r)
+    for (const Action& a : with_comm[static_cast<size_t>(r)]) {
+      const int s = a.stage, i = a.microbatch;
+      switch (a.type) {
+        case ActionType::SendForward: sent[{r, spec.rank_of_stage(s + 1)}].push_back({false, s + 1, i}); break;
+        case ActionType::SendBackward: sent[{r, spec.rank_of_stage(s - 1)}].push_back({true, s - 1, i}); break;
+        case ActionType::RecvForward: received[{spec.rank_of_stage(s - 1), r}].push_back({false, s, i}); break;
+        case ActionType::RecvBackward: received[{spec.rank_of_stage(s + 1), r}].push_back({true, s, i}); break;
+        default: break;
+      }
+    }
+  for (const auto& [pair, out] : sent) {
+    const std::vector<Message>& in = received[pair];
+    TITAN_INTERNAL_ASSERT(out.size() == in.size(), "pipeline: rank ", pair.first, " sends ", out.size(),
+                          " messages to rank ", pair.second, ", which receives ", in.size());
+    for (size_t k = 0; k < out.size(); ++k)
+      TITAN_INTERNAL_ASSERT(out[k] == in[k], "pipeline schedule: rank ", pair.first, "'s message ", k + 1,
+                            " to rank ", pair.second, " is ", message_str(out[k]), " but rank ", pair.second,
+                            " receives ", message_str(in[k]), " there (add_communication must post receives in "
+                            "the sender's order)");
   }
 }
 
@@ -123,6 +164,7 @@ SimulatedRun simulate(const ScheduleSpec& spec, const std::vector<RankActions>& 
   for (int r = 0; r < p; ++r)
     if (next[r] < lists[r].size()) blocked += (blocked.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " at " + lists[r][next[r]].str());
   TITAN_CHECK(blocked.empty(), "pipeline schedule deadlocks: ", blocked, " wait for each other");
+  check_message_order(spec, add_communication(spec, lists));
   for (int r = 0; r < p; ++r) run.makespan = std::max(run.makespan, free_at[r]);
   for (int r = 0; r < p; ++r) run.bubble.push_back(run.makespan > 0 ? 1.0 - run.busy[r] / run.makespan : 0.0);
   return run;

@@ -36,8 +36,11 @@ struct SimulatedRun {
 /// @brief Checks `compute` (per-rank compute actions; communication
 /// entries are ignored) against `spec` and simulates it. Throws a one-line
 /// titan::Error when an action is on the wrong rank, a (stage, micro-batch)
-/// misses its F, its B (or I and W) or has two, or the ranks deadlock
-/// (naming a blocked action of each waiting rank).
+/// misses its F, its B (or I and W) or has two, the ranks deadlock
+/// (naming a blocked action of each waiting rank). It also asserts that the
+/// runtime's messages (add_communication) leave each rank in the order its
+/// peer receives them: NCCL pairs two ranks' sends and receives by order,
+/// not by tag.
 SimulatedRun simulate(const ScheduleSpec& spec, const std::vector<RankActions>& compute, const ActionCosts& costs = {});
 
 }  // namespace titan::pp
