@@ -101,6 +101,16 @@ TEST(Faults, ARankThatDiesMidPipelineScheduleIsNamedByTheOthers) {
   EXPECT_EQ(lines_with(r.output, "finished").size(), 0u);
 }
 
+// A rank that exits 130 (a clean stop on Ctrl-C, as `titan train` does)
+// is reported as stopped, not failed, and its status is the launcher's.
+TEST(Faults, ARankThatStopsOnASignalIsNotCalledFailed) {
+  auto r = run_command(bin_path("titan") + " run --nproc 2 -- /bin/sh -c 'exit 130'");
+  std::printf("exit %d\n%s", r.exit_code, r.output.c_str());
+  EXPECT_EQ(r.exit_code, 130);
+  EXPECT_EQ(lines_with(r.output, "failed with").size(), 0u);
+  EXPECT_EQ(lines_with(r.output, "stopped on a signal, with exit status 130").size(), 1u);
+}
+
 TEST(Faults, AHealthyRunExitsZero) {
   auto r = run_command(fault("", "ok 0"));
   EXPECT_EQ(r.exit_code, 0) << r.output;

@@ -235,7 +235,12 @@ int launch_local(const LaunchOptions& options) {
     for (auto& c : children)
       if (c.rank != failed_rank && !(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0))
         stopped += (stopped.empty() ? "" : ", ") + std::to_string(c.rank) + " (" + describe_status(c.status) + ")";
-    fprintf(stderr, "titan run: rank %d failed with %s; %s\n", failed_rank, describe_status(failed_status).c_str(),
+    // 130 / 143 is how a program says it stopped cleanly on Ctrl-C / SIGTERM
+    // (`titan train` after finishing its step): a stop, not a failure.
+    const bool on_signal = WIFEXITED(failed_status) && (WEXITSTATUS(failed_status) == 128 + SIGINT ||
+                                                        WEXITSTATUS(failed_status) == 128 + SIGTERM);
+    fprintf(stderr, "titan run: rank %d %s %s; %s\n", failed_rank, on_signal ? "stopped on a signal, with" : "failed with",
+            describe_status(failed_status).c_str(),
             stopped.empty() ? "the other ranks had finished" : ("also ended: ranks " + stopped).c_str());
     int code = exit_code_of(failed_status);
     return code == 0 ? 1 : code;
