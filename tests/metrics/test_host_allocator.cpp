@@ -57,17 +57,11 @@ long faults_per_step() {
   return (minor_faults() - before) / 6;
 }
 
-bool allocator_set_by_user() {
-  const char* t = std::getenv("GLIBC_TUNABLES");
-  return (t != nullptr && std::strstr(t, "glibc.malloc.") != nullptr) || std::getenv("MALLOC_MMAP_THRESHOLD_") ||
-         std::getenv("MALLOC_TRIM_THRESHOLD_");
-}
-
 TEST(HostAllocator, FreedActivationsAreReusedWithoutPageFaults) {
 #if !defined(__GLIBC__)
   GTEST_SKIP() << "glibc's malloc only";
 #endif
-  if (allocator_set_by_user()) GTEST_SKIP() << "the environment sets glibc's malloc thresholds";
+  if (titan::host_allocator_set_by_user()) GTEST_SKIP() << "the environment sets glibc's malloc thresholds";
 
   // glibc's defaults, in a child: it reports its faults per step through a pipe.
   int fds[2];

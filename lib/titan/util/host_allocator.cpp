@@ -8,20 +8,16 @@
 #endif
 
 namespace titan {
-namespace {
 
-// The user's own allocator settings win over ours.
-bool user_tuned_allocator() {
+bool host_allocator_set_by_user() {
   const char* tunables = std::getenv("GLIBC_TUNABLES");
   if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) return true;
   return std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr || std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr;
 }
 
-}  // namespace
-
 bool keep_freed_host_memory() {
 #if defined(__GLIBC__)
-  if (user_tuned_allocator()) return false;
+  if (host_allocator_set_by_user()) return false;  // the user's own settings win over ours
   // 32 MiB is glibc's ceiling for the mmap threshold on 64-bit (a larger
   // value is refused); blocks above it (a large model's logits, say) keep
   // their own mappings. Setting either threshold also stops glibc's dynamic

@@ -25,4 +25,10 @@ namespace titan {
 /// than glibc. Call once, early in main(). Returns whether it changed them.
 bool keep_freed_host_memory();
 
+/// @brief Whether the environment sets glibc's malloc thresholds itself
+/// (GLIBC_TUNABLES naming glibc.malloc, MALLOC_MMAP_THRESHOLD_ or
+/// MALLOC_TRIM_THRESHOLD_), in which case keep_freed_host_memory() leaves
+/// them alone.
+bool host_allocator_set_by_user();
+
 }  // namespace titan
