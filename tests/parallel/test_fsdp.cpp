@@ -30,6 +30,7 @@
 #include "support/dist_test.hpp"
 #include "titan/dist/device_mesh.hpp"
 #include "titan/models/llama3/transformer.hpp"
+#include "titan/parallel/activation_checkpoint/checkpoint.hpp"
 #include "titan/parallel/fsdp/fsdp_unit.hpp"
 #include "titan/parallel/fsdp/fully_shard.hpp"
 #include "titan/ops/cross_entropy.hpp"
@@ -481,6 +482,62 @@ TEST(Fsdp, ReduceScatterOverlapsEarlierUnitsBackward) {
         EXPECT_LE(ops[i].end_us, ops[i + 1].start_us)
             << what << " of " << ops[i].unit << " still in flight when " << ops[i + 1].unit << "'s was issued";
     }
+  }
+}
+
+// Activation checkpointing runs each block's backward inside its recompute,
+// a backward of its own. The overlap must survive it: the recompute's
+// all-gather is prefetched by the unit after it in backward order (the
+// root for the last block), and a block's reduce-scatter stays in flight
+// under the next block's recompute and backward instead of being drained
+// when its own backward ends. Before ops::queue_final_callback, layers.k's
+// reduce-scatter was waited before layers.k-1's recompute began, and no
+// recompute gather was prefetched.
+TEST(Fsdp, ActivationCheckpointingKeepsCommunicationOverlapped) {
+  DeviceMesh mesh(world(), {world().size()}, {"dp_shard"});
+  Transformer model = build_model(5);
+  for (auto& block : model->blocks()) titan::ac::checkpoint_module(*block);
+  shard_model(model, mesh, {});
+  auto [tokens, labels] = global_batch(0);
+  fsdp::clear_fsdp_events(*model);
+  titan::ops::cross_entropy(model->forward(local_rows(tokens, world().rank(), world().size())),
+                            local_rows(labels, world().rank(), world().size()))
+      .backward();
+  EXPECT_EQ(fsdp::gradient_reductions_in_flight(*model), 0) << "backward returned with reductions in flight";
+  const auto events = fsdp::fsdp_events(*model);
+  auto all_of = [&](const std::string& unit, const std::string& what) {
+    std::vector<fsdp::FsdpEvent> out;
+    for (const auto& e : events)
+      if (e.unit == unit && e.what == what) out.push_back(e);
+    return out;
+  };
+  const int64_t L = tiny_args().n_layers;
+  for (int64_t k = L - 1; k >= 0; --k) {
+    const std::string unit = "layers." + std::to_string(k);
+    // One gather for the forward's first pass, one for the recompute.
+    const auto gathers = all_of(unit, "all_gather");
+    ASSERT_EQ(gathers.size(), 2u) << unit;
+    const auto backward = all_of(unit, "backward");
+    ASSERT_EQ(backward.size(), 1u) << unit;
+    if (world().rank() == 0)
+      std::printf("  %s: recompute's all_gather %.0f..%.0f us (prefetched: %s), its backward %.0f..%.0f us\n",
+                  unit.c_str(), gathers[1].start_us, gathers[1].end_us, gathers[1].prefetch ? "yes" : "no",
+                  backward[0].start_us, backward[0].end_us);
+    EXPECT_TRUE(gathers[1].prefetch) << unit << ": the recompute gathered its weights itself";
+    if (k == 0) continue;
+    const std::string earlier = "layers." + std::to_string(k - 1);
+    const auto rs = all_of(unit, "reduce_scatter");
+    const auto bw = all_of(earlier, "backward");
+    ASSERT_EQ(rs.size(), 1u) << unit;
+    ASSERT_EQ(bw.size(), 1u) << earlier;
+    if (world().rank() == 0)
+      std::printf("  reduce_scatter(%s) in flight %.0f..%.0f us, %s backward %.0f..%.0f us\n", unit.c_str(),
+                  rs[0].start_us, rs[0].end_us, earlier.c_str(), bw[0].start_us, bw[0].end_us);
+    EXPECT_LE(rs[0].start_us, bw[0].start_us) << unit << " issued late";
+    // Waited when the earlier unit issues its own, not when this unit's
+    // recompute-and-backward ended.
+    EXPECT_GE(rs[0].end_us, bw[0].end_us) << unit << "'s reduce-scatter was drained before " << earlier
+                                          << "'s backward ended";
   }
 }
 

@@ -317,15 +317,31 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
         m.activations += saved_block;
         double done = head_grads;
         for (size_t j = i + 1; j < blocks.size(); ++j) done += local_grads(blocks[j]);
+        // Its own parameters' gradients, made during this backward: in .grad
+        // at once without FSDP; under FSDP unsharded, in the compute dtype,
+        // until the end of the block stages them for the reduce-scatter.
+        if (!fsdp) done += local_grads(blocks[i]);
         m.grads = accumulating ? all_grads + (fsdp ? head_grads : 0.0) : done;
         m.gathered = root_gathered + gathered(blocks[i]) + cast(blocks[i]);
         for (size_t j = 0; j < i; ++j) m.gathered += blocks[j].wrapped ? 0.0 : cast(blocks[j]);
-        // The next block to run backward was freed after forward and is prefetched now.
-        if (fsdp && blocks_reshard && i > 0) m.gathered += gathered(blocks[i - 1]);
         m.transient = flow;
-        // The block after it (done just before) is still reduce-scattering.
-        if (fsdp && i + 1 < blocks.size())
-          m.transient += static_cast<double>(reduce_bytes * blocks[i + 1].unit.gathered_numel);
+        if (fsdp) m.transient += static_cast<double>(param_bytes * blocks[i].unit.gathered_numel);
+        // The next block to run backward was freed after forward (or only
+        // ran its checkpointed first pass) and is prefetched now: its
+        // weights, and its shard's send buffer until the gather is waited.
+        if (fsdp && blocks_reshard && i > 0) {
+          m.gathered += gathered(blocks[i - 1]);
+          m.transient += static_cast<double>(param_bytes * blocks[i - 1].unit.shard_numel);
+        }
+        // The block after it (done just before) is still reduce-scattering
+        // (with activation checkpointing too: its reduction overlaps this
+        // block's recompute and backward): its staged input and its output.
+        // Gloo (CPU) reduces a copy of the input as well; NCCL does not.
+        if (fsdp && i + 1 < blocks.size()) {
+          const UnitBytes& after = blocks[i + 1].unit;
+          m.transient += static_cast<double>(reduce_bytes * (after.gathered_numel + after.shard_numel));
+          if (!on_gpu) m.transient += static_cast<double>(reduce_bytes * after.gathered_numel);
+        }
         moments.push_back(m);
       }
       // 3. End of backward: every gradient, the root's reduction in flight.

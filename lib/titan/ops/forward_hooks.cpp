@@ -21,12 +21,20 @@ void HookableModule::replace_forward_hook(const ForwardHook* old_hook, std::shar
 
 namespace {
 thread_local bool t_in_recompute = false;
+thread_local bool t_in_checkpointed_forward = false;
 }  // namespace
 
 bool in_recompute() { return t_in_recompute; }
 
 RecomputeScope::RecomputeScope() : previous_(t_in_recompute) { t_in_recompute = true; }
 RecomputeScope::~RecomputeScope() { t_in_recompute = previous_; }
+
+bool in_checkpointed_forward() { return t_in_checkpointed_forward; }
+
+CheckpointedForwardScope::CheckpointedForwardScope() : previous_(t_in_checkpointed_forward) {
+  t_in_checkpointed_forward = true;
+}
+CheckpointedForwardScope::~CheckpointedForwardScope() { t_in_checkpointed_forward = previous_; }
 
 at::Tensor HookableModule::call_with_hooks(const at::Tensor& input,
                                            const std::function<at::Tensor(const at::Tensor&)>& body) {

@@ -95,6 +95,25 @@ class RecomputeScope {
   bool previous_;
 };
 
+/// @brief True while a wrapped forward runs the first time without keeping
+/// its intermediates (activation checkpointing's no-grad pass), on this
+/// thread: backward will run it again (in_recompute()). FSDP gathers such a
+/// unit's weights ahead of its recompute.
+bool in_checkpointed_forward();
+
+/// @brief Marks the current thread as running a checkpointed forward's
+/// first pass while it lives.
+class CheckpointedForwardScope {
+ public:
+  CheckpointedForwardScope();
+  ~CheckpointedForwardScope();
+  CheckpointedForwardScope(const CheckpointedForwardScope&) = delete;
+  CheckpointedForwardScope& operator=(const CheckpointedForwardScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 /// @brief A Module whose forward runs registered ForwardHooks around it.
 class HookableModule : public torch::nn::Module {
  public:

@@ -1,7 +1,6 @@
 #include "titan/parallel/data_parallel.hpp"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -11,6 +10,7 @@
 #include <sstream>
 
 #include "titan/dist/device_mesh.hpp"
+#include "titan/ops/backward_callbacks.hpp"
 #include "titan/util/error.hpp"
 #include "titan/util/internal_assert.hpp"
 
@@ -90,10 +90,12 @@ struct DataParallel::State : std::enable_shared_from_this<DataParallel::State> {
     for (auto& p : params) p.ready = false;
     // The end-of-backward callback is what makes `loss.backward()` alone
     // leave averaged gradients behind (the engine runs it once every node,
-    // hooks included, has finished). A weak pointer: a DataParallel
-    // destroyed mid-backward must not be touched.
+    // hooks included, has finished): the whole backward's end, also when
+    // the first gradient arrives inside a checkpointed block's recompute.
+    // A weak pointer: a DataParallel destroyed mid-backward must not be
+    // touched.
     std::weak_ptr<State> weak = shared_from_this();
-    torch::autograd::Engine::get_default_engine().queue_callback([weak] {
+    ops::queue_final_callback([weak] {
       if (auto s = weak.lock()) s->finish();
     });
   }

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 
+#include "titan/ops/backward_callbacks.hpp"
 #include "titan/ops/linear.hpp"
 #include "titan/util/error.hpp"
 
@@ -104,8 +105,12 @@ struct CheckpointBackward : torch::autograd::Node {
     fn = nullptr;   // the recompute's graph is consumed below
     input = at::Tensor();
     // Reentrant backward: gradients go to the parameters (and to x) as they
-    // would have without checkpointing.
+    // would have without checkpointing. The final callbacks its nodes queue
+    // (FSDP's wait for the gradient reductions, DDP's bucket copy-out) are
+    // the whole backward's, not this block's: they run when it ends.
+    ops::ReentrantBackwardScope reentrant;
     torch::autograd::backward({y}, {grads.at(0)});
+    reentrant.hand_over();
     return {input_requires_grad ? x.grad() : at::Tensor()};
   }
 };
@@ -120,6 +125,7 @@ at::Tensor checkpoint(std::function<at::Tensor(const at::Tensor&)> fn, const at:
   at::Tensor out;
   {
     at::NoGradGuard no_grad;
+    const ops::CheckpointedForwardScope first_pass;
     out = fn(input);
   }
   node->fn = std::move(fn);

@@ -21,8 +21,6 @@
 namespace titan::fsdp {
 namespace {
 
-double now_us() { return dist::CommLog::instance().now_us(); }
-
 // Bytes of full parameters alive on this rank (all units), and the peak:
 // what reshard_after_forward saves shows up here. Published as a gauge so
 // that profiling's memory snapshot can read it without including FSDP.
@@ -183,7 +181,7 @@ void FsdpUnit::issue_all_gather(bool prefetch) {
   // same way): fewer, larger messages. Issued without waiting, through the
   // ProcessGroup like every collective (its record, its failure message),
   // so compute can run while it is in flight; unshard() waits.
-  gather_issued_us_ = now_us();
+  gather_issued_us_ = event_clock_us();
   gather_prefetched_ = prefetch;
   pending_ = g.all_gather_async(gather_in_, gather_out_);
 }
@@ -192,9 +190,9 @@ void FsdpUnit::unshard() {
   if (sharded_state_ == ShardedState::Unsharded || params_.empty()) return;
   if (!pending_) issue_all_gather(/*prefetch=*/false);
   TITAN_PROFILE_RANGE("fsdp::unshard " + name_);  // waits for the all-gather, copies the weights out
-  const double wait_start = now_us();
+  const double wait_start = event_clock_us();
   pending_->wait();
-  comm_->record_event({name_, "all_gather_wait", wait_start, now_us(), gather_prefetched_});
+  comm_->record_event({name_, "all_gather_wait", wait_start, event_clock_us(), gather_prefetched_});
   pending_.reset();
   gather_in_ = at::Tensor();
   at::NoGradGuard no_grad;
@@ -202,7 +200,7 @@ void FsdpUnit::unshard() {
   gather_out_ = at::Tensor();
   gathered_versions_.clear();
   for (const FsdpParam& p : params_) gathered_versions_.push_back(static_cast<int64_t>(p.shard._version()));
-  comm_->record_event({name_, "all_gather", gather_issued_us_, now_us(), gather_prefetched_});
+  comm_->record_event({name_, "all_gather", gather_issued_us_, event_clock_us(), gather_prefetched_});
   sharded_state_ = ShardedState::Unsharded;
 }
 
@@ -269,29 +267,29 @@ struct GradReduction {
 };
 
 void finish_reduce_scatter(GradReduction& r) {
-  const double wait_start = now_us();
+  const double wait_start = event_clock_us();
   r.rs->wait();
-  r.unit->comm_context()->record_event({r.unit->name(), "reduce_scatter_wait", wait_start, now_us(), false});
+  r.unit->comm_context()->record_event({r.unit->name(), "reduce_scatter_wait", wait_start, event_clock_us(), false});
   r.rs.reset();
-  r.unit->comm_context()->record_event({r.unit->name(), "reduce_scatter", r.rs_issued_us, now_us(), false});
+  r.unit->comm_context()->record_event({r.unit->name(), "reduce_scatter", r.rs_issued_us, event_clock_us(), false});
   r.staged = at::Tensor();
   const auto& replicas = r.unit->replicate_group();
   if (replicas && replicas->size() > 1) {
     // HSDP: the shard group's average, averaged again across replicas. It
     // can only start now (Gloo reads `reduced` when it starts), so it is
     // chained here and left to run under the next unit's backward.
-    r.ar_issued_us = now_us();
+    r.ar_issued_us = event_clock_us();
     r.ar = replicas->all_reduce_async(r.reduced, dist::ReduceOp::Avg);
   }
 }
 
 void finish_all_reduce(GradReduction& r) {
   if (!r.ar) return;
-  const double wait_start = now_us();
+  const double wait_start = event_clock_us();
   r.ar->wait();
-  r.unit->comm_context()->record_event({r.unit->name(), "all_reduce_wait", wait_start, now_us(), false});
+  r.unit->comm_context()->record_event({r.unit->name(), "all_reduce_wait", wait_start, event_clock_us(), false});
   r.ar.reset();
-  r.unit->comm_context()->record_event({r.unit->name(), "all_reduce", r.ar_issued_us, now_us(), false});
+  r.unit->comm_context()->record_event({r.unit->name(), "all_reduce", r.ar_issued_us, event_clock_us(), false});
 }
 
 }  // namespace
@@ -373,7 +371,7 @@ void FsdpUnit::issue_reduce_scatter(const std::vector<at::Tensor>& full_grads) {
     dst.copy_(staged.view({n, p.segment_numel()}));
   }
   r.reduced = at::empty({flat_numel_}, ropts);
-  r.rs_issued_us = now_us();
+  r.rs_issued_us = event_clock_us();
   // Avg: each rank's loss is the mean over its own batch, the job's loss the
   // mean over ranks, so the job's gradient is the mean of the ranks'.
   r.rs = shard_group_->reduce_scatter_async(r.staged.view({-1}), r.reduced, dist::ReduceOp::Avg);

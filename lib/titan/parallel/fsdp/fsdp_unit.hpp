@@ -23,6 +23,14 @@
 ///                          ─ shard.grad
 /// ```
 ///
+/// With activation checkpointing a block's forward runs twice: first
+/// without autograd (gather, compute, release: Sharded, awaits_recompute()),
+/// then inside backward as its recompute, whose hooks gather and install
+/// again and run its backward at once. The unit after it in backward order
+/// prefetches that gather from its pre_backward, and the end-of-backward
+/// wait belongs to the whole backward (ops::queue_final_callback), so the
+/// all-gathers and reduce-scatters overlap as without checkpointing.
+///
 /// The root never reshards after forward (its output layer's backward comes
 /// first), and neither does any unit under a pipeline schedule or
 /// reshard_after_forward = false: they stay Unsharded from forward to the
@@ -62,6 +70,10 @@
 #include "titan/parallel/fsdp/fully_shard.hpp"
 
 namespace titan::fsdp {
+
+/// @brief The clock of FsdpEvent times: CommLog's, so that FSDP's events
+/// and the collectives' records line up.
+inline double event_clock_us() { return dist::CommLog::instance().now_us(); }
 
 /// @brief Where a unit's full parameters are (FSDP2's ShardedState).
 enum class ShardedState {
@@ -239,6 +251,9 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
   bool requires_gradient_sync() const { return requires_gradient_sync_; }
   /// True while gradients of backwards without sync wait here for theirs.
   bool holds_unsynced_gradients() const { return !unsynced_grads_.empty(); }
+  /// True when the unit's last forward was activation checkpointing's
+  /// first pass: its backward starts with a recompute that gathers again.
+  bool awaits_recompute() const { return awaits_recompute_; }
 
  private:
   at::Tensor shard_send_buffer() const;
@@ -290,6 +305,7 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
   // empty when none waits.
   std::vector<at::Tensor> unsynced_grads_;
   void add_unsynced(const std::vector<at::Tensor>& full_grads);
+  bool awaits_recompute_ = false;
   double forward_start_us_ = 0;
   double backward_start_us_ = 0;  // PreBackward done: the unit's backward compute starts
 };

@@ -19,26 +19,27 @@
 //    micro-batches still adds up). The last waits happen in a final callback
 //    queued on the autograd engine, which runs after every node of the
 //    backward: `loss.backward()` returns with complete shard gradients, as
-//    with DDP's end-of-backward callback (data_parallel.cpp).
+//    with DDP's end-of-backward callback (data_parallel.cpp). Under
+//    activation checkpointing a block's backward runs inside its recompute
+//    (a backward of its own); ops::queue_final_callback hands the callback
+//    to the whole backward, so the reductions still overlap.
 //  * PreBackward is an identity node on the unit's output: gradients reach
 //    it before any node inside the unit, so it is where the freed full
 //    parameters are gathered again and the next unit's all-gather is
 //    prefetched.
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
 #include "titan/dist/comm_log.hpp"
+#include "titan/ops/backward_callbacks.hpp"
 #include "titan/parallel/fsdp/fsdp_unit.hpp"
 
 namespace titan::fsdp {
 namespace {
 
 using torch::autograd::variable_list;
-
-double now_us() { return dist::CommLog::instance().now_us(); }
 
 struct UnshardBackward : torch::autograd::Node {
   // shared_ptr: a graph that outlives the model keeps the unit alive.
@@ -71,6 +72,9 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
   // (activation checkpointing), where waiting would cost the overlap.
   if (is_root) comm_->finish();
   training_state_ = TrainingState::Forward;
+  // Activation checkpointing's first pass: backward will run this forward
+  // again, so the unit's backward needs a gather (pre_backward prefetches it).
+  awaits_recompute_ = ops::in_checkpointed_forward();
   // Backward releases the full parameters, so any still here come from a
   // forward whose backward never ran (a discarded graph): the shards may have
   // changed since, start from them.
@@ -138,7 +142,7 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
     else full_[j] = working[j];  // same storage, this forward's history
   }
   install(working);
-  forward_start_us_ = now_us();
+  forward_start_us_ = event_clock_us();
 
   // Mixed precision: floating inputs enter the unit in param_dtype (FSDP2's
   // cast_forward_inputs); token ids pass unchanged.
@@ -149,7 +153,7 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
 }
 
 at::Tensor FsdpUnit::post_forward(const at::Tensor& output) {
-  comm_->record_event({name_, "forward", forward_start_us_, now_us(), false});
+  comm_->record_event({name_, "forward", forward_start_us_, event_clock_us(), false});
   // The module holds the shards again outside its forward, so parameters()
   // (and the optimizer) always see shards.
   install_shards();
@@ -172,12 +176,19 @@ at::Tensor FsdpUnit::post_forward(const at::Tensor& output) {
 }
 
 void FsdpUnit::pre_backward() {
-  const double t0 = now_us();
+  const double t0 = event_clock_us();
   training_state_ = TrainingState::PreBackward;
   if (sharded_state_ == ShardedState::ShardedPostForward) unshard();  // refill the storage the graph saved
-  if (next_backward && next_backward->sharded_state() == ShardedState::ShardedPostForward)
+  // The unit before this one in forward order needs its weights next:
+  // resharded after forward (its graph saved the full parameters), or
+  // released after a checkpointed forward that its recompute runs again.
+  // Gathering it now hides the all-gather under this unit's backward —
+  // with activation checkpointing too, where this backward may run inside
+  // this unit's own recompute.
+  if (next_backward && (next_backward->sharded_state() == ShardedState::ShardedPostForward ||
+                        (next_backward->sharded_state() == ShardedState::Sharded && next_backward->awaits_recompute())))
     next_backward->issue_all_gather(/*prefetch=*/true);
-  backward_start_us_ = now_us();
+  backward_start_us_ = event_clock_us();
   comm_->record_event({name_, "pre_backward", t0, backward_start_us_, false});
 }
 
@@ -185,18 +196,17 @@ void FsdpUnit::post_backward(const std::vector<at::Tensor>& full_grads) {
   // The unit's backward compute: PreBackward done → its last parameter
   // gradient in. The overlap test compares it with the reduce-scatter of
   // the unit after it, which should be in flight all along.
-  const double t = now_us();
+  const double t = event_clock_us();
   comm_->record_event({name_, "backward", backward_start_us_ > 0 ? backward_start_us_ : t, t, false});
   backward_start_us_ = 0;
   --graphs_in_flight_;
   training_state_ = TrainingState::PostBackward;
   // Idle again when this backward ends (FSDP2 resets every state in its
   // final callback). Weak: a unit dropped meanwhile needs nothing.
-  torch::autograd::Engine::get_default_engine().queue_callback(
-      [weak = std::weak_ptr<FsdpUnit>(shared_from_this())] {
-        if (auto unit = weak.lock(); unit && unit->training_state_ == TrainingState::PostBackward)
-          unit->training_state_ = TrainingState::Idle;
-      });
+  ops::queue_final_callback([weak = std::weak_ptr<FsdpUnit>(shared_from_this())] {
+    if (auto unit = weak.lock(); unit && unit->training_state_ == TrainingState::PostBackward)
+      unit->training_state_ = TrainingState::Idle;
+  });
   if (!requires_gradient_sync_) {
     // No reduction yet: sum, and keep the full parameters for the next
     // micro-batch (FSDP2 under torch's pipelining: no reshard after backward).
@@ -220,11 +230,13 @@ void FsdpUnit::post_backward(const std::vector<at::Tensor>& full_grads) {
   // no unit issues after it) is waited then. Queued once per unit: a
   // backward that stopped early never runs its callbacks, so a "queued
   // already" flag could go stale; the callbacks after the first find
-  // nothing left to wait for.
-  torch::autograd::Engine::get_default_engine().queue_callback(
-      [comm = std::weak_ptr<CommContext>(comm_)] {
-        if (auto c = comm.lock()) c->finish();
-      });
+  // nothing left to wait for. The whole backward's end, also when this
+  // unit's backward runs inside its recompute (activation checkpointing):
+  // the reduction then overlaps the next unit's recompute and backward
+  // instead of being drained at the end of each block.
+  ops::queue_final_callback([comm = std::weak_ptr<CommContext>(comm_)] {
+    if (auto c = comm.lock()) c->finish();
+  });
 }
 
 }  // namespace titan::fsdp
