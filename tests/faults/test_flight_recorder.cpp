@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <stdexcept>
 
 #include "support/run_command.hpp"
 #include "titan/dist/flight_analysis.hpp"
@@ -103,6 +104,58 @@ TEST(FlightRecorder, KeepsTheLastEntriesNumberedPerGroupAndKind) {
   EXPECT_EQ(e[3].context, "");
   fr.configure(0);
   EXPECT_EQ(fr.scheduled("dp", CommOp::AllReduce, false, -1, t, {}), -1) << "off records nothing";
+}
+
+// NCCL's wait returns once the stream waits, before the collective has
+// run: such an entry stays "started" until its work says it is done. The
+// recorder asks again whenever it records an op or is read, stops asking
+// once the answer is yes, and forgets a probe whose entry the ring dropped.
+TEST(FlightRecorder, AnEntryWhoseWaitReturnedEarlyCompletesWhenItsWorkSaysSo) {
+  FlightRecorder& fr = FlightRecorder::instance();
+  fr.configure(3);
+  at::Tensor t = at::ones({4});
+  bool finished = false;
+  int asked = 0;
+  const int64_t id = fr.scheduled("dp", CommOp::AllReduce, false, -1, t, {});
+  fr.started(id);
+  fr.completes_when(id, [&] {
+    ++asked;
+    return finished;
+  });
+  titan::dist::FlightEntry e;
+  ASSERT_TRUE(fr.find(id, e));
+  EXPECT_STREQ(e.state(), "started");
+  (void)fr.scheduled("dp", CommOp::AllReduce, false, -1, t, {});
+  ASSERT_TRUE(fr.find(id, e));
+  EXPECT_STREQ(e.state(), "started") << "its work has not finished";
+  const int asked_before = asked;
+  EXPECT_GE(asked_before, 3) << "asked when recorded, at the next op and when read";
+  finished = true;
+  auto entries = fr.entries();
+  ASSERT_EQ(entries.front().id, id);
+  EXPECT_STREQ(entries.front().state(), "completed");
+  EXPECT_GE(entries.front().completed_us, entries.front().started_us);
+  (void)fr.scheduled("dp", CommOp::AllReduce, false, -1, t, {});
+  EXPECT_EQ(asked, asked_before + 1) << "asked again after it said done";
+
+  // A probe that never says yes (or throws) leaves its entry "started"
+  // and is dropped with the entry once the ring of 3 moves past it.
+  int asked_forever = 0;
+  const int64_t stuck = fr.scheduled("dp", CommOp::AllGather, false, -1, t, {});
+  fr.started(stuck);
+  fr.completes_when(stuck, [&]() -> bool {
+    ++asked_forever;
+    throw std::runtime_error("CUDA error");
+  });
+  ASSERT_TRUE(fr.find(stuck, e));
+  EXPECT_STREQ(e.state(), "started");
+  for (int i = 0; i < 3; ++i) (void)fr.scheduled("dp", CommOp::AllReduce, false, -1, t, {});
+  EXPECT_FALSE(fr.find(stuck, e)) << "the ring keeps 3";
+  const int asked_at_drop = asked_forever;
+  (void)fr.entries();
+  (void)fr.scheduled("dp", CommOp::AllReduce, false, -1, t, {});
+  EXPECT_EQ(asked_forever, asked_at_drop) << "a dropped entry's probe is still asked";
+  fr.configure(0);
 }
 
 TEST(FlightRecorder, ItsDumpReadsBackAndNamesTheCallersRange) {

@@ -30,6 +30,7 @@ void FlightRecorder::configure(int64_t entries) {
   capacity_ = entries > 0 ? entries : 0;
   ring_.assign(static_cast<size_t>(capacity_.load()), FlightEntry{});
   next_id_ = 0;
+  probes_.clear();
   seq_.clear();
 }
 
@@ -85,6 +86,7 @@ int64_t FlightRecorder::scheduled(const std::string& group, CommOp op, bool p2p,
   e.seq = ++*last;
   e.id = next_id_++;
   ring_[static_cast<size_t>(e.id % cap)] = std::move(e);
+  poll_locked();
   return next_id_ - 1;
 }
 
@@ -121,8 +123,39 @@ void FlightRecorder::completed(int64_t id) {
   e->completed_us = now;
 }
 
+void FlightRecorder::completes_when(int64_t id, std::function<bool()> done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!live_entry(ring_, capacity_.load(), id)) return;
+  probes_.emplace_back(id, std::move(done));
+  poll_locked();
+}
+
+void FlightRecorder::poll_locked() const {
+  if (probes_.empty()) return;
+  const double now = CommLog::instance().now_us();
+  size_t kept = 0;
+  for (auto& probe : probes_) {
+    FlightEntry* e = live_entry(ring_, capacity_.load(), probe.first);
+    if (!e) continue;  // the ring moved past it
+    bool done = false;
+    try {
+      done = probe.second();
+    } catch (...) {
+      done = false;  // a failed work never completes; its failure is reported where it is waited
+    }
+    if (done) {
+      e->completed = true;
+      e->completed_us = now;
+      continue;
+    }
+    probes_[kept++] = std::move(probe);
+  }
+  probes_.resize(kept);
+}
+
 bool FlightRecorder::find(int64_t id, FlightEntry& out) const {
   std::lock_guard<std::mutex> lock(mu_);
+  poll_locked();
   const FlightEntry* e = live_entry(ring_, capacity_.load(), id);
   if (!e) return false;
   out = *e;
@@ -131,6 +164,7 @@ bool FlightRecorder::find(int64_t id, FlightEntry& out) const {
 
 std::vector<FlightEntry> FlightRecorder::entries() const {
   std::lock_guard<std::mutex> lock(mu_);
+  poll_locked();
   std::vector<FlightEntry> out;
   const int64_t cap = capacity_.load();
   for (int64_t id = std::max<int64_t>(0, next_id_ - cap); id < next_id_; ++id)
@@ -140,6 +174,7 @@ std::vector<FlightEntry> FlightRecorder::entries() const {
 
 std::string FlightRecorder::to_json() const {
   std::lock_guard<std::mutex> lock(mu_);
+  poll_locked();
   return to_json_locked();
 }
 
@@ -186,6 +221,7 @@ std::string FlightRecorder::dump_to_target(bool blocking) const {
     if (blocking) lock.lock();
     else if (!lock.try_lock()) return "";
     if (capacity_.load() == 0 || folder_.empty()) return "";
+    if (blocking) poll_locked();  // not in a signal handler: a probe asks the GPU
     const std::filesystem::path path = std::filesystem::path(folder_) / (prefix_ + std::to_string(rank_) + ".json");
     std::filesystem::create_directories(path.parent_path());
     const std::string text = to_json_locked();

@@ -8,7 +8,8 @@
 ///
 /// Every ProcessGroup op enters the buffer when it is issued to the backend
 /// ("scheduled"), is marked "started" when this rank begins to wait for it,
-/// and "completed" when that wait returns. (torch's recorder marks "started"
+/// and "completed" when that wait returns — or, where the wait returns
+/// before the work is done (NCCL), when the work reports itself completed. (torch's recorder marks "started"
 /// when the GPU kernel begins, which titan's backends do not report; what
 /// it tells about a hang is the same: a "started" entry that never
 /// completed is the op this rank is stuck in, while a "scheduled" one was
@@ -27,6 +28,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -84,6 +86,13 @@ class FlightRecorder {
   void started(int64_t id);
   /// Marks entry `id` completed (a no-op if the buffer has moved past it).
   void completed(int64_t id);
+  /// Marks entry `id` completed once `done()` returns true: for a work
+  /// whose wait returned before it finished (NCCL's wait makes the stream
+  /// wait, not the host). The recorder asks `done` whenever it records a
+  /// new op and before it reads or dumps its buffer (not from a signal
+  /// handler); the completion time is when it first saw true. Forgotten
+  /// once the buffer has moved past the entry.
+  void completes_when(int64_t id, std::function<bool()> done);
   /// The entry `id` while it is still in the buffer; nullptr otherwise
   /// (a copy is written into `out`).
   bool find(int64_t id, FlightEntry& out) const;
@@ -111,14 +120,20 @@ class FlightRecorder {
  private:
   FlightRecorder() = default;
   std::string to_json_locked() const;
+  // Asks the pending completes_when() probes (mu_ held).
+  void poll_locked() const;
 
   mutable std::mutex mu_;
   std::atomic<int64_t> capacity_{0};
   std::atomic<int64_t> step_{0};
-  std::vector<FlightEntry> ring_;  // slot id % capacity
+  // Slot id % capacity. Mutable: reading the buffer first polls the
+  // completes_when() probes, whose answers are part of what is read.
+  mutable std::vector<FlightEntry> ring_;
   int64_t next_id_ = 0;
   std::vector<std::pair<std::string, int64_t>> seq_;  // (group + "/c" or "/p", last seq)
   std::vector<std::pair<std::string, std::vector<int>>> groups_;
+  // Entries waiting for completes_when()'s probe, oldest first.
+  mutable std::vector<std::pair<int64_t, std::function<bool()>>> probes_;
   std::string folder_, prefix_;
   int rank_ = 0, world_size_ = 1;
 };

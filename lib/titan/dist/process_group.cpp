@@ -134,11 +134,12 @@ PendingWork::PendingWork(const ProcessGroup* group, CommRecord record,
 void PendingWork::wait() {
   if (done_) return;
   for (int64_t id : record_.flight_ids) FlightRecorder::instance().started(id);
+  const auto wait_timeout = work_wait_timeout(group_->backend()->getBackendName(), group_->timeout());
   try {
     // NCCL: the current stream waits, the host does not (work_wait_timeout
     // says why); the CommRecord's end then marks when the wait was queued,
     // not when the transfer finished. Gloo: blocks, bounded by the timeout.
-    work_->wait(work_wait_timeout(group_->backend()->getBackendName(), group_->timeout()));
+    work_->wait(wait_timeout);
   } catch (const std::exception& e) {
     done_ = true;
     group_->fail(record_, e.what());
@@ -159,7 +160,16 @@ void PendingWork::wait() {
     while (work_.use_count() > 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
   }
   if (on_done_) on_done_();
-  for (int64_t id : record_.flight_ids) FlightRecorder::instance().completed(id);
+  // Gloo's wait returns when the work is done. NCCL's (no timeout) returns
+  // once the current stream waits for it: the flight recorder then asks
+  // the work itself (a CUDA event query) until it has finished, so that a
+  // dump after a hang shows the collective still running, not completed.
+  auto& recorder = FlightRecorder::instance();
+  if (wait_timeout != ::kNoTimeout || work_->isCompleted()) {
+    for (int64_t id : record_.flight_ids) recorder.completed(id);
+  } else {
+    for (int64_t id : record_.flight_ids) recorder.completes_when(id, [work = work_] { return work->isCompleted(); });
+  }
   record_.end_us = CommLog::instance().now_us();
   CommLog::instance().record(record_);
 }
