@@ -76,11 +76,13 @@ PipelineStage& PipelineRuntime::stage(int s) {
 
 // Once, before the first step: every sender tells its receiver the shape
 // and dtype it will send, and the receiver compares with what it expects,
-// so that a mismatch is one clear error instead of a garbled recv. In
-// increasing stage order with asynchronous sends, which cannot deadlock.
+// so that a mismatch is one clear error instead of a garbled recv. All of
+// a rank's headers go as one batch, in increasing stage order on both
+// sides (so a pair's messages match in order, as NCCL pairs them): one
+// coalesced group on the pipeline group's own communicator, where separate
+// sends and receives would make ProcessGroupNCCL create a 2-rank
+// communicator per pair of neighbours for these few bytes.
 void PipelineRuntime::agree_shapes() {
-  std::vector<std::shared_ptr<dist::PendingWork>> sends;
-  std::vector<at::Tensor> keep;
   const c10::Device device = stages_.front()->options().device;
   auto header = [&](const std::vector<int64_t>& shape, at::ScalarType dtype) {
     std::vector<int64_t> h(6, -1);
@@ -95,22 +97,28 @@ void PipelineRuntime::agree_shapes() {
     for (int64_t k = 0; k < c[0].item<int64_t>() && k < 4; ++k) s += (k ? ", " : "") + std::to_string(c[k + 1].item<int64_t>());
     return s + "] " + std::string(c10::toString(static_cast<at::ScalarType>(c[5].item<int64_t>())));
   };
+  struct Expected {
+    int stage;
+    at::Tensor want, got;
+  };
+  std::vector<Expected> expected;
+  std::vector<dist::P2POp> ops;
   for (int s : spec_.stages_of_rank(rank_)) {
     PipelineStage& st = stage(s);
     if (!st.is_first() && spec_.rank_of_stage(s - 1) != rank_) {
-      at::Tensor expected = header(st.options().input_shape, st.options().dtype);
-      at::Tensor got = at::empty_like(expected);
-      group_->recv(got, spec_.rank_of_stage(s - 1), kShapeTag + s);
-      TITAN_CHECK(at::equal(got.cpu(), expected.cpu()), "pipeline stage ", s, " (rank ", rank_,
-                  ") expects activations ", text(expected), " but stage ", s - 1, " (rank ", spec_.rank_of_stage(s - 1),
-                  ") will send ", text(got), ": do all ranks run the same config?");
+      at::Tensor want = header(st.options().input_shape, st.options().dtype);
+      expected.push_back({s, want, at::empty_like(want)});
+      ops.push_back({/*is_send=*/false, expected.back().got, spec_.rank_of_stage(s - 1), kShapeTag + s});
     }
-    if (!st.is_last() && spec_.rank_of_stage(s + 1) != rank_) {
-      keep.push_back(header(st.options().output_shape, st.options().dtype));
-      sends.push_back(group_->send_async(keep.back(), spec_.rank_of_stage(s + 1), kShapeTag + s + 1));
-    }
+    if (!st.is_last() && spec_.rank_of_stage(s + 1) != rank_)
+      ops.push_back({/*is_send=*/true, header(st.options().output_shape, st.options().dtype), spec_.rank_of_stage(s + 1),
+                     kShapeTag + s + 1});
   }
-  for (auto& w : sends) w->wait();
+  for (auto& w : group_->batch_p2p(ops)) w->wait();  // `ops` keeps the send buffers alive until here
+  for (const Expected& e : expected)
+    TITAN_CHECK(at::equal(e.got.cpu(), e.want.cpu()), "pipeline stage ", e.stage, " (rank ", rank_,
+                ") expects activations ", text(e.want), " but stage ", e.stage - 1, " (rank ",
+                spec_.rank_of_stage(e.stage - 1), ") will send ", text(e.got), ": do all ranks run the same config?");
   shapes_agreed_ = true;
 }
 
