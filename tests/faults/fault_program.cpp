@@ -7,6 +7,12 @@
 //   hang:  sleeps for ten minutes,
 //   skip:  skips it (its fourth all-reduce is the others' fifth),
 //   size:  all-reduces 2048 floats instead,
+//   stop:  stops itself (SIGSTOP: alive to its launcher, but its
+//          heartbeat stands still, as a rank on a lost host), while every
+//          other rank sleeps 120 s before its fourth all-reduce: blocked
+//          outside any collective, as a GPU rank in a device
+//          synchronisation once NCCL queued the collective (only the peer
+//          watch can name the stopped rank then),
 //   ok:    does nothing special.
 // With TRACE_FOLDER, the flight recorder keeps the ops and every rank
 // writes TRACE_FOLDER/rank_<r>.json when a collective fails and when it
@@ -16,6 +22,7 @@
 //          while its neighbours wait on a send or receive).
 // The other ranks must stop on their own, non-zero, naming RANK.
 #include <ATen/ATen.h>
+#include <signal.h>
 
 #include <chrono>
 #include <cstdio>
@@ -64,7 +71,9 @@ int main(int argc, char** argv) {
         if (mode == "exit") std::exit(3);
         if (mode == "hang") std::this_thread::sleep_for(std::chrono::minutes(10));
         if (mode == "skip") continue;
+        if (mode == "stop") ::raise(SIGSTOP);
       }
+      if (i == 3 && mode == "stop") std::this_thread::sleep_for(std::chrono::seconds(120));
       const int64_t n = i == 3 && mode == "size" && world.rank() == bad_rank ? 2048 : 1024 + i;
       at::Tensor x = at::ones({n});
       world.group()->all_reduce(x);

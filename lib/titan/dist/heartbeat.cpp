@@ -5,6 +5,7 @@
 #include <atomic>
 #include <string>
 
+#include "titan/dist/process_group.hpp"
 #include "titan/dist/quiet_c10_logs.hpp"
 
 namespace titan::dist {
@@ -75,6 +76,12 @@ HeartbeatReading Heartbeat::read(const std::vector<int>& ranks) const {
   }
   reading.at = std::chrono::steady_clock::now();
   return reading;
+}
+
+void Heartbeat::report_knock_on_failure(const std::string& message) const {
+  std::lock_guard<std::mutex> lock(store_mu_);
+  QuietC10Logs quiet;
+  FailureBoard::report(store_, rank_, message, /*knock_on=*/true);  // never throws
 }
 
 std::optional<std::vector<int>> Heartbeat::silent_since(const HeartbeatReading& before,

@@ -21,6 +21,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -62,6 +63,14 @@ class Heartbeat {
 
   /// @brief The window that tells a stopped counter from a slow one.
   std::chrono::milliseconds judging_window() const { return interval_ * 5 / 2; }
+
+  /// @brief How often this rank beats.
+  std::chrono::milliseconds interval() const { return interval_; }
+
+  /// @brief Leaves `message` on the FailureBoard for this rank as a
+  /// knock-on failure, over the heartbeat's own connection (the job's main
+  /// one may be held by a thread blocked in a get). Best effort.
+  void report_knock_on_failure(const std::string& message) const;
 
  private:
   void run();

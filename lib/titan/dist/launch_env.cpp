@@ -94,4 +94,10 @@ LaunchEnv read_launch_env() {
   return parse_launch_env(vars);
 }
 
+std::string error_line_prefix() {
+  const char* rank = std::getenv("RANK");
+  if (rank && !std::getenv("TITAN_LAUNCHER")) return std::string("rank ") + rank + ": ";
+  return "";
+}
+
 }  // namespace titan::dist

@@ -31,4 +31,9 @@ LaunchEnv parse_launch_env(const std::map<std::string, std::string>& vars);
 /// @brief parse_launch_env over the real process environment.
 LaunchEnv read_launch_env();
 
+/// @brief What a rank's one-line error starts with: "rank N: " under
+/// torchrun (RANK set; its log interleaves the ranks' lines), "" alone or
+/// under titan's launcher (TITAN_LAUNCHER set: it prefixes each line itself).
+std::string error_line_prefix();
+
 }  // namespace titan::dist

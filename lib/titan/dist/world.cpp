@@ -14,6 +14,7 @@
 #include "titan/dist/backend.hpp"
 #include "titan/dist/flight_recorder.hpp"
 #include "titan/dist/heartbeat.hpp"
+#include "titan/dist/peer_watch.hpp"
 #include "titan/util/error.hpp"
 #include "titan/util/strings.hpp"
 
@@ -26,6 +27,7 @@ namespace {
 
 std::unique_ptr<World> g_world;
 std::unique_ptr<Heartbeat> g_heartbeat;  ///< this rank's, on a job of more than one rank
+std::unique_ptr<PeerWatch> g_peer_watch;  ///< after g_heartbeat: destroyed first
 std::mutex g_mu;
 bool g_clean_exit = false;
 
@@ -213,6 +215,11 @@ const World& init_distributed(const InitOptions& options) {
   }
   g_clean_exit = false;
   g_world = std::make_unique<World>(env, device, store, options.timeout);
+  // On NCCL a dead peer fails no collective on the host: the watch of the
+  // next rank's heartbeat names it before the watchdog's timeout does.
+  if (g_heartbeat && peer_watch_wanted(device.is_cuda()))
+    g_peer_watch = std::make_unique<PeerWatch>(*g_heartbeat, env.rank, env.world_size,
+                                               peer_watch_window(options.timeout, g_heartbeat->interval()));
   static bool registered = false;
   if (!registered) {
     std::atexit(report_exit_without_shutdown);
@@ -246,6 +253,7 @@ void shutdown() {
   if (!g_world) return;
   g_world->group()->barrier();
   g_clean_exit = true;
+  g_peer_watch.reset();
   detail::set_current_heartbeat(nullptr);
   g_heartbeat.reset();
   g_world.reset();

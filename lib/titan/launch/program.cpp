@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/dist/launch_env.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/launch/local_launcher.hpp"
 #include "titan/util/error.hpp"
@@ -91,11 +92,8 @@ int run_main(int argc, char** argv, const std::function<int(int, char**)>& body)
     return rc;
   } catch (const std::exception& e) {
     std::string msg = error_message(e);
-    std::string where;
-    const char* rank = std::getenv("RANK");
-    if (rank && !std::getenv("TITAN_LAUNCHER")) where = std::string("rank ") + rank + ": ";
     std::fflush(stdout);
-    std::fprintf(stderr, "%serror: %s\n", where.c_str(), msg.c_str());
+    std::fprintf(stderr, "%serror: %s\n", dist::error_line_prefix().c_str(), msg.c_str());
     std::fflush(stderr);
     dist::report_failure(msg, dynamic_cast<const dist::CommError*>(&e) != nullptr);
     // Leave at once: destructors of process groups could wait on a
