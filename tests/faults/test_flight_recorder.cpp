@@ -155,6 +155,36 @@ TEST(FlightRecorder, AnEntryWhoseWaitReturnedEarlyCompletesWhenItsWorkSaysSo) {
   (void)fr.entries();
   (void)fr.scheduled("dp", CommOp::AllReduce, false, -1, t, {});
   EXPECT_EQ(asked_forever, asked_at_drop) << "a dropped entry's probe is still asked";
+
+  // A group's ops complete in issue order (one communicator, one stream):
+  // while its earlier op runs, a later one of that group is not asked;
+  // another group's is.
+  fr.configure(8);
+  bool first_done = false;
+  int asked_second = 0, asked_other = 0;
+  const int64_t first = fr.scheduled("dp", CommOp::AllGather, false, -1, t, {});
+  const int64_t second = fr.scheduled("dp", CommOp::ReduceScatter, false, -1, t, {});
+  const int64_t other = fr.scheduled("tp", CommOp::AllReduce, false, -1, t, {});
+  for (int64_t id_waited : {first, second, other}) fr.started(id_waited);
+  fr.completes_when(first, [&] { return first_done; });
+  fr.completes_when(second, [&] {
+    ++asked_second;
+    return true;
+  });
+  fr.completes_when(other, [&] {
+    ++asked_other;
+    return true;
+  });
+  ASSERT_TRUE(fr.find(second, e));
+  EXPECT_STREQ(e.state(), "started") << "asked while dp's earlier op runs";
+  EXPECT_EQ(asked_second, 0);
+  ASSERT_TRUE(fr.find(other, e));
+  EXPECT_STREQ(e.state(), "completed") << "tp's op waits for nothing of dp's";
+  EXPECT_EQ(asked_other, 1);
+  first_done = true;
+  ASSERT_TRUE(fr.find(second, e));
+  EXPECT_STREQ(e.state(), "completed");
+  EXPECT_EQ(asked_second, 1);
   fr.configure(0);
 }
 

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -126,17 +127,35 @@ void FlightRecorder::completed(int64_t id) {
 void FlightRecorder::completes_when(int64_t id, std::function<bool()> done) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!live_entry(ring_, capacity_.load(), id)) return;
-  probes_.emplace_back(id, std::move(done));
+  // In issue order (waits may come in another order): poll_locked relies on it.
+  auto at = std::upper_bound(probes_.begin(), probes_.end(), id,
+                             [](int64_t v, const auto& probe) { return v < probe.first; });
+  probes_.emplace(at, id, std::move(done));
   poll_locked();
 }
 
 void FlightRecorder::poll_locked() const {
   if (probes_.empty()) return;
   const double now = CommLog::instance().now_us();
+  // A group's ops run on its communicator's stream, in issue order: once
+  // one is still running, the later ones of that group are too, and are
+  // not asked (a work query is a CUDA event query; asking each pending op
+  // at every new op would cost the square of the ops the host runs ahead).
+  std::vector<const std::string*> busy_groups;
   size_t kept = 0;
+  auto keep = [&](std::pair<int64_t, std::function<bool()>>& probe) {
+    if (&probes_[kept] != &probe) probes_[kept] = std::move(probe);
+    ++kept;
+  };
   for (auto& probe : probes_) {
     FlightEntry* e = live_entry(ring_, capacity_.load(), probe.first);
     if (!e) continue;  // the ring moved past it
+    bool behind_busy = false;
+    for (const std::string* g : busy_groups) behind_busy = behind_busy || *g == e->group;
+    if (behind_busy) {
+      keep(probe);
+      continue;
+    }
     bool done = false;
     try {
       done = probe.second();
@@ -148,7 +167,8 @@ void FlightRecorder::poll_locked() const {
       e->completed_us = now;
       continue;
     }
-    probes_[kept++] = std::move(probe);
+    busy_groups.push_back(&e->group);
+    keep(probe);
   }
   probes_.resize(kept);
 }

@@ -91,7 +91,9 @@ class FlightRecorder {
   /// wait, not the host). The recorder asks `done` whenever it records a
   /// new op and before it reads or dumps its buffer (not from a signal
   /// handler); the completion time is when it first saw true. Forgotten
-  /// once the buffer has moved past the entry.
+  /// once the buffer has moved past the entry. A group's ops complete in
+  /// issue order (one communicator, one stream), so while one is pending
+  /// the later ones of its group are not asked.
   void completes_when(int64_t id, std::function<bool()> done);
   /// The entry `id` while it is still in the buffer; nullptr otherwise
   /// (a copy is written into `out`).
