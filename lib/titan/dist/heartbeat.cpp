@@ -3,6 +3,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <atomic>
+#include <thread>
 #include <string>
 
 #include "titan/dist/process_group.hpp"
@@ -26,35 +27,22 @@ Heartbeat::Heartbeat(const c10::intrusive_ptr<c10d::Store>& store, int rank, std
     // failure path it serves.
     store_->setTimeout(std::chrono::seconds(5));
   }
-  thread_ = std::thread([this] { run(); });
+  beating_ = std::make_unique<PeriodicThread>(interval_, [this](const PeriodicThread&) {
+    beat();
+    return true;
+  });
 }
 
-Heartbeat::~Heartbeat() {
-  {
-    std::lock_guard<std::mutex> lock(stop_mu_);
-    stop_ = true;
-  }
-  stop_cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+Heartbeat::~Heartbeat() = default;  // beating_ goes first: the beat stops before the store
 
-void Heartbeat::run() {
-  int64_t count = 0;
-  std::unique_lock<std::mutex> lock(stop_mu_);
-  while (!stop_) {
-    lock.unlock();  // a destructor waiting to stop must not wait on the store
-    {
-      std::lock_guard<std::mutex> store_lock(store_mu_);
-      QuietC10Logs quiet;
-      try {
-        store_->set(key_of(rank_), std::to_string(++count));
-      } catch (...) {
-        // The store is gone (its host died, or the job is ending): nothing
-        // to beat into; the failure path says what it knows.
-      }
-    }
-    lock.lock();
-    stop_cv_.wait_for(lock, interval_, [this] { return stop_; });
+void Heartbeat::beat() {
+  std::lock_guard<std::mutex> store_lock(store_mu_);
+  QuietC10Logs quiet;
+  try {
+    store_->set(key_of(rank_), std::to_string(++count_));
+  } catch (...) {
+    // The store is gone (its host died, or the job is ending): nothing to
+    // beat into; the failure path says what it knows.
   }
 }
 

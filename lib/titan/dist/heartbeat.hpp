@@ -16,14 +16,15 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
+
+#include "titan/util/periodic_thread.hpp"
 
 namespace c10d {
 class Store;
@@ -73,16 +74,14 @@ class Heartbeat {
   void report_knock_on_failure(const std::string& message) const;
 
  private:
-  void run();
+  void beat();
 
   c10::intrusive_ptr<c10d::Store> store_;  ///< this heartbeat's own connection
   int rank_;
   std::chrono::milliseconds interval_;
   mutable std::mutex store_mu_;  ///< readers and the beating thread share the connection
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;
-  std::thread thread_;
+  int64_t count_ = 0;
+  std::unique_ptr<PeriodicThread> beating_;  ///< last: stopped first, started once the store is cloned
 };
 
 /// @brief The running heartbeat of this process, or null (one rank, or

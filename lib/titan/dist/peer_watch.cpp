@@ -1,5 +1,6 @@
 #include "titan/dist/peer_watch.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,67 +25,38 @@ std::chrono::milliseconds peer_watch_window(std::chrono::milliseconds collective
   return std::max(floor, std::min(half, ceiling));
 }
 
-PeerWatch::PeerWatch(const Heartbeat& heartbeat, int rank, int world_size, std::chrono::milliseconds window,
-                     OnGone on_gone)
-    : heartbeat_(heartbeat),
-      rank_(rank),
-      peer_((rank + 1) % world_size),
-      window_(window),
-      on_gone_(std::move(on_gone)) {
-  thread_ = std::thread([this] { run(); });
+PeerWatch::PeerWatch(const Heartbeat& heartbeat, int rank, int world_size, std::chrono::milliseconds window)
+    : heartbeat_(heartbeat), peer_((rank + 1) % world_size), window_(window) {
+  looking_ = std::make_unique<PeriodicThread>(heartbeat_.interval(), [this](const PeriodicThread& self) { return look(self); });
 }
 
-PeerWatch::~PeerWatch() {
-  {
-    std::lock_guard<std::mutex> lock(stop_mu_);
-    stop_ = true;
-  }
-  stop_cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+PeerWatch::~PeerWatch() = default;  // looking_ goes first
 
-void PeerWatch::run() {
-  using clock = std::chrono::steady_clock;
-  int64_t last_count = -2;  // no reading yet
-  auto last_change = clock::now();
-  auto store_answered = clock::now();
-  std::unique_lock<std::mutex> lock(stop_mu_);
-  while (!stop_cv_.wait_for(lock, heartbeat_.interval(), [this] { return stop_; })) {
-    lock.unlock();  // the destructor must not wait on the store
-    const HeartbeatReading reading = heartbeat_.read({peer_});
-    const auto now = clock::now();
-    const auto seconds = [](clock::duration d) {
-      return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(d).count());
-    };
-    lock.lock();
-    if (stop_) return;
-    if (!reading.store_reachable) {
-      if (now - store_answered < window_) continue;
-      lock.unlock();
-      gone("the job's rendezvous store stopped answering " + seconds(now - store_answered) +
-           " s ago (its host is gone: rank 0 under titan run and Slurm, torchrun's agent otherwise)");
-      return;
-    }
-    store_answered = now;
-    const int64_t count = reading.counts.at(peer_);
-    if (count != last_count) {
-      last_count = count;
-      last_change = now;
-      continue;
-    }
-    if (now - last_change < window_) continue;
-    lock.unlock();
-    gone("rank " + std::to_string(peer_) + " is gone (its heartbeat stood still for " + seconds(now - last_change) +
-         " s: killed, stopped or lost with its host); this rank watched it");
-    return;
+bool PeerWatch::look(const PeriodicThread& thread) {
+  const HeartbeatReading reading = heartbeat_.read({peer_});
+  const auto now = Clock::now();
+  if (thread.stopping()) return false;  // the job is leaving: nothing to judge
+  const auto seconds = [](Clock::duration d) {
+    return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(d).count());
+  };
+  if (!reading.store_reachable) {
+    if (now - store_answered_ < window_) return true;
+    gone("the job's rendezvous store stopped answering " + seconds(now - store_answered_) +
+         " s ago (its host is gone: rank 0 under titan run and Slurm, torchrun's agent otherwise)");
   }
+  store_answered_ = now;
+  const int64_t count = reading.counts.at(peer_);
+  if (count != last_count_) {
+    last_count_ = count;
+    last_change_ = now;
+    return true;
+  }
+  if (now - last_change_ < window_) return true;
+  gone("rank " + std::to_string(peer_) + " is gone (its heartbeat stood still for " + seconds(now - last_change_) +
+       " s: killed, stopped or lost with its host); this rank watched it");
 }
 
 void PeerWatch::gone(const std::string& message) {
-  if (on_gone_) {
-    on_gone_(message);
-    return;
-  }
   // The main thread may be blocked anywhere (a device synchronisation, a
   // collective): this thread speaks for the rank and ends it.
   const std::string trace = FlightRecorder::instance().dump_to_target();

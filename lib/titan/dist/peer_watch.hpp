@@ -20,11 +20,11 @@
 /// the number of ranks, not with its square.
 
 #include <chrono>
-#include <condition_variable>
-#include <functional>
-#include <mutex>
+#include <cstdint>
+#include <memory>
 #include <string>
-#include <thread>
+
+#include "titan/util/periodic_thread.hpp"
 
 namespace titan::dist {
 
@@ -41,36 +41,29 @@ bool peer_watch_wanted(bool device_is_cuda);
 std::chrono::milliseconds peer_watch_window(std::chrono::milliseconds collective_timeout,
                                             std::chrono::milliseconds heartbeat_interval);
 
-/// @brief The watch of one peer (the next rank round the ring).
+/// @brief The watch of one peer (the next rank round the ring). When the
+/// peer is judged gone it prints this rank's one-line error, leaves word
+/// on the FailureBoard, dumps the flight recorder and exits 1.
 class PeerWatch {
  public:
-  /// What the watch does with its verdict ("rank 3 is gone (...)"). The
-  /// default (null) prints it as this rank's one-line error, leaves word on
-  /// the FailureBoard, dumps the flight recorder and exits 1.
-  using OnGone = std::function<void(const std::string& message)>;
-
   /// Starts watching rank (rank + 1) % world_size through `heartbeat`,
   /// which must outlive the watch.
-  PeerWatch(const Heartbeat& heartbeat, int rank, int world_size, std::chrono::milliseconds window,
-            OnGone on_gone = nullptr);
+  PeerWatch(const Heartbeat& heartbeat, int rank, int world_size, std::chrono::milliseconds window);
   ~PeerWatch();
-  PeerWatch(const PeerWatch&) = delete;
-  PeerWatch& operator=(const PeerWatch&) = delete;
-
-  int watched_rank() const { return peer_; }
 
  private:
-  void run();
-  void gone(const std::string& message);
+  // One look at the peer's counter, on `thread`'s time.
+  bool look(const PeriodicThread& thread);
+  [[noreturn]] void gone(const std::string& message);
 
+  using Clock = std::chrono::steady_clock;
   const Heartbeat& heartbeat_;
-  int rank_, peer_;
+  int peer_;
   std::chrono::milliseconds window_;
-  OnGone on_gone_;
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;
-  std::thread thread_;
+  int64_t last_count_ = -2;  // no reading yet
+  Clock::time_point last_change_ = Clock::now();
+  Clock::time_point store_answered_ = Clock::now();
+  std::unique_ptr<PeriodicThread> looking_;  // last: stopped first
 };
 
 }  // namespace titan::dist
