@@ -13,6 +13,9 @@
 //          outside any collective, as a GPU rank in a device
 //          synchronisation once NCCL queued the collective (only the peer
 //          watch can name the stopped rank then),
+//   failstop: as stop, but first leaves word on the FailureBoard, as a
+//          rank that failed and then hung in its teardown (the watch
+//          quotes that word),
 //   ok:    does nothing special.
 // With TRACE_FOLDER, the flight recorder keeps the ops and every rank
 // writes TRACE_FOLDER/rank_<r>.json when a collective fails and when it
@@ -38,7 +41,7 @@
 
 int main(int argc, char** argv) {
   return titan::run_main(argc, argv, [](int argc, char** argv) {
-    TITAN_CHECK(argc >= 3, "usage: fault_program throw|exit|hang|ok RANK [TIMEOUT_S]");
+    TITAN_CHECK(argc >= 3, "usage: fault_program throw|exit|hang|skip|size|stop|failstop|pipeline|ok RANK [TIMEOUT_S [TRACE_FOLDER]]");
     const std::string mode = argv[1];
     const int bad_rank = std::atoi(argv[2]);
     titan::dist::InitOptions options;
@@ -71,9 +74,10 @@ int main(int argc, char** argv) {
         if (mode == "exit") std::exit(3);
         if (mode == "hang") std::this_thread::sleep_for(std::chrono::minutes(10));
         if (mode == "skip") continue;
-        if (mode == "stop") ::raise(SIGSTOP);
+        if (mode == "failstop") titan::dist::report_failure("injected failure, then its exit hung");
+        if (mode == "stop" || mode == "failstop") ::raise(SIGSTOP);
       }
-      if (i == 3 && mode == "stop") std::this_thread::sleep_for(std::chrono::seconds(120));
+      if (i == 3 && (mode == "stop" || mode == "failstop")) std::this_thread::sleep_for(std::chrono::seconds(120));
       const int64_t n = i == 3 && mode == "size" && world.rank() == bad_rank ? 2048 : 1024 + i;
       at::Tensor x = at::ones({n});
       world.group()->all_reduce(x);

@@ -72,6 +72,12 @@ void Heartbeat::report_knock_on_failure(const std::string& message) const {
   FailureBoard::report(store_, rank_, message, /*knock_on=*/true);  // never throws
 }
 
+std::string Heartbeat::failure_reports(const std::vector<int>& ranks) const {
+  std::lock_guard<std::mutex> lock(store_mu_);
+  QuietC10Logs quiet;
+  return FailureBoard::describe(store_, ranks, std::chrono::milliseconds(0));
+}
+
 std::optional<std::vector<int>> Heartbeat::silent_since(const HeartbeatReading& before,
                                                         std::chrono::milliseconds window) const {
   if (!before.store_reachable) return std::nullopt;

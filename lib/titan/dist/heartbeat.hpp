@@ -73,6 +73,11 @@ class Heartbeat {
   /// one may be held by a thread blocked in a get). Best effort.
   void report_knock_on_failure(const std::string& message) const;
 
+  /// @brief What `ranks` left on the FailureBoard ("rank 2 failed: ..."),
+  /// their own failures named before knock-on ones, read now over the
+  /// heartbeat's own connection; empty when none did.
+  std::string failure_reports(const std::vector<int>& ranks) const;
+
  private:
   void beat();
 

@@ -27,6 +27,9 @@ std::chrono::milliseconds peer_watch_window(std::chrono::milliseconds collective
 
 PeerWatch::PeerWatch(const Heartbeat& heartbeat, int rank, int world_size, std::chrono::milliseconds window)
     : heartbeat_(heartbeat), peer_((rank + 1) % world_size), window_(window) {
+  others_.push_back(peer_);
+  for (int r = 0; r < world_size; ++r)
+    if (r != rank && r != peer_) others_.push_back(r);
   looking_ = std::make_unique<PeriodicThread>(heartbeat_.interval(), [this](const PeriodicThread& self) { return look(self); });
 }
 
@@ -52,8 +55,14 @@ bool PeerWatch::look(const PeriodicThread& thread) {
     return true;
   }
   if (now - last_change_ < window_) return true;
-  gone("rank " + std::to_string(peer_) + " is gone (its heartbeat stood still for " + seconds(now - last_change_) +
-       " s: killed, stopped or lost with its host); this rank watched it");
+  const std::string still = "its heartbeat stood still for " + seconds(now - last_change_) + " s";
+  // A rank that failed on its own said why before it went quiet (its exit
+  // may hang in a teardown): that says more than "gone". One read of the
+  // board, once, at the end.
+  const std::string words = heartbeat_.failure_reports(others_);
+  if (!words.empty())
+    gone("rank " + std::to_string(peer_) + " went quiet (" + still + ") after " + words + "; this rank watched it");
+  gone("rank " + std::to_string(peer_) + " is gone (" + still + ": killed, stopped or lost with its host); this rank watched it");
 }
 
 void PeerWatch::gone(const std::string& message) {

@@ -12,7 +12,9 @@
 /// heartbeat counter of the next rank round the ring once per heartbeat
 /// interval; when it has stood still for `window`, it leaves word on the
 /// FailureBoard, dumps the flight recorder and ends this rank with a
-/// one-line error naming that peer. One rank notices each dead peer; every
+/// one-line error naming that peer — with what the FailureBoard already
+/// holds, when a rank failed on its own before it stopped beating (a rank
+/// whose exit hangs in its teardown, say). One rank notices each dead peer; every
 /// launcher turns that rank's exit into the end of the job (titan run and
 /// torchrun stop the other ranks, srun with --kill-on-bad-exit).
 ///
@@ -23,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "titan/util/periodic_thread.hpp"
 
@@ -42,8 +45,9 @@ std::chrono::milliseconds peer_watch_window(std::chrono::milliseconds collective
                                             std::chrono::milliseconds heartbeat_interval);
 
 /// @brief The watch of one peer (the next rank round the ring). When the
-/// peer is judged gone it prints this rank's one-line error, leaves word
-/// on the FailureBoard, dumps the flight recorder and exits 1.
+/// peer is judged gone it prints this rank's one-line error (quoting the
+/// FailureBoard's words of any rank), leaves word on the FailureBoard,
+/// dumps the flight recorder and exits 1.
 class PeerWatch {
  public:
   /// Starts watching rank (rank + 1) % world_size through `heartbeat`,
@@ -59,6 +63,7 @@ class PeerWatch {
   using Clock = std::chrono::steady_clock;
   const Heartbeat& heartbeat_;
   int peer_;
+  std::vector<int> others_;  // every rank but this one, the peer first: whose board words to quote
   std::chrono::milliseconds window_;
   int64_t last_count_ = -2;  // no reading yet
   Clock::time_point last_change_ = Clock::now();
