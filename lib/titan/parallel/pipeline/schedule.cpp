@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <sstream>
@@ -293,7 +294,18 @@ std::vector<RankActions> compute_actions(const ScheduleSpec& spec) {
   throw Error("unknown schedule kind");
 }
 
-std::vector<RankActions> add_communication(const ScheduleSpec& spec, const std::vector<RankActions>& compute) {
+double ActionCosts::of(const Action& a) const {
+  switch (a.type) {
+    case ActionType::Forward: return forward;
+    case ActionType::Backward: return backward;
+    case ActionType::BackwardInput: return backward_input;
+    case ActionType::BackwardWeight: return backward_weight;
+    default: return 0;
+  }
+}
+
+std::vector<RankActions> add_communication(const ScheduleSpec& spec, const std::vector<RankActions>& compute,
+                                           const ActionCosts& costs) {
   const int S = spec.num_stages();
   const int p = static_cast<int>(compute.size());
   // The message a compute action sends (as the receiving action) and the
@@ -320,44 +332,75 @@ std::vector<RankActions> add_communication(const ScheduleSpec& spec, const std::
       return false;
     return true;
   };
-  auto sender_of = [&](const Action& recv) {
-    return spec.rank_of_stage(recv.type == ActionType::RecvForward ? recv.stage - 1 : recv.stage + 1);
+  // Play the lists: each rank starts its next action as soon as it is free
+  // and the action's message has arrived; a message arrives when the action
+  // that sends it ends. Events go in time order (arrivals before starts at
+  // the same moment, then by rank), and each is appended where it happens:
+  // a start to its rank's list, an arrival to both ends (SEND on the
+  // sender, RECV on the receiver). So every list follows one global order
+  // in which each send sits at the same moment as its receive.
+  struct InFlight {
+    double at;
+    int64_t order;  // ties at the same moment: sent first, placed first
+    int from, to;
+    Action send, recv;
   };
-  // Each rank's messages to each peer, in the order it sends them.
-  std::map<std::pair<int, int>, std::vector<Action>> outbox;  // (from, to) -> messages
-  for (int r = 0; r < p; ++r)
-    for (const Action& a : compute[static_cast<size_t>(r)]) {
-      Action msg;
-      if (sends(a, r, &msg)) {
-        outbox[{r, spec.rank_of_stage(msg.stage)}].push_back(msg);  // the receiving stage's rank
-      }
-    }
+  using Arrived = std::tuple<int, int, int>;  // (type, stage, micro-batch) of a RECV on its rank
+  std::map<std::pair<int, Arrived>, double> arrival_time;
+  std::vector<InFlight> in_flight;
   std::vector<RankActions> out(compute.size());
-  for (int r = 0; r < p; ++r) {
-    std::map<int, size_t> posted;  // peer -> how many of its messages to r are received
-    for (const Action& a : compute[static_cast<size_t>(r)]) {
+  std::vector<size_t> next(compute.size(), 0);
+  std::vector<double> free_at(compute.size(), 0.0);
+  int64_t sent = 0;
+  auto arrived_key = [](const Action& recv) {
+    return Arrived{static_cast<int>(recv.type), recv.stage, recv.microbatch};
+  };
+  while (true) {
+    int rank = -1;  // the rank whose next action starts first
+    double start = 0;
+    for (int r = 0; r < p; ++r) {
+      if (next[r] == compute[r].size()) continue;
+      const Action& a = compute[r][next[r]];
+      double ready = free_at[r];
       Action need;
       if (needs(a, r, &need)) {
-        // Receive the peer's messages in its order, up to the one this
-        // action needs (nothing if that one was received ahead already).
-        const int from = sender_of(need);
-        const std::vector<Action>& in = outbox[{from, r}];
-        const auto at = std::find_if(in.begin(), in.end(), [&](const Action& m) {
-          return m.type == need.type && m.stage == need.stage && m.microbatch == need.microbatch;
-        });
-        TITAN_CHECK(at != in.end(), "pipeline schedule: rank ", r, "'s ", a.str(), " needs ", need.str(),
-                    " from rank ", from, ", whose list never sends it");
-        size_t& k = posted[from];
-        for (; k <= static_cast<size_t>(at - in.begin()); ++k) out[static_cast<size_t>(r)].push_back(in[k]);
+        auto it = arrival_time.find({r, arrived_key(need)});
+        if (it == arrival_time.end()) continue;  // not sent yet
+        ready = std::max(ready, it->second);
       }
-      out[static_cast<size_t>(r)].push_back(a);
-      Action msg;
-      if (sends(a, r, &msg))
-        out[static_cast<size_t>(r)].push_back(
-            {msg.type == ActionType::RecvForward ? ActionType::SendForward : ActionType::SendBackward, a.stage,
-             a.microbatch});
+      if (rank < 0 || ready < start) rank = r, start = ready;
     }
+    auto first = std::min_element(in_flight.begin(), in_flight.end(), [](const InFlight& x, const InFlight& y) {
+      return x.at < y.at || (x.at == y.at && x.order < y.order);
+    });
+    if (first != in_flight.end() && (rank < 0 || first->at <= start)) {
+      out[static_cast<size_t>(first->from)].push_back(first->send);
+      out[static_cast<size_t>(first->to)].push_back(first->recv);
+      arrival_time[{first->to, arrived_key(first->recv)}] = first->at;
+      in_flight.erase(first);
+      continue;
+    }
+    if (rank < 0) break;
+    const Action& a = compute[rank][next[rank]++];
+    out[static_cast<size_t>(rank)].push_back(a);
+    free_at[rank] = start + costs.of(a);
+    Action msg;
+    if (sends(a, rank, &msg))
+      in_flight.push_back({free_at[rank], sent++, rank, spec.rank_of_stage(msg.stage),
+                           {msg.type == ActionType::RecvForward ? ActionType::SendForward : ActionType::SendBackward,
+                            a.stage, a.microbatch},
+                           msg});
   }
+  std::string stuck;
+  for (int r = 0; r < p; ++r) {
+    if (next[r] == compute[r].size()) continue;
+    const Action& a = compute[r][next[r]];
+    Action need;
+    needs(a, r, &need);
+    stuck += (stuck.empty() ? "" : ", ") + ("rank " + std::to_string(r) + "'s " + a.str() + " waits for " + need.str());
+  }
+  TITAN_CHECK(stuck.empty(), "pipeline schedule: the lists wait for each other: ", stuck,
+              " (a message its sender's list sends only later, or never)");
   return out;
 }
 

@@ -96,15 +96,31 @@ struct ScheduleSpec {
 /// produced by list scheduling under unit costs (see schedule.cpp).
 std::vector<RankActions> compute_actions(const ScheduleSpec& spec);
 
-/// @brief Inserts the communication: SEND_F after each forward whose output
-/// goes to another rank and SEND_B after each B or I whose input gradient
-/// does; RECV_F / RECV_B before the compute that needs them, posted in the
-/// order the peer sends: where a rank consumes a peer's messages in another
-/// order than the peer produced them (the zero-bubble lists do), the
-/// earlier-sent ones are received ahead, since NCCL pairs two ranks'
-/// messages by order, not by tag. Stages on the same rank (ZBV's turn of
-/// the V) hand tensors over without messages.
-std::vector<RankActions> add_communication(const ScheduleSpec& spec, const std::vector<RankActions>& compute);
+/// @brief Cost of each compute action in arbitrary time units (communication is free).
+struct ActionCosts {
+  double forward = 1;          ///< F
+  double backward = 2;         ///< B: twice the forward, the usual rule
+  double backward_input = 1;   ///< I
+  double backward_weight = 1;  ///< W
+  /// The cost of `a` (0 for a communication action).
+  double of(const Action& a) const;
+};
+
+/// @brief Adds the communication actions to per-rank compute lists: SEND_F
+/// after each F whose output goes to another rank, SEND_B after each B or I
+/// whose input gradient does, and the peer's matching RECV_F / RECV_B where
+/// the message arrives when the lists are played with `costs` (ranks start
+/// an action as soon as its input is there). Every send and its receive thus
+/// sit at the same moment of one global order, which is what NCCL needs: it
+/// pairs two ranks' messages by order, not by tag, and a large send waits
+/// for its receive, so a receive posted later than that moment (just before
+/// its use, say) can leave two ranks each waiting in a batch for the other
+/// (simulate() plays the lists that way and asserts they finish). A rank
+/// that uses a peer's messages in another order than they were sent (the
+/// zero-bubble lists do) receives the earlier ones ahead. Stages on the same
+/// rank (ZBV's turn of the V) hand tensors over without messages.
+std::vector<RankActions> add_communication(const ScheduleSpec& spec, const std::vector<RankActions>& compute,
+                                          const ActionCosts& costs = {});
 
 /// @brief compute_actions followed by add_communication: what the runtime runs.
 std::vector<RankActions> build_schedule(const ScheduleSpec& spec);

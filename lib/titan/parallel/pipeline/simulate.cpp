@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -15,16 +16,6 @@ namespace {
 using Key = std::tuple<int, int, int>;  // (type, stage, micro-batch)
 
 Key key(ActionType t, int s, int i) { return {static_cast<int>(t), s, i}; }
-
-double cost_of(const Action& a, const ActionCosts& c) {
-  switch (a.type) {
-    case ActionType::Forward: return c.forward;
-    case ActionType::Backward: return c.backward;
-    case ActionType::BackwardInput: return c.backward_input;
-    case ActionType::BackwardWeight: return c.backward_weight;
-    default: return 0;
-  }
-}
 
 // One message between two ranks: (backward, the stage that receives it,
 // micro-batch), spelled as the receiving action ("1RECV_F0").
@@ -64,6 +55,88 @@ void check_message_order(const ScheduleSpec& spec, const std::vector<RankActions
                             " receives ", message_str(in[k]), " there (add_communication must post receives in "
                             "the sender's order)");
   }
+}
+
+}  // namespace
+
+// NCCL runs a rank's point-to-point batches one after another on its
+// communicator's stream, a batch ends when all its messages have, and a send
+// larger than NCCL's buffers ends only once the peer has posted the matching
+// receive (nccl.h: send and receive are "blocking for the GPU"). Gloo buffers
+// sends, so a Gloo run cannot show a cycle of ranks each waiting in a batch
+// for a receive its peer posts only after a batch of its own. This plays the
+// lists as PipelineRuntime posts them (each maximal run of communication
+// actions one batch, waited before the next compute action) with every send
+// blocking until its receive is posted, and says where the ranks stop when
+// they do not all get to the end. `forward_only` plays an eval step (forwards and their messages).
+std::string blocking_send_deadlock(const ScheduleSpec& spec, const std::vector<RankActions>& with_comm,
+                                  bool forward_only) {
+  const int p = spec.pp;
+  using Op = std::tuple<int, int, int, bool>;  // (from, to, k-th message of that pair, is the send)
+  std::vector<std::vector<std::vector<Op>>> batches(p);  // [rank][batch] -> its messages
+  std::vector<std::vector<std::string>> names(p);        // a batch's actions, for the message
+  std::map<std::pair<int, int>, int> sent, received;     // messages of each pair so far
+  for (int r = 0; r < p; ++r) {
+    bool open = false;  // the last entry is a batch still taking actions
+    for (const Action& a : with_comm[static_cast<size_t>(r)]) {
+      const bool backward_msg = a.type == ActionType::SendBackward || a.type == ActionType::RecvBackward;
+      if (a.is_compute()) {
+        open = false;
+        continue;  // compute never waits in this model: its receive came before it
+      }
+      if (forward_only && backward_msg) continue;
+      int from = r, to = r;
+      switch (a.type) {
+        case ActionType::SendForward: to = spec.rank_of_stage(a.stage + 1); break;
+        case ActionType::SendBackward: to = spec.rank_of_stage(a.stage - 1); break;
+        case ActionType::RecvForward: from = spec.rank_of_stage(a.stage - 1); break;
+        default: from = spec.rank_of_stage(a.stage + 1); break;  // RecvBackward
+      }
+      const bool is_send = from == r;
+      const int k = (is_send ? sent : received)[{from, to}]++;
+      if (!open) {
+        batches[r].emplace_back();
+        names[r].emplace_back();
+        open = true;
+      }
+      batches[r].back().push_back({from, to, k, is_send});
+      names[r].back() += (names[r].back().empty() ? "" : " ") + a.str();
+    }
+  }
+  std::vector<size_t> at(p, 0);  // each rank's batch in flight
+  std::set<Op> done;
+  for (bool progress = true; progress;) {
+    progress = false;
+    std::set<Op> posted;
+    for (int r = 0; r < p; ++r)
+      if (at[r] < batches[r].size()) posted.insert(batches[r][at[r]].begin(), batches[r][at[r]].end());
+    for (const Op& op : posted) {
+      const auto [from, to, k, is_send] = op;
+      if (posted.count({from, to, k, !is_send})) done.insert(op);  // both sides posted: the message goes
+    }
+    for (int r = 0; r < p; ++r) {
+      if (at[r] >= batches[r].size()) continue;
+      const auto& ops = batches[r][at[r]];
+      if (std::all_of(ops.begin(), ops.end(), [&](const Op& op) { return done.count(op) > 0; })) {
+        ++at[r];
+        progress = true;
+      }
+    }
+  }
+  std::string stuck;
+  for (int r = 0; r < p; ++r)
+    if (at[r] < batches[r].size())
+      stuck += (stuck.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " in [" + names[r][at[r]] + "]");
+  return stuck;
+}
+
+namespace {
+
+void check_blocking_sends(const ScheduleSpec& spec, const std::vector<RankActions>& with_comm, bool forward_only) {
+  const std::string stuck = blocking_send_deadlock(spec, with_comm, forward_only);
+  TITAN_INTERNAL_ASSERT(stuck.empty(), "pipeline schedule: with sends that wait for their receive (NCCL, messages "
+                        "over its buffer size)", forward_only ? ", forward only" : "", " the ranks wait for each "
+                        "other: ", stuck);
 }
 
 }  // namespace
@@ -144,7 +217,7 @@ SimulatedRun simulate(const ScheduleSpec& spec, const std::vector<RankActions>& 
           default: break;
         }
         if (!ok) break;
-        const double end = ready + cost_of(a, costs);
+        const double end = ready + costs.of(a);
         run.start[r].push_back(ready);
         run.end[r].push_back(end);
         run.busy[r] += end - ready;
@@ -164,7 +237,10 @@ SimulatedRun simulate(const ScheduleSpec& spec, const std::vector<RankActions>& 
   for (int r = 0; r < p; ++r)
     if (next[r] < lists[r].size()) blocked += (blocked.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " at " + lists[r][next[r]].str());
   TITAN_CHECK(blocked.empty(), "pipeline schedule deadlocks: ", blocked, " wait for each other");
-  check_message_order(spec, add_communication(spec, lists));
+  const std::vector<RankActions> with_comm = add_communication(spec, lists);
+  check_message_order(spec, with_comm);
+  check_blocking_sends(spec, with_comm, /*forward_only=*/false);
+  check_blocking_sends(spec, with_comm, /*forward_only=*/true);
   for (int r = 0; r < p; ++r) run.makespan = std::max(run.makespan, free_at[r]);
   for (int r = 0; r < p; ++r) run.bubble.push_back(run.makespan > 0 ? 1.0 - run.busy[r] / run.makespan : 0.0);
   return run;

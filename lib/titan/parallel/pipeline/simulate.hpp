@@ -5,19 +5,12 @@
 /// (every micro-batch passes every stage once, no rank waits forever) and
 /// its ideal bubble compared with the one a real run measures.
 
+#include <string>
 #include <vector>
 
 #include "titan/parallel/pipeline/schedule.hpp"
 
 namespace titan::pp {
-
-/// @brief Cost of each compute action in arbitrary time units (communication is free).
-struct ActionCosts {
-  double forward = 1;          ///< F
-  double backward = 2;         ///< B: twice the forward, the usual rule
-  double backward_input = 1;   ///< I
-  double backward_weight = 1;  ///< W
-};
 
 /// @brief When every compute action of every rank ran.
 struct SimulatedRun {
@@ -42,5 +35,16 @@ struct SimulatedRun {
 /// peer receives them: NCCL pairs two ranks' sends and receives by order,
 /// not by tag.
 SimulatedRun simulate(const ScheduleSpec& spec, const std::vector<RankActions>& compute, const ActionCosts& costs = {});
+
+/// @brief Plays lists with their communication as PipelineRuntime posts
+/// them (each run of consecutive communication actions one batch, a rank's
+/// batches one after another) with every send waiting until the peer has
+/// posted its receive, as an NCCL send larger than NCCL's buffers does.
+/// Returns "" when every rank gets to its end, else the batch each stuck
+/// rank waits in ("rank 0 in [2SEND_B0], rank 1 in [3SEND_B1 1RECV_F2]").
+/// `forward_only` plays an eval step: forwards and their messages only.
+/// simulate() asserts it for add_communication's lists, both ways.
+std::string blocking_send_deadlock(const ScheduleSpec& spec, const std::vector<RankActions>& with_comm,
+                                   bool forward_only);
 
 }  // namespace titan::pp
