@@ -137,10 +137,12 @@ void FlightRecorder::completes_when(int64_t id, std::function<bool()> done) {
 void FlightRecorder::poll_locked() const {
   if (probes_.empty()) return;
   const double now = CommLog::instance().now_us();
-  // A group's ops run on its communicator's stream, in issue order: once
-  // one is still running, the later ones of that group are too, and are
-  // not asked (a work query is a CUDA event query; asking each pending op
-  // at every new op would cost the square of the ops the host runs ahead).
+  // A group's ops run on its communicator's stream in issue order, and
+  // their probes are events the compute stream passes after them: once one
+  // is still pending, the later ones of that group are too, and are not
+  // asked (asking each pending op at every new op would cost the square of
+  // the ops the host runs ahead). An op waited out of issue order may so
+  // be seen completed a little late, never early.
   std::vector<const std::string*> busy_groups;
   size_t kept = 0;
   auto keep = [&](std::pair<int64_t, std::function<bool()>>& probe) {

@@ -92,8 +92,9 @@ class FlightRecorder {
   /// new op and before it reads or dumps its buffer (not from a signal
   /// handler); the completion time is when it first saw true. Forgotten
   /// once the buffer has moved past the entry. A group's ops complete in
-  /// issue order (one communicator, one stream), so while one is pending
-  /// the later ones of its group are not asked.
+  /// issue order (ProcessGroup's probes are events on the compute stream,
+  /// recorded in issue order), so while one is pending the later ones of
+  /// its group are not asked.
   void completes_when(int64_t id, std::function<bool()> done);
   /// The entry `id` while it is still in the buffer; nullptr otherwise
   /// (a copy is written into `out`).

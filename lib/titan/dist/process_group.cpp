@@ -1,9 +1,13 @@
 #include "titan/dist/process_group.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Logging.h>
 
 #include <algorithm>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -122,6 +126,24 @@ std::string peer_reports(const c10::intrusive_ptr<c10d::Store>& store, const std
 
 // ----------------------------------------------------------------- PendingWork
 
+namespace {
+
+// True once the current CUDA stream has run past this moment: an event
+// recorded there now. Empty where no CUDA device answers (the caller then
+// counts the op as completed).
+std::function<bool()> current_stream_passed_probe() {
+  try {
+    const c10::impl::DeviceGuardImplInterface* cuda = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+    auto event = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
+    event->record(cuda->getStream(cuda->getDevice()));
+    return [event] { return event->query(); };
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+}  // namespace
+
 std::chrono::milliseconds work_wait_timeout(const std::string& backend_name, std::chrono::milliseconds group_timeout) {
   if (backend_name == "nccl") return ::kNoTimeout;  // Work.hpp declares it at global scope
   return group_timeout;
@@ -161,14 +183,18 @@ void PendingWork::wait() {
   }
   if (on_done_) on_done_();
   // Gloo's wait returns when the work is done. NCCL's (no timeout) returns
-  // once the current stream waits for it: the flight recorder then asks
-  // the work itself (a CUDA event query) until it has finished, so that a
-  // dump after a hang shows the collective still running, not completed.
+  // once the current stream waits for it: the flight recorder then asks an
+  // event recorded on that stream until it has passed, so that a dump after
+  // a hang shows the collective still running, not completed. Not the work
+  // itself: ProcessGroupNCCL's work holds the collective's output, which the
+  // recorder would keep alive until the GPU caught up (an FSDP forward's
+  // host runs ahead by many units, each gathered unit held).
   auto& recorder = FlightRecorder::instance();
-  if (wait_timeout != ::kNoTimeout || work_->isCompleted()) {
-    for (int64_t id : record_.flight_ids) recorder.completed(id);
-  } else {
-    for (int64_t id : record_.flight_ids) recorder.completes_when(id, [work = work_] { return work->isCompleted(); });
+  std::function<bool()> probe;
+  if (wait_timeout == ::kNoTimeout && !work_->isCompleted()) probe = current_stream_passed_probe();
+  for (int64_t id : record_.flight_ids) {
+    if (probe) recorder.completes_when(id, probe);
+    else recorder.completed(id);
   }
   record_.end_us = CommLog::instance().now_us();
   CommLog::instance().record(record_);
