@@ -38,7 +38,8 @@ TEST(PeakFlops, DenseBf16TableByCudaName) {
                         Case{"NVIDIA H200 NVL", 835e12}, Case{"NVIDIA GH200 480GB", 989e12},
                         Case{"NVIDIA A100-SXM4-80GB", 312e12}, Case{"NVIDIA A100-PCIE-40GB", 312e12},
                         Case{"NVIDIA B200", 2.25e15}, Case{"NVIDIA L40S", 362e12},
-                        Case{"nvidia h100 pcie", 756e12}}) {
+                        Case{"nvidia h100 pcie", 756e12}, Case{"NVIDIA H800", 989e12},
+                        Case{"NVIDIA H800 PCIe", 756e12}}) {
     PeakFlops p = peak_flops_for_device(c.name, at::kBFloat16);
     EXPECT_DOUBLE_EQ(p.flops, c.flops) << c.name;
     EXPECT_TRUE(p.known) << c.name;

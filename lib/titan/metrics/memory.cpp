@@ -1,6 +1,9 @@
 #include "titan/metrics/memory.hpp"
 
+#include <algorithm>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include "titan/metrics/cpu_peak.hpp"
@@ -51,7 +54,48 @@ int64_t proc_status_kb(const std::string& text, const std::string& field) {
 
 }  // namespace detail
 
+namespace {
+
+// The CUDA peaks the log's window had reached when a phase reset the
+// allocator's, per device index; cleared by the log's own reset.
+struct KeptPeaks {
+  int64_t allocated = 0, reserved = 0;
+};
+std::mutex kept_mu;
+std::map<int, KeptPeaks> kept_peaks;
+
+int index_of(const c10::Device& device) { return device.has_index() ? device.index() : 0; }
+
+}  // namespace
+
 MemoryStats memory_stats(const c10::Device& device) {
+  MemoryStats s = allocator_memory_stats(device);
+  if (device.is_cuda()) {
+    std::lock_guard<std::mutex> lock(kept_mu);
+    auto it = kept_peaks.find(index_of(device));
+    if (it != kept_peaks.end()) {
+      s.max_allocated_bytes = std::max(s.max_allocated_bytes, it->second.allocated);
+      s.max_reserved_bytes = std::max(s.max_reserved_bytes, it->second.reserved);
+      s.peak_bytes = s.max_reserved_bytes;
+      if (s.capacity_bytes > 0) s.peak_pct = 100.0 * static_cast<double>(s.peak_bytes) / s.capacity_bytes;
+    }
+  }
+  return s;
+}
+
+void reset_phase_peak_memory(const c10::Device& device) {
+  if (!device.is_cuda()) return;
+  const MemoryStats now = memory_stats(device);  // the log's window so far
+  {
+    std::lock_guard<std::mutex> lock(kept_mu);
+    kept_peaks[index_of(device)] = {now.max_allocated_bytes, now.max_reserved_bytes};
+  }
+#ifdef TITAN_HAS_CUDA
+  detail::cuda_reset_peak_memory(index_of(device));
+#endif
+}
+
+MemoryStats allocator_memory_stats(const c10::Device& device) {
   MemoryStats s;
 #ifdef TITAN_HAS_CUDA
   if (device.is_cuda()) {
@@ -68,6 +112,10 @@ MemoryStats memory_stats(const c10::Device& device) {
 }
 
 void reset_peak_memory(const c10::Device& device) {
+  if (device.is_cuda()) {
+    std::lock_guard<std::mutex> lock(kept_mu);
+    kept_peaks.erase(index_of(device));
+  }
 #ifdef TITAN_HAS_CUDA
   if (device.is_cuda()) detail::cuda_reset_peak_memory(device.has_index() ? device.index() : 0);
 #else

@@ -34,13 +34,23 @@ struct MemoryStats {
 };
 
 /// @brief Memory of `device` for this process (CUDA only in CUDA builds;
-/// any other device reads the CPU numbers).
+/// any other device reads the CPU numbers). CUDA peaks are the log's: since
+/// the last reset_peak_memory(), across phase resets.
 MemoryStats memory_stats(const c10::Device& device);
 
-/// @brief Starts a new peak window: CUDA resets the allocator's peaks (so
-/// each log line shows the peak since the previous one, as torchtitan). On
-/// CPU VmHWM is the process's lifetime peak and is left alone.
+/// @brief Starts a new peak window for the log: CUDA resets the allocator's
+/// peaks (so each log line shows the peak since the previous one, as
+/// torchtitan). On CPU VmHWM is the process's lifetime peak and is left alone.
 void reset_peak_memory(const c10::Device& device);
+
+/// @brief As memory_stats, but CUDA peaks are the allocator's own: since the
+/// last reset of either kind (what a phase's peak reads).
+MemoryStats allocator_memory_stats(const c10::Device& device);
+
+/// @brief Starts a new peak window for one phase (a step's forward, say):
+/// CUDA resets the allocator's peaks, having kept what they reached for the
+/// log's window, so the log still reports its whole interval's peak.
+void reset_phase_peak_memory(const c10::Device& device);
 
 /// @brief The device's name: CUDA's (e.g. "NVIDIA H100 80GB HBM3"), or the
 /// CPU model for CPU devices.

@@ -32,6 +32,8 @@ struct Row {
 // - H100 SXM, PCIe, NVL: https://www.nvidia.com/en-us/data-center/h100/
 //   (SXM 1,979 / 989 sparse, 67 TF; PCIe 1,513 / 756, 51 TF; NVL 1,671 / 835, 60 TF).
 //   CUDA names the SXM part "NVIDIA H100 80GB HBM3", hence the plain "H100" row.
+//   H800 (SXM and PCIe) is the H100 chip with less NVLink bandwidth, the same
+//   tensor-core rates; torchtitan's get_peak_flops takes it as H100 too.
 // - A100 (SXM and PCIe alike): https://www.nvidia.com/en-us/data-center/a100/
 //   (BF16 312 dense / 624 sparse, TF32 156 / 312, FP32 19.5 TF). A800 is the same chip.
 // - L40S: https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413
@@ -44,6 +46,8 @@ const Row kRows[] = {
     {"H100 NVL", "H100 NVL", 835e12, 417.5e12, 60e12},
     {"H100 PCIe", "H100 PCIe", 756e12, 378e12, 51e12},
     {"H100", "H100 SXM", 989e12, 494.5e12, 67e12},
+    {"H800 PCIe", "H800 PCIe", 756e12, 378e12, 51e12},
+    {"H800", "H800 SXM", 989e12, 494.5e12, 67e12},
     {"A100", "A100", 312e12, 156e12, 19.5e12},
     {"A800", "A100", 312e12, 156e12, 19.5e12},
     {"L40S", "L40S", 362e12, 183e12, 91.6e12},

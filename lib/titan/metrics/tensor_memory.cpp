@@ -100,7 +100,7 @@ void track_cpu_tensor_memory() {
 
 TensorMemory tensor_memory(const c10::Device& device) {
   if (device.is_cuda()) {
-    const MemoryStats s = memory_stats(device);
+    const MemoryStats s = allocator_memory_stats(device);
     return {s.current_bytes, s.max_allocated_bytes};
   }
   track_cpu_tensor_memory();
@@ -109,7 +109,7 @@ TensorMemory tensor_memory(const c10::Device& device) {
 
 void reset_tensor_memory_peak(const c10::Device& device) {
   if (device.is_cuda()) {
-    reset_peak_memory(device);
+    reset_phase_peak_memory(device);  // the log keeps its interval's peak
     return;
   }
   track_cpu_tensor_memory();

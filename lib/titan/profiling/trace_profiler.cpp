@@ -1,5 +1,6 @@
 #include "titan/profiling/trace_profiler.hpp"
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <chrono>
@@ -92,6 +93,13 @@ void TraceProfiler::step_begin(int64_t step) {
 void TraceProfiler::step_end(int64_t step) {
   step_range_.reset();
   if (!recording_ || !schedule_.ends_window(step)) return;
+  if (cuda_) {
+    // The step's last kernels (the optimizer's) are still queued when the
+    // host gets here; Kineto keeps only what finished before it stops, so
+    // wait for them, as torch.profiler does before it stops.
+    const c10::impl::DeviceGuardImplInterface* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+    impl->synchronizeDevice(impl->getDevice().index());
+  }
   std::unique_ptr<kineto::ProfilerResult> result = kineto::disableProfiler();
   recording_ = false;
   const std::string dir = folder_ + "/iteration_" + std::to_string(step);

@@ -460,6 +460,7 @@ TrainSummary Trainer::train() {
   int64_t timed_tokens = 0;
   double first_tps = 0;
   const auto t0 = std::chrono::steady_clock::now();
+  double agree_seconds = 0;  // the last stop agreement's
   try {
     while (step_ < cfg_.training.steps) {
       if (profiler_) profiler_->step_begin(step_ + 1);
@@ -470,6 +471,10 @@ TrainSummary Trainer::train() {
         if (memory_) memory_->on_failure(step_ + 1);  // e.g. out of memory: what the step held, for memory_viz
         throw;
       }
+      // The last stop agreement's wait belongs to this step's period: on a
+      // GPU its flag read is where the host waited for the previous step's
+      // optimizer kernels (one rank's next step absorbs them the same way).
+      r.step_seconds += agree_seconds;
       if (profiler_) profiler_->step_end(r.step);
       if (memory_) memory_->step_end(r.step);
       metrics::StepInput in;
@@ -487,7 +492,10 @@ TrainSummary Trainer::train() {
       if (validator_ && validator_->due(step_)) s.validation_losses.push_back({step_, validate(step_).loss});
       if (checkpoint_) checkpoint_->maybe_save(step_, step_ == cfg_.training.steps);
       if (options_.on_step) options_.on_step(r);
-      if (stop_agreed(stop, dims_.world_size)) {
+      const auto agree_t0 = std::chrono::steady_clock::now();
+      const bool stopping = stop_agreed(stop, dims_.world_size);
+      agree_seconds = seconds_since(agree_t0);
+      if (stopping) {
         s.interrupted = true;
         const int sig = stop->signal_number();
         print(strprintf("%s: stopped cleanly after step %lld of %lld",

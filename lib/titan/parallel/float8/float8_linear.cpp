@@ -402,7 +402,7 @@ int64_t precompute_float8_dynamic_scale_for_fsdp(torch::nn::Module& root) {
   std::vector<at::Tensor> amaxes;
   for (Float8Hook* h : hooks) amaxes.push_back(local_amax(h->linear()->weight));
   // On the collectives' device (the shards are host memory under FSDP's
-  // CPU offload, and NCCL takes CUDA tensors only), back after.
+  // CPU offload, and NCCL takes CUDA tensors only).
   const at::Tensor local = at::cat(amaxes);
   at::Tensor all = dist::to_comm_device(local);
   std::vector<const dist::ProcessGroup*> groups;
@@ -420,7 +420,10 @@ int64_t precompute_float8_dynamic_scale_for_fsdp(torch::nn::Module& root) {
     g->all_reduce(part, dist::ReduceOp::Max);
     all = at::where(member, part, all);
   }
-  at::Tensor scales = scale_from_amax(all.to(local.device()), at::kFloat8_e4m3fn);
+  // The scales stay where the gathered weights are used (the job's device,
+  // which is the collectives'), not with the shards: under CPU offload a
+  // host scale would reach _scaled_mm beside CUDA operands.
+  at::Tensor scales = scale_from_amax(all, at::kFloat8_e4m3fn);
   for (size_t i = 0; i < hooks.size(); ++i)
     hooks[i]->gather()->set_precomputed_scale(scales[static_cast<int64_t>(i)].clone());
   return static_cast<int64_t>(hooks.size());

@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/StorageImpl.h>
+#include <c10/util/strides.h>
 
 #include <atomic>
 #include <deque>
@@ -218,9 +219,13 @@ void FsdpUnit::copy_out(const at::Tensor& gathered) {
     at::Tensor src = gather_segment(by_rank, p).reshape(padded_shape).narrow(0, 0, p.rows);
     if (refill) {
       // Write through a fresh alias of the same memory: the saved tensors'
-      // version counters stay as autograd recorded them.
+      // version counters stay as autograd recorded them. (An alias over the
+      // storage, not from_blob over its pointer: on CUDA from_blob asks the
+      // driver where the pointer lives, and a 0-element parameter's is null.)
       alloc_storage(full_[j]);
-      at::from_blob(full_[j].storage().mutable_data(), p.shape, full_[j].options()).copy_(src);
+      at::Tensor alias = at::empty({0}, full_[j].options());
+      alias.set_(full_[j].storage(), /*storage_offset=*/0, p.shape, c10::contiguous_strides(p.shape));
+      alias.copy_(src);
     } else {
       // Own storage per parameter, so that each can be freed and refilled alone.
       full_[j] = at::empty(p.shape, src.options());
