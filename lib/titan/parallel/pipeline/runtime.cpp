@@ -152,8 +152,10 @@ struct PipelineRuntime::StepState {
   std::map<int, int> weight_backwards_left;
   /// (stage, micro-batch) -> tensor.
   std::map<std::pair<int, int>, at::Tensor> stage_input, output_grad, to_send_fwd, to_send_bwd;
+  /// Sends in flight (Gloo; an NCCL batch is waited where it is posted).
+  /// Each holds its buffer until waited; nothing else keeps a sent tensor,
+  /// so on NCCL an activation leaves with its batch, not with the step.
   std::vector<std::shared_ptr<dist::PendingWork>> sends;
-  std::vector<at::Tensor> send_buffers;  ///< alive until their sends are waited
   /// The last stage's loss of each micro-batch (forward only).
   std::map<int, at::Tensor> eval_losses;
 };
@@ -246,10 +248,9 @@ void PipelineRuntime::run_communication(size_t begin, size_t end, StepState& st)
         auto& pending = bwd ? st.to_send_bwd : st.to_send_fwd;
         auto it = pending.find(key);
         TITAN_INTERNAL_ASSERT(it != pending.end(), "pipeline rank ", rank_, ": ", a.str(), " has nothing to send");
-        st.send_buffers.push_back(it->second.contiguous());
-        pending.erase(it);
-        ops.push_back({true, st.send_buffers.back(), spec_.rank_of_stage(bwd ? s - 1 : s + 1),
+        ops.push_back({true, it->second.contiguous(), spec_.rank_of_stage(bwd ? s - 1 : s + 1),
                        message_tag(bwd, bwd ? s - 1 : s + 1, i, spec_)});
+        pending.erase(it);
         break;
       }
     }
