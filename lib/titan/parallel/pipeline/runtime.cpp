@@ -152,6 +152,9 @@ struct PipelineRuntime::StepState {
   std::map<int, int> weight_backwards_left;
   /// (stage, micro-batch) -> tensor.
   std::map<std::pair<int, int>, at::Tensor> stage_input, output_grad, to_send_fwd, to_send_bwd;
+  /// (stage, micro-batch) -> the work that fills its stage_input / output_grad
+  /// buffer: waited by the compute action that reads it, not where posted.
+  std::map<std::pair<int, int>, std::shared_ptr<dist::PendingWork>> input_arriving, grad_arriving;
   /// Sends in flight (Gloo; an NCCL batch is waited where it is posted).
   /// Each holds its buffer until waited; nothing else keeps a sent tensor,
   /// so on NCCL an activation leaves with its batch, not with the step.
@@ -194,6 +197,8 @@ PipelineStepResult PipelineRuntime::run(const BatchInputs& batch, double loss_sc
     k = end;
   }
   for (auto& w : st.sends) w->wait();
+  for (auto* arriving : {&st.input_arriving, &st.grad_arriving})  // none left unless an eval skipped its reader
+    for (auto& [key, w] : *arriving) w->wait();
 
   PipelineStepResult r;
   if (forward_only) {
@@ -220,13 +225,16 @@ PipelineStepResult PipelineRuntime::run(const BatchInputs& batch, double loss_sc
   return r;
 }
 
-// Posted together, as torch's batch_isend_irecv, so that on NCCL a rank's
-// "send this output" and "receive that gradient" cannot block each other.
-// Receives get a fresh buffer of the stage's agreed shape; sends take the
-// output or input gradient a compute action left for them.
+// Posted together, as torch's batch_isend_irecv (one NCCL group). Receives
+// get a fresh buffer of the stage's agreed shape and are waited by the
+// compute action that reads them (the host, or on NCCL the compute stream,
+// goes on meanwhile); sends take the output or input gradient a compute
+// action left for them and are waited at the end of the step.
 void PipelineRuntime::run_communication(size_t begin, size_t end, StepState& st) {
   const double start = now_us();
   std::vector<dist::P2POp> ops;
+  std::vector<std::pair<int, int>> recv_keys;  // per op: the buffer a receive fills (stage -1: a send)
+  std::vector<bool> recv_is_grad;
   for (size_t j = begin; j < end; ++j) {
     const Action& a = actions_[j];
     if (st.forward_only && (a.type == ActionType::RecvBackward || a.type == ActionType::SendBackward)) continue;
@@ -241,6 +249,8 @@ void PipelineRuntime::run_communication(size_t begin, size_t end, StepState& st)
         at::Tensor buf = at::empty(bwd ? o.output_shape : o.input_shape, at::TensorOptions().dtype(o.dtype).device(o.device));
         (bwd ? st.output_grad : st.stage_input)[key] = buf;
         ops.push_back({false, buf, spec_.rank_of_stage(bwd ? s + 1 : s - 1), message_tag(bwd, s, i, spec_)});
+        recv_keys.push_back(key);
+        recv_is_grad.push_back(bwd);
         break;
       }
       default: {  // SEND_F / SEND_B
@@ -250,15 +260,26 @@ void PipelineRuntime::run_communication(size_t begin, size_t end, StepState& st)
         TITAN_INTERNAL_ASSERT(it != pending.end(), "pipeline rank ", rank_, ": ", a.str(), " has nothing to send");
         ops.push_back({true, it->second.contiguous(), spec_.rank_of_stage(bwd ? s - 1 : s + 1),
                        message_tag(bwd, bwd ? s - 1 : s + 1, i, spec_)});
+        recv_keys.push_back({-1, -1});
+        recv_is_grad.push_back(false);
         pending.erase(it);
         break;
       }
     }
   }
-  if (!ops.empty())
-    for (auto& w : group_->batch_p2p(ops)) st.sends.push_back(w);
+  if (!ops.empty()) {
+    // One work per op (Gloo) or one for the whole group (NCCL).
+    const std::vector<std::shared_ptr<dist::PendingWork>> works = group_->batch_p2p_async(ops);
+    for (size_t k = 0; k < ops.size(); ++k) {
+      const std::shared_ptr<dist::PendingWork>& w = works.size() == ops.size() ? works[k] : works.front();
+      if (ops[k].is_send) st.sends.push_back(w);
+      else (recv_is_grad[k] ? st.grad_arriving : st.input_arriving)[recv_keys[k]] = w;
+    }
+  }
   if (options_.record_events && !st.forward_only)
-    for (size_t j = begin; j < end; ++j) events_.push_back({rank_, actions_[j], start - st.t0, now_us() - st.t0});
+    for (size_t j = begin; j < end; ++j)  // a receive's event is its wait, recorded by its reader
+      if (actions_[j].type == ActionType::SendForward || actions_[j].type == ActionType::SendBackward)
+        events_.push_back({rank_, actions_[j], start - st.t0, now_us() - st.t0});
 }
 
 void PipelineRuntime::run_compute(const Action& a, StepState& st) {
@@ -267,6 +288,21 @@ void PipelineRuntime::run_compute(const Action& a, StepState& st) {
   // forward's send waits on forwards alone).
   if (st.forward_only && a.type != ActionType::Forward) return;
   if (options_.before_action) options_.before_action(a);
+  // The receive that fills this action's input, if one is in flight: waited
+  // here, where it is read (a wait that shows in the timeline as its RECV).
+  {
+    const bool fwd = a.type == ActionType::Forward;
+    auto& arriving = fwd ? st.input_arriving : st.grad_arriving;
+    auto it = a.type == ActionType::BackwardWeight ? arriving.end() : arriving.find({a.stage, a.microbatch});
+    if (it != arriving.end()) {
+      const double wait_start = now_us();
+      it->second->wait();
+      arriving.erase(it);
+      if (options_.record_events && !st.forward_only)
+        events_.push_back({rank_, Action{fwd ? ActionType::RecvForward : ActionType::RecvBackward, a.stage, a.microbatch},
+                           wait_start - st.t0, now_us() - st.t0});
+    }
+  }
   // Each compute action as a trace range, spelled as torch writes it: "pp::2F0".
   TITAN_PROFILE_RANGE("pp::" + a.str());
   const double start = now_us();
