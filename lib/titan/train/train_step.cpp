@@ -16,9 +16,6 @@
 
 namespace titan::train {
 
-namespace {
-}  // namespace
-
 LossNormalizer normalize_over_global_batch(int64_t local_targets, const dist::ProcessGroup* loss_group,
                                            const c10::Device& device) {
   LossNormalizer n;
@@ -35,6 +32,20 @@ LossNormalizer normalize_over_global_batch(int64_t local_targets, const dist::Pr
   return n;
 }
 
+namespace {
+
+// A batch on its way to the job's device. To a GPU through pinned memory:
+// from pageable memory CUDA stages the copy before it returns, so a
+// non_blocking copy would overlap nothing with the kernels still queued
+// (the caching host allocator keeps the pinned block until the copy ends).
+at::Tensor to_device(const at::Tensor& host, const c10::Device& device) {
+  if (device.is_cuda() && host.device().is_cpu() && !host.is_pinned())
+    return host.pin_memory().to(device, /*non_blocking=*/true);
+  return host.to(device, /*non_blocking=*/true);
+}
+
+}  // namespace
+
 AccumulationResult accumulate_gradients(models::llama3::Transformer& model,
                                         const std::vector<data::Batch>& micro_batches, const at::Tensor& loss_scale,
                                         const c10::Device& device,
@@ -49,11 +60,9 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model,
     {
       TITAN_PROFILE_RANGE("titan::data_loading");
       const data::Batch& batch = micro_batches[i];
-      // non_blocking: the copy from (pageable) host memory may overlap with
-      // the previous micro-batch's kernels on a GPU; a no-op on the CPU.
-      inputs = batch.inputs.to(device, /*non_blocking=*/true);
-      labels = batch.labels.to(device, /*non_blocking=*/true);
-      if (batch.doc_start.defined()) doc_start = batch.doc_start.to(device, /*non_blocking=*/true);
+      inputs = to_device(batch.inputs, device);
+      labels = to_device(batch.labels, device);
+      if (batch.doc_start.defined()) doc_start = to_device(batch.doc_start, device);
     }
     r.data_seconds += seconds_since(t0);
 
@@ -89,11 +98,11 @@ AccumulationResult accumulate_pipeline_gradients(pp::PipelineRuntime& schedule,
     pp::BatchInputs inputs;
     {
       TITAN_PROFILE_RANGE("titan::data_loading");
-      inputs.inputs = batch.inputs.to(device, /*non_blocking=*/true);
-      inputs.labels = batch.labels.to(device, /*non_blocking=*/true);
+      inputs.inputs = to_device(batch.inputs, device);
+      inputs.labels = to_device(batch.labels, device);
       // Every stage needs it (RoPE positions and the mask), so every
       // pipeline rank keeps it; the schedule cuts it with the tokens.
-      if (batch.doc_start.defined()) inputs.doc_start = batch.doc_start.to(device, /*non_blocking=*/true);
+      if (batch.doc_start.defined()) inputs.doc_start = to_device(batch.doc_start, device);
     }
     r.data_seconds += seconds_since(t0);
     TITAN_PROFILE_RANGE("titan::pipeline_step");
