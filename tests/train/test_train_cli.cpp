@@ -16,6 +16,7 @@
 #include "support/run_command.hpp"
 #include "titan/checkpoint/file_io.hpp"
 #include "titan/data/base64.hpp"
+#include "titan/train/host_memory_check.hpp"
 #include "titan/util/files.hpp"
 #include "train_test_util.hpp"
 
@@ -130,6 +131,8 @@ TEST(TrainCli, BadInputIsOneLineAndExitsNonZero) {
       {" --model.tokenizer_path " + big_tok, "2312"},
       {" --no-such-flag", "unexpected argument"},
       {" --model.attn_type flex", "attn_type"},
+      // Petabytes of activations: refused before anything is built.
+      {" --training.seq_len 8388608 --training.batch_size 64", "GiB of memory per rank (titan estimate's peak"},
   };
   for (const auto& [args, expect] : cases) {
     SCOPED_TRACE(args);
@@ -139,6 +142,19 @@ TEST(TrainCli, BadInputIsOneLineAndExitsNonZero) {
     EXPECT_HAS(r.output, expect);
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
   }
+}
+
+// The line a CPU job over the host's memory gets (the numbers are given
+// here; the CLI case above reaches it through titan estimate).
+TEST(TrainCli, HostMemoryShortfallNamesBothSides) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  EXPECT_EQ(titan::train::host_memory_shortfall(2 * kGiB, 4, 8 * kGiB, "start of backward"), "");
+  const std::string over = titan::train::host_memory_shortfall(3 * kGiB, 4, 8 * kGiB, "start of backward");
+  EXPECT_HAS(over, "needs about 3.0 GiB of memory per rank");
+  EXPECT_HAS(over, "at the start of backward");
+  EXPECT_HAS(over, "12.0 GiB for the 4 ranks on this host, and this host has 8.0 GiB available");
+  EXPECT_HAS(over, "TITAN_SKIP_MEMORY_CHECK=1");
+  EXPECT_EQ(titan::train::host_memory_shortfall(3 * kGiB, 4, 0, "x"), "");  // nothing known: no verdict
 }
 
 }  // namespace

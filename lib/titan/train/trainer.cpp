@@ -36,6 +36,7 @@
 #include "titan/train/builders.hpp"
 #include "titan/train/determinism.hpp"
 #include "titan/train/device.hpp"
+#include "titan/train/host_memory_check.hpp"
 #include "titan/train/stop_signal.hpp"
 #include "titan/train/train_step.hpp"
 #include "titan/train/validator.hpp"
@@ -105,6 +106,9 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // Every parallelism's options, read and checked once (a bad layout fails
   // here, before the job starts).
   parallelize_options_ = models::llama3::parallelize_options(cfg_, dims_, args_, plan_.local_batch);
+  // A CPU job over the host's memory would be killed by the kernel without
+  // a word, or swap for hours: refuse it now (a reference run is a test's).
+  if (!single && device_.is_cpu()) check_host_memory(cfg_, env.world_size, env.local_world_size, options_.model_args);
 
   const data::TokenizerChoice choice =
       data::choose_tokenizer_path(cfg_.model.tokenizer_path, cfg_.model.hf_assets_path, args_.vocab_size);
