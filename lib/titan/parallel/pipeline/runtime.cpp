@@ -267,15 +267,38 @@ void PipelineRuntime::run_communication(size_t begin, size_t end, StepState& st)
       }
     }
   }
-  if (!ops.empty()) {
-    // One work per op (Gloo) or one for the whole group (NCCL).
-    const std::vector<std::shared_ptr<dist::PendingWork>> works = group_->batch_p2p_async(ops);
-    for (size_t k = 0; k < ops.size(); ++k) {
-      const std::shared_ptr<dist::PendingWork>& w = works.size() == ops.size() ? works[k] : works.front();
-      if (ops[k].is_send) st.sends.push_back(w);
-      else (recv_is_grad[k] ? st.grad_arriving : st.input_arriving)[recv_keys[k]] = w;
+  if (ops.empty()) {
+    record_communication_events(begin, end, start, st);
+    return;
+  }
+  const bool grouped = group_->backend()->supportsCoalescing();  // NCCL: one work for the batch
+  if (grouped) {
+    // The earlier batches' sends, waited by the compute stream (the host
+    // goes on): each holds its tensors until waited, and a send already
+    // matched by its receive (the schedule posts both at one moment) costs
+    // the stream nothing, where keeping them all to the step's end would
+    // hold every micro-batch's activation and gradient sent.
+    for (auto& w : st.sends) w->wait();
+    st.sends.clear();
+  }
+  const std::vector<std::shared_ptr<dist::PendingWork>> works = group_->batch_p2p_async(ops);
+  bool receives = false;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const std::shared_ptr<dist::PendingWork>& w = grouped ? works.front() : works.at(k);
+    if (ops[k].is_send) {
+      if (!grouped) st.sends.push_back(w);
+    } else {
+      (recv_is_grad[k] ? st.grad_arriving : st.input_arriving)[recv_keys[k]] = w;
+      receives = true;
     }
   }
+  // A group with receives is waited by their reader; one of sends alone by
+  // the next batch (or the step's end).
+  if (grouped && !receives) st.sends.push_back(works.front());
+  record_communication_events(begin, end, start, st);
+}
+
+void PipelineRuntime::record_communication_events(size_t begin, size_t end, double start, StepState& st) {
   if (options_.record_events && !st.forward_only)
     for (size_t j = begin; j < end; ++j)  // a receive's event is its wait, recorded by its reader
       if (actions_[j].type == ActionType::SendForward || actions_[j].type == ActionType::SendBackward)

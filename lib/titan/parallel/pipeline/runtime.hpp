@@ -115,6 +115,8 @@ class PipelineRuntime {
   /// The communication actions [begin, end) of actions_, posted as one
   /// batch of sends and receives.
   void run_communication(size_t begin, size_t end, StepState& state);
+  /// The events of the sends among actions_ [begin, end), posted from `start`.
+  void record_communication_events(size_t begin, size_t end, double start, StepState& state);
   /// One forward, backward, input- or weight-backward action.
   void run_compute(const Action& a, StepState& state);
   PipelineStage& stage(int s);
