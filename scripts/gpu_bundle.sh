@@ -21,7 +21,7 @@
 #             on the library path only when ldd says the GPU machine's are too old
 #   torchtitan/ torchtitan 0.2.2's wheel (PyPI, ~0.5 MB) and
 #             bench/torchtitan_eager/torchtitan_eager.py, the reference of
-#             gpu_check.sh's step 9 (the GPU machine has no network)
+#             gpu_check.sh's step 3 (the GPU machine has no network)
 #   data/     the built-in corpus (Debian's fortunes, 2.8 MB) and the
 #             tokenizer titan trained from it here: `titan train` on the
 #             debug config reads them, and the GPU machine has neither
@@ -117,7 +117,7 @@ mkdir -p "$BUNDLE/data/cache"
 cp -r "$CORPUS" "$BUNDLE/data/fortunes"
 TOK_CACHE="${TITAN_CACHE_DIR:-$HOME/.cache/titan}/tokenizers"
 [ -d "$TOK_CACHE" ] && cp -r "$TOK_CACHE" "$BUNDLE/data/cache/tokenizers"
-# torchtitan's own model, for step 9's eager reference: its wheel, fetched
+# torchtitan's own model, for step 3's eager reference: its wheel, fetched
 # here once (TITAN_CACHE_DIR) since the GPU machine has no network; a
 # missing wheel only skips that comparison there.
 mkdir -p "$BUNDLE/torchtitan"
@@ -127,7 +127,7 @@ TT_WHEEL="$TT_CACHE/torchtitan-0.2.2-py3-none-any.whl"
 if [ ! -f "$TT_WHEEL" ]; then
   mkdir -p "$TT_CACHE"
   "$PY" -m pip download --quiet --no-deps --dest "$TT_CACHE" torchtitan==0.2.2 ||
-    echo "gpu_bundle: warning: could not download torchtitan 0.2.2; step 9 will measure titan alone" >&2
+    echo "gpu_bundle: warning: could not download torchtitan 0.2.2; step 3 will measure titan alone" >&2
 fi
 [ -f "$TT_WHEEL" ] && cp "$TT_WHEEL" "$BUNDLE/torchtitan/"
 {

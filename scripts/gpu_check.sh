@@ -7,15 +7,20 @@
 #   bash scripts/gpu_check.sh [OUT_DIR]          (bundle: gpu_bundle/ beside scripts/)
 #   bash gpu_bundle/gpu_check.sh [OUT_DIR]       (the copy inside the bundle)
 #
-# Writes two files to OUT_DIR (default $OUT, else /tmp/titan-gpu-check):
-# gpu_check_summary.txt (one line per step and its key numbers) and
-# gpu_check_full.log (each step's command and the tail of its output). Dump
-# folders and whole logs stay in a temporary folder, printed at the end.
+# Writes to OUT_DIR (default $OUT, else /tmp/titan-gpu-check):
+# gpu_check_summary.txt (one line per step and its key numbers, written as
+# the steps end, so a killed run still leaves what it did),
+# gpu_check_full.log (each step's command and the tail of its output) and, at
+# the end, gpu_check_artifacts.tgz (every step's whole log and metrics.jsonl)
+# and gpu_check_traces.tgz (the capstone's Kineto trace, when under 15 MiB).
+# Exit status: 0 every step that ran passed, 1 a step failed or timed out,
+# 2 setup failed, 3 all passed but steps were skipped for the time budget.
 #
 # Environment: TITAN_BUNDLE (the bundle folder), TITAN_PYTHON (a python whose
 # torch is the one to run against; default: the first python3 on PATH that
 # imports torch), TITAN_GPU_BUDGET_S (seconds after which the remaining steps
-# are skipped; default 500), TITAN_GPU_ONLY (an extended regular expression:
+# are skipped; default 500: keep it a minute under the caller's own time
+# limit, so that the last step's overrun and the archives fit), TITAN_GPU_ONLY (an extended regular expression:
 # only the steps whose names match run, e.g. 'capstone|tensor_parallel' for a
 # second, shorter visit).
 set -uo pipefail
@@ -35,6 +40,10 @@ WORK="$(mktemp -d /tmp/titan-gpu.XXXXXX)"
 mkdir -p "$WORK/logs"
 BUDGET="${TITAN_GPU_BUDGET_S:-500}"
 status=0
+skipped=0
+# The python steps run with the library path as it was: the bundle's own
+# libraries (an older zlib, say) are for titan's binaries, not for python.
+ORIG_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
 
 say() { echo "$*" | tee -a "$SUMMARY"; }
 log() { echo "$*" >>"$FULL"; }
@@ -111,7 +120,9 @@ if ! smi="$(timeout 30 nvidia-smi --query-gpu=name,memory.total,driver_version -
   fail_setup "nvidia-smi failed: $(echo "$smi" | head -1)"
 fi
 say "gpu: $smi"
-GPUS="$(timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU')"
+# The GPUs this process may use (nvidia-smi -L ignores CUDA_VISIBLE_DEVICES).
+GPUS="$(timeout 60 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" "$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null | tail -1)"
+case "$GPUS" in ''|*[!0-9]*) GPUS=1 ;; esac
 cuda_ok="$(timeout 120 "$PY" -c 'import torch; print(torch.cuda.is_available() and torch.cuda.get_device_name(0))' 2>&1 | tail -1)"
 case "$cuda_ok" in False|""|*Error*) fail_setup "torch sees no CUDA device: $cuda_ok" ;; esac
 say "torch.cuda: $cuda_ok"
@@ -138,6 +149,7 @@ step() {
   local elapsed=$((SECONDS - START))
   if [ "$elapsed" -ge "$BUDGET" ]; then
     say "SKIP    $name (time budget of ${BUDGET}s spent)"
+    skipped=1
     return 0
   fi
   # Never past the budget by more than one step's overrun.
@@ -147,18 +159,22 @@ step() {
   rc=$?
   local verdict=PASS
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then verdict=TIMEOUT; status=1
-  elif [ "$rc" -ne 0 ]; then verdict="FAIL($rc)"; status=1; fi
+  elif [ "$rc" -ne 0 ]; then verdict="FAIL($rc)"; status=1
+  elif [[ "$name" == flash_cuda || "$name" == fused_ops_cuda ]] && grep -q '\[  SKIPPED \]' "$logf"; then
+    verdict="FAIL(skipped: no CUDA seen by the test)"; status=1  # GTEST_SKIP exits 0
+  fi
   say "$(printf '%-7s %s (%ds)' "$verdict" "$name" $((SECONDS - t0)))"
   if [ -n "$pattern" ]; then grep -E -- "$pattern" "$logf" | head -12 | sed 's/^/    /' | tee -a "$SUMMARY"; fi
   if [ "$verdict" != PASS ]; then grep -E "FAILED|Failure|rror|what\(\)" "$logf" | head -6 | sed 's/^/    ! /' | tee -a "$SUMMARY"; fi
   { echo "===== $name: $verdict, rc $rc, $((SECONDS - t0)) s: $*"; tail -40 "$logf"; } >>"$FULL"
 }
 TRAIN=("$T" train --job.config_file "$CFG" --training.device cuda)
+PYRUN=(env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" "$PY")
 LOSS='tokens/s|loss  |error|Error'
 
 # 1. titan's CUDA flash kernel against math attention (accuracy).
 #    (A folder's tests are one executable; --titan-test-files picks a file's.)
-step flash_cuda 90 'PASSED|FAILED|SKIPPED|tests ran' "$BUNDLE/bin/test_attention" --titan-test-files=test_flash_cuda.cpp
+step flash_cuda 90 'PASSED|FAILED|SKIPPED' "$BUNDLE/bin/test_attention" --titan-test-files=test_flash_cuda.cpp
 #    titan's fused CUDA kernels (SwiGLU, RoPE) and the chunked cross-entropy
 #    against the op-by-op versions and float64, on the GPU.
 step fused_ops_cuda 60 'PASSED|FAILED|cross|swiglu .*fp32|rope .*fp32|model' env TITAN_TEST_DEVICE=cuda "$BUNDLE/bin/test_ops" \
@@ -199,7 +215,7 @@ step capstone_1b 120 'tokens/s|memory|loss  |error|Error' "$T" train "${CAP[@]}"
   --metrics.log_freq 4 --job.dump_folder "$WORK/cap1b"
 TT_WHEEL="$BUNDLE/torchtitan/torchtitan-0.2.2-py3-none-any.whl"
 if [ -f "$TT_WHEEL" ]; then
-  step torchtitan_eager_8b_4blocks 150 'torchtitan eager|Error' "$PY" "$BUNDLE/torchtitan/torchtitan_eager.py" \
+  step torchtitan_eager_8b_4blocks 150 'torchtitan eager|Error' "${PYRUN[@]}" "$BUNDLE/torchtitan/torchtitan_eager.py" \
     --torchtitan "$TT_WHEEL" --n-layers 4 --seq 8192 --batch 1 --steps 12 --warmup 4
   cat >"$WORK/capstone_ratio.py" <<'EOF_RATIO'
 # capstone_ratio.py METRICS_JSONL TORCHTITAN_LOG: titan's median step after
@@ -218,10 +234,10 @@ if tt:
              f"ratio titan / torchtitan {tps / t['tokens_per_s']:.3f}")
 print(line)
 EOF_RATIO
-  step capstone_vs_torchtitan 20 'capstone' "$PY" "$WORK/capstone_ratio.py" "$WORK/cap8b/metrics.jsonl" \
+  step capstone_vs_torchtitan 20 'capstone' "${PYRUN[@]}" "$WORK/capstone_ratio.py" "$WORK/cap8b/metrics.jsonl" \
     "$WORK/logs/torchtitan_eager_8b_4blocks.log"
   for run in cap8b_unfused cap8b_again; do
-    [ -f "$WORK/$run/metrics.jsonl" ] && step "capstone_$run" 20 'capstone' "$PY" "$WORK/capstone_ratio.py" \
+    [ -f "$WORK/$run/metrics.jsonl" ] && step "capstone_$run" 20 'capstone' "${PYRUN[@]}" "$WORK/capstone_ratio.py" \
       "$WORK/$run/metrics.jsonl" "$WORK/logs/torchtitan_eager_8b_4blocks.log"
   done
 else
@@ -241,7 +257,7 @@ for t in dist/collectives dist/device_mesh dtensor/dtensor optim/grad_clip paral
          parallel/data_parallel parallel/activation_checkpoint parallel/parallel_dims parallel/pipeline; do
   exe="$BUNDLE/bin/test_${t%/*}_ranks"
   [ -x "$exe" ] || { say "SKIP    ${t#*/} ($(basename "$exe") not in the bundle)"; continue; }
-  step "${t#*/}_np1_cuda" 45 '^\[  (PASSED|FAILED) |tests ran' env TITAN_TEST_DEVICE=cuda "$exe" --nproc 1 \
+  step "${t#*/}_np1_cuda" 45 '\[  (PASSED|FAILED) ' env TITAN_TEST_DEVICE=cuda "$exe" --nproc 1 \
     --titan-test-files="test_${t#*/}.cpp"
 done
 # 6. Float8 on the tensor cores: tokens/s without, tensorwise, rowwise
@@ -280,7 +296,7 @@ cat >"$WORK/estimate_vs_cuda.sh" <<EOF_ESTIMATE
 ac="\$1" timeline="\$2"
 shift 2
 est="\$("$T" estimate "\$@" | grep "Total estimated")" || { echo "titan estimate printed no total"; exit 1; }
-"$PY" - "\$timeline" "\$ac" "\$est" <<'EOF_PY'
+env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" "$PY" - "\$timeline" "\$ac" "\$est" <<'EOF_PY'
 import json, sys
 m = json.load(open(sys.argv[1]))
 print("estimate vs CUDA, AC", sys.argv[2] + ": measured peak", max(x["peak_in_phase"] for x in m), "bytes;", sys.argv[3])
@@ -294,5 +310,17 @@ for ac in none full; do
     "$WORK/estimate_$ac/memory_snapshot/iteration_2/rank0_memory_timeline.json" "${E[@]}"
 done
 
+# What the machine keeps goes back in two archives (each file under the
+# carry-back limits): the whole logs and every run's metrics, and the traces.
+(cd "$WORK" && timeout 60 tar -czf "$OUT_DIR/gpu_check_artifacts.tgz" logs $(ls -d */metrics.jsonl 2>/dev/null)) ||
+  say "gpu_check: could not archive the logs"
+if [ -d "$WORK/cap8b_profile/profile_trace" ]; then
+  (cd "$WORK" && timeout 60 tar -czf "$OUT_DIR/gpu_check_traces.tgz" cap8b_profile/profile_trace)
+  if [ "$(stat -c %s "$OUT_DIR/gpu_check_traces.tgz" 2>/dev/null || echo 0)" -gt $((15 << 20)) ]; then
+    rm -f "$OUT_DIR/gpu_check_traces.tgz"
+    say "gpu_check: the capstone's trace is over 15 MiB compressed: left in $WORK"
+  fi
+fi
+[ "$status" -eq 0 ] && [ "$skipped" -eq 1 ] && status=3
 say "gpu_check: status $status after $((SECONDS - START)) s (whole logs and dumps: $WORK)"
 exit $status

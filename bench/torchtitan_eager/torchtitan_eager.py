@@ -6,7 +6,7 @@ maybe_enable_amp without FSDP), cross-entropy over fp32 logits summed and
 divided by the batch's target count, fused AdamW with torchtitan's defaults
 (betas 0.9/0.95, eps 1e-8, weight decay 0.1), gradient clipping at 1.0 and
 one loss.item() per step. The reference titan's capstone is measured
-against (scripts/gpu_check.sh, step 9).
+against (scripts/gpu_check.sh, step 3).
 
 torchtitan is imported from --torchtitan (else the installed one): its wheel (unpacked to a
 temporary folder: some of its packages have no __init__.py, which a zip
