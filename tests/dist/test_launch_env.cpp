@@ -2,6 +2,10 @@
 // errors for bad values.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <functional>
+#include <string>
+
 #include "titan/dist/launch_env.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/util/error.hpp"
@@ -66,17 +70,36 @@ TEST(LaunchEnv, BadValuesNameTheVariable) {
 }  // namespace
 
 // The GPU of a rank: LOCAL_RANK among all visible GPUs, the only one when a
-// launcher gave each rank its own (Slurm's --gpus-per-task), and a one-line
-// error when LOCAL_RANK is past the visible ones.
+// rank is alone on its node or Slurm gave each task its own
+// (--gpus-per-task), and a one-line error when LOCAL_RANK is past the
+// visible ones or several ranks of a node would share a GPU (NCCL refuses
+// that: "Duplicate GPU detected").
 TEST(CudaDeviceFor, LocalRankAmongVisibleGpusOrTheOnlyOne) {
   using titan::dist::cuda_device_for;
-  EXPECT_EQ(cuda_device_for(0, 8), 0);
-  EXPECT_EQ(cuda_device_for(5, 8), 5);
-  EXPECT_EQ(cuda_device_for(3, 1), 0);  // one GPU per task: SLURM_LOCALID 3 sees it as GPU 0
-  try {
-    cuda_device_for(4, 2);
-    FAIL() << "LOCAL_RANK 4 with 2 visible GPUs was accepted";
-  } catch (const titan::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("LOCAL_RANK 4 has no GPU: 2 visible"), std::string::npos) << e.what();
-  }
+  auto env = [](int local_rank, int local_world_size, const char* source) {
+    titan::dist::LaunchEnv e;
+    e.local_rank = local_rank, e.local_world_size = local_world_size, e.source = source;
+    e.world_size = local_world_size;
+    return e;
+  };
+  auto error_of = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const titan::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(cuda_device_for(env(0, 8, "torchrun"), 8), 0);
+  EXPECT_EQ(cuda_device_for(env(5, 8, "torchrun"), 8), 5);
+  EXPECT_EQ(cuda_device_for(env(3, 4, "slurm"), 1), 0);  // one GPU per task: SLURM_LOCALID 3 sees it as GPU 0
+  EXPECT_EQ(cuda_device_for(env(0, 1, "none"), 1), 0);
+  EXPECT_NE(error_of([&] { cuda_device_for(env(4, 2, "slurm"), 2); }).find("LOCAL_RANK 4 has no GPU: 2 visible"),
+            std::string::npos);
+  // titan run / torchrun --nproc 2 on a one-GPU machine: both ranks would be on GPU 0.
+  const std::string shared = error_of([&] { cuda_device_for(env(1, 2, "torchrun"), 1); });
+  std::printf("[measured] 2 ranks, 1 GPU: %s\n", shared.c_str());
+  EXPECT_NE(shared.find("2 ranks on this node and 1 visible GPU"), std::string::npos) << shared;
+  EXPECT_NE(error_of([&] { cuda_device_for(env(0, 4, "torchrun"), 2); }).find("NCCL needs a GPU per rank"),
+            std::string::npos);
 }

@@ -17,6 +17,7 @@
 #include "titan/data/tokenizer.hpp"
 #include "titan/ops/cross_entropy.hpp"
 #include "titan/train/autocast.hpp"
+#include "titan/train/determinism.hpp"
 #include "titan/train/train_step.hpp"
 #include "titan/train/trainer.hpp"
 #include "titan/train/validator.hpp"
@@ -43,6 +44,22 @@ TrainerOptions quiet() {
 std::vector<double> run_losses(const titan::config::JobConfig& cfg) {
   Trainer t(cfg, quiet());
   return t.train().losses;
+}
+
+// A deterministic run (and titan verify) turns TF32 off for cuBLAS and
+// cuDNN, whatever the environment asked: the flags are the context's, set
+// and read without a GPU.
+TEST(Determinism, DeterministicRunsTurnTf32Off) {
+  auto& ctx = at::globalContext();
+  ctx.setAllowTF32CuBLAS(true);
+  ctx.setAllowTF32CuDNN(true);
+  titan::train::set_determinism(0, /*deterministic=*/false, c10::Device(c10::kCPU));
+  EXPECT_TRUE(ctx.allowTF32CuBLAS());  // not asked: left as it was
+  titan::train::set_determinism(0, /*deterministic=*/true, c10::Device(c10::kCPU));
+  EXPECT_FALSE(ctx.allowTF32CuBLAS());
+  EXPECT_FALSE(ctx.allowTF32CuDNN());
+  ctx.setDeterministicAlgorithms(false, /*warn_only=*/false);  // the other tests' default
+  ctx.setAllowTF32CuDNN(true);
 }
 
 TEST(Trainer, LossFallsOverTwentySteps) {

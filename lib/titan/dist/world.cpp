@@ -41,7 +41,7 @@ c10::Device pick_device(const std::string& want, const LaunchEnv& env) {
   if (want == "cpu" || (want == "auto" && !cuda)) return c10::Device(c10::kCPU);
   TITAN_CHECK(want == "cuda" || want == "auto", "unknown device '", want, "' (expected cpu, cuda or auto)");
   TITAN_CHECK(cuda, "device 'cuda' requested but no CUDA device is available");
-  return c10::Device(c10::kCUDA, cuda_device_for(env.local_rank, static_cast<int>(at::getNumGPUs())));
+  return c10::Device(c10::kCUDA, cuda_device_for(env, static_cast<int>(at::getNumGPUs())));
 }
 
 c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& env, std::chrono::milliseconds timeout) {
@@ -235,12 +235,19 @@ const World& world() {
 
 bool is_initialized() { return g_world != nullptr; }
 
-c10::DeviceIndex cuda_device_for(int local_rank, int visible_devices) {
-  if (visible_devices == 1) return 0;
-  TITAN_CHECK(local_rank >= 0 && local_rank < visible_devices, "LOCAL_RANK ", local_rank, " has no GPU: ",
-              visible_devices, " visible (CUDA_VISIBLE_DEVICES='",
-              std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "", "')");
-  return static_cast<c10::DeviceIndex>(local_rank);
+c10::DeviceIndex cuda_device_for(const LaunchEnv& env, int visible_devices) {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string shown = std::string("(CUDA_VISIBLE_DEVICES='") + (visible ? visible : "") + "')";
+  // Slurm's --gpus-per-task leaves each task its own single GPU; titan run
+  // and torchrun leave every rank all of the node's.
+  if (visible_devices == 1 && (env.local_world_size == 1 || env.source == "slurm")) return 0;
+  TITAN_CHECK(env.local_world_size <= visible_devices, env.local_world_size, " ranks on this node and ",
+              visible_devices, " visible GPU", visible_devices == 1 ? "" : "s", " ", shown,
+              ": NCCL needs a GPU per rank (run as many ranks per node as GPUs, or --training.device cpu to "
+              "emulate the ranks)");
+  TITAN_CHECK(env.local_rank >= 0 && env.local_rank < visible_devices, "LOCAL_RANK ", env.local_rank,
+              " has no GPU: ", visible_devices, " visible ", shown);
+  return static_cast<c10::DeviceIndex>(env.local_rank);
 }
 
 at::Tensor to_comm_device(const at::Tensor& t) {

@@ -80,10 +80,12 @@ bool is_initialized();
 
 /// @brief The CUDA device a rank uses: GPU LOCAL_RANK of the visible ones
 /// (torchrun, `titan run`, Slurm with every GPU visible to each task), or
-/// GPU 0 when the launcher left each rank a single visible GPU (Slurm's
-/// --gpus-per-task, a CUDA_VISIBLE_DEVICES per rank). Throws a one-line
-/// titan::Error naming both numbers when LOCAL_RANK is not a visible GPU.
-c10::DeviceIndex cuda_device_for(int local_rank, int visible_devices);
+/// GPU 0 when the rank is alone on its node or Slurm left each task a single
+/// visible GPU (--gpus-per-task). Throws a one-line titan::Error naming the
+/// numbers when LOCAL_RANK is not a visible GPU, or when several ranks of a
+/// node would share one GPU (NCCL refuses two ranks of a communicator on
+/// one device: "Duplicate GPU detected").
+c10::DeviceIndex cuda_device_for(const LaunchEnv& env, int visible_devices);
 
 /// @brief `t` on the device the job's collectives run on (world().device()),
 /// or `t` itself when it is there already or no job is initialised. For the

@@ -19,4 +19,9 @@ namespace titan::train {
 /// order for a fixed thread count.
 void set_determinism(int64_t seed, bool deterministic, const c10::Device& device);
 
+/// @brief Turns TF32 off for cuBLAS's and cuDNN's fp32 GEMMs (a no-op for
+/// CPU kernels): what deterministic runs and `titan verify`'s fp32
+/// comparisons need, whatever the environment asked.
+void use_full_fp32_matmuls();
+
 }  // namespace titan::train

@@ -6,11 +6,13 @@
 
 #include <string>
 
+#include "titan/dist/launch_env.hpp"
+
 namespace titan::train {
 
-/// @brief "cpu" → CPU; "cuda" → GPU `local_rank` (an error naming the
-/// option when this build or machine has no CUDA); "auto" → CUDA when a GPU
-/// is present, else CPU. Anything else throws titan::Error.
-c10::Device resolve_device(const std::string& want, int local_rank = 0);
+/// @brief "cpu" → CPU; "cuda" → this rank's GPU (dist::cuda_device_for; an
+/// error naming the option when this build or machine has no CUDA); "auto" →
+/// CUDA when a GPU is present, else CPU. Anything else throws titan::Error.
+c10::Device resolve_device(const std::string& want, const dist::LaunchEnv& env = {});
 
 }  // namespace titan::train

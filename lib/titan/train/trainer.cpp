@@ -98,7 +98,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
                 "unsharded weights), not under WORLD_SIZE=", env.world_size);
   }
   plan_ = config::plan_batches(cfg_, single ? options_.single_process->degree : dims_.dp_degree());
-  device_ = resolve_device(cfg_.training.device, env.local_rank);
+  device_ = resolve_device(cfg_.training.device, env);
   // Mixed precision without FSDP: torchtitan's AMP for one device and DDP.
   autocast_ = autocast_dtype(dims_, cfg_.training.mixed_precision_param, device_, options_.autocast_on_cpu);
 

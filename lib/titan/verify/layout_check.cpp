@@ -8,6 +8,7 @@
 
 #include "titan/dist/comm_log.hpp"
 #include "titan/metrics/format.hpp"
+#include "titan/train/determinism.hpp"
 #include "titan/train/trainer.hpp"
 #include "titan/verify/reference_trainer.hpp"
 #include "titan/util/error.hpp"
@@ -81,6 +82,8 @@ config::JobConfig layout_check_config(config::JobConfig cfg, const LayoutCheckOp
 
 LayoutCheckReport check_layout(const config::JobConfig& job, const LayoutCheckOptions& options) {
   const config::JobConfig cfg = layout_check_config(job, options);
+  // Both runs' GEMMs in full fp32 on a GPU too: the bounds are fp32's.
+  train::use_full_fp32_matmuls();
   LayoutCheckReport report;
   report.options = options;
 
