@@ -53,17 +53,24 @@ std::vector<c10::Device> generator_devices(const c10::Device& device) {
   return devices;
 }
 
+// Keyed by the device's type, not its index ("cuda", not "cuda:3"): the
+// state is already this rank's, and a job resumed under another launcher
+// may give the rank another GPU index (Slurm's --gpus-per-task: every rank
+// on cuda:0). Checkpoints written with the index are still read.
+std::string rng_key(const c10::Device& d) { return c10::DeviceTypeName(d.type(), /*lower_case=*/true); }
+
 nlohmann::json rng_state(const c10::Device& device) {
   nlohmann::json out = nlohmann::json::object();
   for (const c10::Device& d : generator_devices(device))
-    out[d.str()] = data::base64_encode(tensor_bytes(at::globalContext().defaultGenerator(d).get_state()));
+    out[rng_key(d)] = data::base64_encode(tensor_bytes(at::globalContext().defaultGenerator(d).get_state()));
   return out;
 }
 
 void restore_rng(const nlohmann::json& saved, const c10::Device& device) {
   for (const c10::Device& d : generator_devices(device)) {
-    if (!saved.contains(d.str())) continue;
-    const auto bytes = data::base64_decode(saved.at(d.str()).get<std::string>());
+    const std::string key = saved.contains(rng_key(d)) ? rng_key(d) : d.str();
+    if (!saved.contains(key)) continue;
+    const auto bytes = data::base64_decode(saved.at(key).get<std::string>());
     TITAN_CHECK(bytes.has_value(), "checkpoint: the saved RNG state of ", d.str(), " is not valid base64");
     at::Tensor t = at::empty({static_cast<int64_t>(bytes->size())}, at::TensorOptions().dtype(at::kByte));
     std::memcpy(t.data_ptr(), bytes->data(), bytes->size());
