@@ -108,7 +108,11 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   parallelize_options_ = models::llama3::parallelize_options(cfg_, dims_, args_, plan_.local_batch);
   // A CPU job over the host's memory would be killed by the kernel without
   // a word, or swap for hours: refuse it now (a reference run is a test's).
-  if (!single && device_.is_cpu()) check_host_memory(cfg_, env.world_size, env.local_world_size, options_.model_args);
+  // An init-only run (steps 0, a seed checkpoint) holds its parameter shards,
+  // not a step's activations: the estimate would overstate it.
+  const bool init_only = cfg_.training.steps == 0 || cfg_.checkpoint.create_seed_checkpoint;
+  if (!single && !init_only && device_.is_cpu())
+    check_host_memory(cfg_, env.world_size, env.local_world_size, options_.model_args);
 
   const data::TokenizerChoice choice =
       data::choose_tokenizer_path(cfg_.model.tokenizer_path, cfg_.model.hf_assets_path, args_.vocab_size);

@@ -1,6 +1,7 @@
 #include "titan/parallel/pipeline/runtime.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 
 #include <chrono>
 #include <cmath>
@@ -281,6 +282,10 @@ void PipelineRuntime::run_communication(size_t begin, size_t end, StepState& st)
     for (auto& w : st.sends) w->wait();
     st.sends.clear();
   }
+  // One range per batch in traces, as ProcessGroup::batch_p2p marks its
+  // own ("c10d::batch_p2p pp"); not a TITAN_PROFILE_RANGE, which would
+  // relabel the ops for the flight recorder.
+  RECORD_USER_SCOPE("c10d::batch_p2p " + group_->name());
   const std::vector<std::shared_ptr<dist::PendingWork>> works = group_->batch_p2p_async(ops);
   bool receives = false;
   for (size_t k = 0; k < ops.size(); ++k) {
