@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <functional>
 #include <string>
 
+#include "support/error_of.hpp"
 #include "titan/dist/launch_env.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/util/error.hpp"
@@ -76,19 +76,12 @@ TEST(LaunchEnv, BadValuesNameTheVariable) {
 // that: "Duplicate GPU detected").
 TEST(CudaDeviceFor, LocalRankAmongVisibleGpusOrTheOnlyOne) {
   using titan::dist::cuda_device_for;
+  using titan::testing::error_of;
   auto env = [](int local_rank, int local_world_size, const char* source) {
     titan::dist::LaunchEnv e;
     e.local_rank = local_rank, e.local_world_size = local_world_size, e.source = source;
     e.world_size = local_world_size;
     return e;
-  };
-  auto error_of = [](const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const titan::Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
   };
   EXPECT_EQ(cuda_device_for(env(0, 8, "torchrun"), 8), 0);
   EXPECT_EQ(cuda_device_for(env(5, 8, "torchrun"), 8), 5);

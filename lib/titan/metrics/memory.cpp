@@ -123,6 +123,11 @@ void reset_peak_memory(const c10::Device& device) {
 #endif
 }
 
+int64_t host_available_bytes() {
+  const int64_t kb = detail::proc_status_kb(slurp("/proc/meminfo"), "MemAvailable");
+  return kb > 0 ? kb * 1024 : 0;
+}
+
 std::string device_name(const c10::Device& device) {
 #ifdef TITAN_HAS_CUDA
   if (device.is_cuda()) return detail::cuda_device_name(device.has_index() ? device.index() : 0);

@@ -52,6 +52,10 @@ MemoryStats allocator_memory_stats(const c10::Device& device);
 /// log's window, so the log still reports its whole interval's peak.
 void reset_phase_peak_memory(const c10::Device& device);
 
+/// @brief The host's available memory (MemAvailable of /proc/meminfo) in
+/// bytes; 0 where it cannot be read.
+int64_t host_available_bytes();
+
 /// @brief The device's name: CUDA's (e.g. "NVIDIA H100 80GB HBM3"), or the
 /// CPU model for CPU devices.
 std::string device_name(const c10::Device& device);

@@ -2,8 +2,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "titan/estimate/memory_estimate.hpp"
 #include "titan/metrics/memory.hpp"
@@ -31,11 +29,8 @@ std::string host_memory_shortfall(int64_t per_rank_bytes, int64_t local_ranks, i
 void check_host_memory(const config::JobConfig& cfg, int64_t world_size, int64_t local_ranks,
                        const std::optional<models::llama3::ModelArgs>& model_args) {
   if (const char* skip = std::getenv("TITAN_SKIP_MEMORY_CHECK"); skip && std::strcmp(skip, "1") == 0) return;
-  std::ifstream meminfo("/proc/meminfo");
-  std::stringstream text;
-  text << meminfo.rdbuf();
-  const int64_t available_kb = metrics::detail::proc_status_kb(text.str(), "MemAvailable");
-  if (available_kb <= 0) return;  // not Linux, or an old kernel: nothing to compare with
+  const int64_t available = metrics::host_available_bytes();
+  if (available <= 0) return;  // not Linux, or an old kernel: nothing to compare with
   estimate::JobEstimate e;
   try {
     e = estimate::estimate_job(cfg, world_size, model_args);
@@ -43,7 +38,7 @@ void check_host_memory(const config::JobConfig& cfg, int64_t world_size, int64_t
     return;  // a layout the estimate does not model: run it, as before
   }
   const estimate::RankMemory& worst = e.worst();
-  const std::string line = host_memory_shortfall(worst.peak, local_ranks, available_kb * 1024, worst.peak_phase);
+  const std::string line = host_memory_shortfall(worst.peak, local_ranks, available, worst.peak_phase);
   TITAN_CHECK(line.empty(), line);
 }
 

@@ -234,8 +234,10 @@ PipelineStepResult PipelineRuntime::run(const BatchInputs& batch, double loss_sc
 void PipelineRuntime::run_communication(size_t begin, size_t end, StepState& st) {
   const double start = now_us();
   std::vector<dist::P2POp> ops;
-  std::vector<std::pair<int, int>> recv_keys;  // per op: the buffer a receive fills (stage -1: a send)
-  std::vector<bool> recv_is_grad;
+  // Per op: where a receive's work goes (the map and key of the buffer it
+  // fills), nullptr for a send.
+  using Arriving = std::map<std::pair<int, int>, std::shared_ptr<dist::PendingWork>>;
+  std::vector<std::pair<Arriving*, std::pair<int, int>>> arrivals;
   for (size_t j = begin; j < end; ++j) {
     const Action& a = actions_[j];
     if (st.forward_only && (a.type == ActionType::RecvBackward || a.type == ActionType::SendBackward)) continue;
@@ -250,8 +252,7 @@ void PipelineRuntime::run_communication(size_t begin, size_t end, StepState& st)
         at::Tensor buf = at::empty(bwd ? o.output_shape : o.input_shape, at::TensorOptions().dtype(o.dtype).device(o.device));
         (bwd ? st.output_grad : st.stage_input)[key] = buf;
         ops.push_back({false, buf, spec_.rank_of_stage(bwd ? s + 1 : s - 1), message_tag(bwd, s, i, spec_)});
-        recv_keys.push_back(key);
-        recv_is_grad.push_back(bwd);
+        arrivals.push_back({bwd ? &st.grad_arriving : &st.input_arriving, key});
         break;
       }
       default: {  // SEND_F / SEND_B
@@ -261,8 +262,7 @@ void PipelineRuntime::run_communication(size_t begin, size_t end, StepState& st)
         TITAN_INTERNAL_ASSERT(it != pending.end(), "pipeline rank ", rank_, ": ", a.str(), " has nothing to send");
         ops.push_back({true, it->second.contiguous(), spec_.rank_of_stage(bwd ? s - 1 : s + 1),
                        message_tag(bwd, bwd ? s - 1 : s + 1, i, spec_)});
-        recv_keys.push_back({-1, -1});
-        recv_is_grad.push_back(false);
+        arrivals.push_back({nullptr, key});
         pending.erase(it);
         break;
       }
@@ -293,7 +293,7 @@ void PipelineRuntime::run_communication(size_t begin, size_t end, StepState& st)
     if (ops[k].is_send) {
       if (!grouped) st.sends.push_back(w);
     } else {
-      (recv_is_grad[k] ? st.grad_arriving : st.input_arriving)[recv_keys[k]] = w;
+      (*arrivals[k].first)[arrivals[k].second] = w;
       receives = true;
     }
   }
