@@ -162,6 +162,10 @@ step() {
   elif [ "$rc" -ne 0 ]; then verdict="FAIL($rc)"; status=1
   elif [[ "$name" == flash_cuda || "$name" == fused_ops_cuda ]] && grep -q '\[  SKIPPED \]' "$logf"; then
     verdict="FAIL(skipped: no CUDA seen by the test)"; status=1  # GTEST_SKIP exits 0
+  elif grep -q 'destroy_process_group() was not called' "$logf"; then
+    # torch's warning from a ProcessGroupNCCL destroyed without its
+    # shutdown(): dist::shutdown() should have ended every NCCL group.
+    verdict="FAIL(an NCCL group ended without its shutdown)"; status=1
   fi
   say "$(printf '%-7s %s (%ds)' "$verdict" "$name" $((SECONDS - t0)))"
   if [ -n "$pattern" ]; then grep -E -- "$pattern" "$logf" | head -12 | sed 's/^/    /' | tee -a "$SUMMARY"; fi

@@ -175,6 +175,7 @@ std::shared_ptr<ProcessGroup> World::new_group(const std::string& name, std::vec
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("titan/group/" + key, store_);
     try {
       backend = make_nccl_backend(prefixed, group_rank, n, timeout_, device_);
+      nccl_backends_.push_back(backend);
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
@@ -260,10 +261,24 @@ void shutdown() {
   if (!g_world) return;
   g_world->group()->barrier();
   g_clean_exit = true;
+  // The watch first: a peer that finished its shutdown stops beating.
   g_peer_watch.reset();
+  g_world->shutdown_nccl_groups();
   detail::set_current_heartbeat(nullptr);
   g_heartbeat.reset();
   g_world.reset();
+}
+
+void shutdown_backends(std::vector<c10::intrusive_ptr<c10d::Backend>>& backends) {
+  for (auto it = backends.rbegin(); it != backends.rend(); ++it) {
+    try {
+      (*it)->shutdown();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[titan] warning: a %s group's shutdown failed: %s\n", (*it)->getBackendName().c_str(),
+                   first_line(e.what()).c_str());
+    }
+  }
+  backends.clear();
 }
 
 void report_failure(const std::string& message, bool knock_on, std::chrono::milliseconds linger) {

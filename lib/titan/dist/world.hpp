@@ -39,6 +39,12 @@ struct InitOptions {
   std::string flight_recorder_prefix = "rank_";
 };
 
+/// @brief Ends each backend with its orderly `shutdown()` (NCCL: flush its
+/// operations, then destroy the communicators), newest first, and empties
+/// the list. A backend whose shutdown throws is reported on stderr and the
+/// rest are still shut down: the job is over and its results are saved.
+void shutdown_backends(std::vector<c10::intrusive_ptr<c10d::Backend>>& backends);
+
 /// @brief The job as this rank sees it, after init_distributed().
 class World {
  public:
@@ -58,6 +64,10 @@ class World {
   /// `name`; `name` must be unique in the job and used by every member.
   std::shared_ptr<ProcessGroup> new_group(const std::string& name, std::vector<int> global_ranks) const;
 
+  /// Shuts down the NCCL backend of every group made so far (a no-op on
+  /// CPU); dist::shutdown() calls it after its barrier.
+  void shutdown_nccl_groups() const { shutdown_backends(nccl_backends_); }
+
  private:
   LaunchEnv env_;
   c10::Device device_;
@@ -65,6 +75,11 @@ class World {
   std::chrono::milliseconds timeout_;
   std::shared_ptr<ProcessGroup> world_group_;
   mutable std::map<std::string, int> group_counts_;
+  // ProcessGroupNCCL's destructor, when shutdown() was not called first,
+  // warns that destroy_process_group was never called and aborts the
+  // communicator; a group dropped mid-run would do that too. So the World
+  // keeps every NCCL backend alive until dist::shutdown() ends them.
+  mutable std::vector<c10::intrusive_ptr<c10d::Backend>> nccl_backends_;
 };
 
 /// @brief Joins the job described by the environment (torchrun, Slurm, or a
@@ -95,7 +110,9 @@ c10::DeviceIndex cuda_device_for(const LaunchEnv& env, int visible_devices);
 at::Tensor to_comm_device(const at::Tensor& t);
 
 /// @brief Leaves the job: a barrier (so no rank tears down sockets its peers
-/// still use), then the groups and store are released. Safe to call twice.
+/// still use), then the NCCL groups' shutdown (torch's
+/// destroy_process_group), then the groups and store are released. Safe to
+/// call twice. Error paths never call it: they exit without waiting on peers.
 void shutdown();
 
 /// @brief Puts `message` on the FailureBoard for this rank, so that peers
