@@ -47,7 +47,8 @@ static int cmd_estimate(int argc, char** argv) {
   }
   return run_main(argc, argv, [](int argc, char** argv) {
     std::vector<std::string> own;
-    config::JobConfig cfg = config::parse_job_config(argc, argv, 2, &own);
+    // A plan for GPUs, also on a laptop without one (an explicit cpu stays).
+    config::JobConfig cfg = estimate::planned_for_gpus(config::parse_job_config(argc, argv, 2, &own));
     // The ranks: as `titan train --nproc N` would use, or torchrun's WORLD_SIZE.
     int64_t world = 1;
     double budget_gib = estimate::kDefaultDeviceMemoryGiB;
@@ -60,7 +61,9 @@ static int cmd_estimate(int argc, char** argv) {
             "Estimates per-rank memory (parameters, gradients, optimizer state, activations, FSDP's gathered\n"
             "weights, the peak) and FLOPs per step of the job on N ranks (default: WORLD_SIZE or 1), without\n"
             "running it: the model is built on the meta device, so any flavor (--model.flavor 405B) is free.\n"
-            "Ranks whose peak is over G GiB (default 80, an H100's) are named, with a layout that fits.\n");
+            "The job is modelled as it runs on CUDA GPUs, also on a machine without one (--training.device cpu\n"
+            "for a CPU job's numbers). Ranks whose peak is over G GiB (default 80, an H100's) are named, with a\n"
+            "layout that fits.\n");
         return 0;
       }
       if ((a == "--nproc" || a == "--world_size") && i + 1 < own.size()) {

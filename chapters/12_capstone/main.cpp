@@ -556,7 +556,7 @@ void print_estimate(const std::vector<std::string>& args, int64_t world) {
   line += " --nproc " + std::to_string(world);
   std::printf("$ %s\n", line.c_str());
   try {
-    const config::JobConfig cfg = config::parse_job_config(args);
+    const config::JobConfig cfg = estimate::planned_for_gpus(config::parse_job_config(args));
     const estimate::JobEstimate e = estimate::estimate_job(cfg, world);
     std::fputs(estimate::format_estimate(e).c_str(), stdout);
     std::fputs(estimate::format_fit_advice(estimate::fit_advice(cfg, world, e, estimate::kDefaultDeviceMemoryGiB), world)

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -145,6 +146,31 @@ TEST(EstimateCli, Llama8BCountAndSeedLines) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::printf("%s", r.output.c_str());
   EXPECT_HAS(r.output, "8,030,261,248 parameters");
+}
+
+// `titan estimate` plans a GPU job, also on a machine without a GPU (CI has
+// none): [training] device "auto" is modelled as "cuda", "cpu" as what a
+// CPU job holds (here the CPU loss's fp32 [tokens, vocab] buffers and
+// Gloo's reduce-scatter copies), with a note saying so.
+TEST(EstimateCli, PlansAGpuJobAlsoWithoutAGpu) {
+  const std::string cmd =
+      bin_path("titan") + " estimate --job.config_file " + source_path("train_configs/llama3_8b.toml") + " --nproc 8";
+  const auto as_default = run_command(cmd + " 2>&1");
+  const auto on_gpu = run_command(cmd + " --training.device cuda 2>&1");
+  const auto on_cpu = run_command(cmd + " --training.device cpu 2>&1");
+  ASSERT_EQ(as_default.exit_code, 0) << as_default.output;
+  ASSERT_EQ(on_gpu.exit_code, 0) << on_gpu.output;
+  ASSERT_EQ(on_cpu.exit_code, 0) << on_cpu.output;
+  std::printf("default:\n%s\n--training.device cpu:\n%s", as_default.output.c_str(), on_cpu.output.c_str());
+  EXPECT_EQ(as_default.output, on_gpu.output);
+  EXPECT_HAS(as_default.output, "not counted: CUDA context");
+  EXPECT_HAS(on_cpu.output, "modelled as a CPU job");
+  std::smatch m;
+  auto peak = [&](const std::string& out) {
+    EXPECT_TRUE(std::regex_search(out, m, std::regex(R"(Total estimated GPU memory: ([\d.]+) GiB)"))) << out;
+    return m.empty() ? 0.0 : std::stod(m[1]);
+  };
+  EXPECT_GT(peak(on_cpu.output), peak(as_default.output));
 }
 
 TEST(EstimateCli, BadInputIsOneLine) {

@@ -22,6 +22,7 @@
 #include "titan/models/llama3/transformer.hpp"
 #include "titan/parallel/float8/float8_linear.hpp"
 #include "titan/util/error.hpp"
+#include "support/error_of.hpp"
 #include "titan/verify/reference_run.hpp"
 
 namespace {
@@ -212,14 +213,7 @@ TEST(Float8Rowwise, TrainsWithinBoundOfFp32) {
 TEST(Float8Rowwise, RecipeNamesAndCombinationsAreChecked) {
   EXPECT_EQ(titan::float8::recipe_from_name("rowwise"), titan::float8::Recipe::Rowwise);
   EXPECT_EQ(titan::float8::recipe_from_name("tensorwise"), titan::float8::Recipe::Tensorwise);
-  auto error_of = [](const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const titan::Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  using titan::testing::error_of;
   const std::string e = error_of([] { titan::float8::recipe_from_name("rowwise_with_gw_hp"); });
   EXPECT_NE(e.find("not one of \"tensorwise\", \"rowwise\""), std::string::npos) << e;
   EXPECT_EQ(e.find('\n'), std::string::npos) << e;

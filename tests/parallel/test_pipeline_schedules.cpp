@@ -21,19 +21,13 @@
 #include "titan/parallel/pipeline/simulate.hpp"
 #include "titan/parallel/pipeline/split.hpp"
 #include "titan/util/error.hpp"
+#include "support/error_of.hpp"
 
 namespace {
 
 using namespace titan::pp;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const titan::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using titan::testing::error_of;
 
 const ScheduleKind kAll[] = {ScheduleKind::GPipe,     ScheduleKind::OneFOneB,
                              ScheduleKind::Interleaved1F1B, ScheduleKind::LoopedBFS,

@@ -382,8 +382,17 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
     e.notes.push_back("float8 linears are counted as their param-dtype counterparts (their saved inputs are smaller)");
   if (dims.cp > 1) e.notes.push_back("context parallelism: the ring's K/V buffers are not counted");
   if (pipelined) e.notes.push_back("pipeline: in-flight micro-batches on top of every gradient (an upper bound)");
-  e.notes.push_back("not counted: CUDA context and workspaces, the caching allocator's fragmentation, communication buffers of NCCL");
+  if (on_gpu)
+    e.notes.push_back("not counted: CUDA context and workspaces, the caching allocator's fragmentation, communication buffers of NCCL");
+  else
+    e.notes.push_back("modelled as a CPU job, as it runs here (Gloo, titan's CPU kernels): --training.device cuda for a GPU "
+                      "job's numbers");
   return e;
+}
+
+config::JobConfig planned_for_gpus(config::JobConfig cfg) {
+  if (cfg.training.device == "auto") cfg.training.device = "cuda";
+  return cfg;
 }
 
 std::string format_estimate(const JobEstimate& e) {

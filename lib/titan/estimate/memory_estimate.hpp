@@ -85,6 +85,14 @@ struct JobEstimate {
 JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
                          const std::optional<models::llama3::ModelArgs>& model_args = std::nullopt);
 
+/// @brief `cfg` as `titan estimate` models it: a job planned for GPUs, as
+/// torchtitan's estimation.py does. [training] device "auto" becomes
+/// "cuda": on a machine without a GPU "auto" would model the job as it runs
+/// there (Gloo's reduce-scatter copies, titan's CPU kernels, fp32 compute
+/// without FSDP), not as it runs on the GPUs it is planned for. An explicit
+/// "cpu" is kept (a CPU job's numbers, noted in the output).
+config::JobConfig planned_for_gpus(config::JobConfig cfg);
+
 /// @brief The estimate as a table plus torchtitan's estimation.py lines
 /// ("Estimated model size: ...", "Total estimated GPU memory: ...",
 /// "Estimated FLOP per step: ...").
