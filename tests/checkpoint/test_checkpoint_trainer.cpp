@@ -14,6 +14,7 @@
 #include "titan/checkpoint/dcp.hpp"
 #include "titan/checkpoint/file_io.hpp"
 #include "titan/checkpoint/manager.hpp"
+#include "titan/config/validate.hpp"
 #include "titan/util/files.hpp"
 #include "titan/optim/adam_state.hpp"
 #include "titan/train/trainer.hpp"
@@ -142,6 +143,63 @@ TEST(CheckpointTrainer, LoadStepChoosesAnOlderCheckpoint) {
   cfg.checkpoint.load_step = 4;
   EXPECT_HAS(error_of([&] { train(cfg); }), "[checkpoint] load_step = 4: " + cfg.job.dump_folder +
                                                 "/checkpoint has no complete checkpoint step-4");
+}
+
+TEST(CheckpointTrainer, FirstStepCheckpointAndLoadOnly) {
+  ScratchDir dir("ckpt_first_step");
+  JobConfig cfg = checkpointed(dir.path());
+  cfg.checkpoint.enable_first_step_checkpoint = true;
+  const TrainRun whole = train(cfg);
+  const std::string folder = cfg.job.dump_folder + "/checkpoint";
+  EXPECT_EQ(ck::list_checkpoints(folder), (std::vector<int64_t>{1, 3, 6}));
+  // load_only: resumes from the latest, trains on, saves nothing (not even
+  // at its last step).
+  cfg.checkpoint.enable_first_step_checkpoint = false;
+  cfg.checkpoint.load_only = true;
+  cfg.training.steps = 8;
+  const TrainRun more = train(cfg);
+  EXPECT_EQ(more.start_step, 6);
+  EXPECT_EQ(more.losses.size(), 2u);
+  EXPECT_EQ(ck::list_checkpoints(folder), (std::vector<int64_t>{1, 3, 6}));
+}
+
+TEST(CheckpointTrainer, ExcludeFromLoadingLeavesThosePartsFresh) {
+  ScratchDir dir("ckpt_exclude");
+  JobConfig cfg = checkpointed(dir.path());
+  cfg.training.deterministic = true;
+  const TrainRun whole = train(cfg);
+  const std::string folder = cfg.job.dump_folder + "/checkpoint";
+  titan::files::remove_all(folder + "/step-6");
+  // A fresh optimizer over the step-3 weights: step 4's loss (computed
+  // before its update, on the same weights and batch) is the whole run's;
+  // the Adam moments after step 6 are not.
+  cfg.checkpoint.exclude_from_loading = {"optimizer"};
+  const TrainRun fresh_adam = train(cfg);
+  EXPECT_EQ(fresh_adam.start_step, 3);
+  ASSERT_EQ(fresh_adam.losses.size(), 3u);
+  EXPECT_EQ(fresh_adam.losses[0], whole.losses[3]);
+  EXPECT_NE(fresh_adam.losses[2], whole.losses[5]);
+  ASSERT_EQ(fresh_adam.exp_avg_sq.size(), whole.exp_avg_sq.size());
+  EXPECT_FALSE(at::equal(fresh_adam.exp_avg_sq[0], whole.exp_avg_sq[0]));
+  titan::files::remove_all(folder + "/step-6");
+  // The data streams start over: step 4 sees step 1's batch, not step 4's.
+  cfg.checkpoint.exclude_from_loading = {"dataloader"};
+  const TrainRun fresh_data = train(cfg);
+  EXPECT_EQ(fresh_data.start_step, 3);
+  EXPECT_NE(fresh_data.losses[0], whole.losses[3]);
+  titan::files::remove_all(folder + "/step-6");
+  // Without the train state the step count starts over too: six steps from
+  // the step-3 weights, the first with the whole run's step-4 loss.
+  cfg.checkpoint.exclude_from_loading = {"train_state", "optimizer", "lr_scheduler", "dataloader"};
+  const TrainRun restarted = train(cfg);
+  EXPECT_EQ(restarted.start_step, 0);
+  ASSERT_EQ(restarted.losses.size(), 6u);
+  std::printf("step 4 loss: whole %.9f, fresh Adam %.9f, fresh data %.9f; restarted step 1 %.9f\n", whole.losses[3],
+              fresh_adam.losses[0], fresh_data.losses[0], restarted.losses[0]);
+  cfg.checkpoint.exclude_from_loading = {"optimizers"};
+  const std::string bad = error_of([&] { titan::config::validate(cfg); });
+  EXPECT_HAS(bad, "[checkpoint] exclude_from_loading");
+  EXPECT_HAS(bad, "(got \"optimizers\")");
 }
 
 TEST(CheckpointTrainer, WeightsOnlyLastSaveInExportDtype) {

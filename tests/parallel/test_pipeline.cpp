@@ -101,7 +101,7 @@ INSTANTIATE_TEST_SUITE_P(Schedules, EverySchedule,
                          });
 
 TEST(Pipeline, UnevenLayerSplit) {
-  // 7 layers: 4 | 3 on 2 ranks, 2 | 2 | 2 | 1 on 4 (split_layers_evenly's rule).
+  // 7 layers: 4 | 3 on 2 ranks, 2 | 2 | 2 | 1 on 4 (the extra layers to the first stages).
   const verify::RunSpec spec = pp_spec(7);
   verify::PipelineRunOptions o;
   o.kind = ScheduleKind::OneFOneB;
@@ -111,6 +111,23 @@ TEST(Pipeline, UnevenLayerSplit) {
   const verify::Trajectory got =
       verify::run_steps(spec, run.parts.front(), *opt, 0, 1, verify::pipeline_technique(run, spec));
   expect_same_training(spec, got, "uneven: " + run.plan.describe());
+}
+
+TEST(Pipeline, TorchtitansEndWeightsTrainAlike) {
+  // torchtitan's default split: the embeddings and the norm + output count
+  // as a layer each, so on 4 ranks 8 layers go 2 | 3 | 2 | 1 (4 | 4 on 2).
+  const verify::RunSpec spec = pp_spec(8);
+  verify::PipelineRunOptions o;
+  o.kind = ScheduleKind::OneFOneB;
+  o.microbatches = 4;
+  o.first_stage_less_layers = 1;
+  o.last_stage_less_layers = 1;
+  verify::PipelineRun run = verify::build_pipeline_run(spec, world().group(), o);
+  if (world().size() == 4) EXPECT_EQ(titan::pp::describe_split(run.plan.layers), "0-1 | 2-4 | 5-6 | 7");
+  auto opt = verify::build_optimizer(spec, run.parameters());
+  const verify::Trajectory got =
+      verify::run_steps(spec, run.parts.front(), *opt, 0, 1, verify::pipeline_technique(run, spec));
+  expect_same_training(spec, got, "end weights 1/1: " + run.plan.describe());
 }
 
 TEST(Pipeline, LayersPerStageGivesVirtualStages) {

@@ -5,7 +5,7 @@
 // NCCL sends do (simulate() checks all of it); the closed-form bubbles equal the
 // simulated ones exactly; 1F1B holds at most pp − r micro-batches on rank r
 // where GPipe holds all m; a broken order is caught; layer splits follow
-// their stated rules; names parse in any case; bad shapes are refused; a
+// torchtitan's rules (checked against its own function); names parse in any case; bad shapes are refused; a
 // step's batch is cut into micro-batches alike for every tensor.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
+#include <sstream>
 
 #include "titan/models/llama3/pipeline.hpp"
 #include "titan/parallel/pipeline/microbatch.hpp"
@@ -22,6 +24,8 @@
 #include "titan/parallel/pipeline/split.hpp"
 #include "titan/util/error.hpp"
 #include "support/error_of.hpp"
+#include "support/run_command.hpp"
+#include "models/test_util.hpp"
 
 namespace {
 
@@ -235,14 +239,23 @@ TEST(PipelineSchedules, NamesAndShapes) {
   EXPECT_EQ(vee.stages_of_rank(3), (std::vector<int>{3, 4}));
 }
 
-TEST(PipelineSplit, EvenUnevenPerStageAndSplitPoints) {
-  EXPECT_EQ(describe_split(split_layers_evenly(8, 4)), "0-1 | 2-3 | 4-5 | 6-7");
-  EXPECT_EQ(describe_split(split_layers_evenly(7, 2)), "0-3 | 4-6");        // the first takes the extra
-  EXPECT_EQ(describe_split(split_layers_evenly(6, 4)), "0 | 1-2 | 3-4 | 5");  // middle stages first
-  EXPECT_EQ(describe_split(split_layers_evenly(7, 4)), "0-1 | 2-3 | 4-5 | 6");
-  EXPECT_NE(error_of([] { split_layers_evenly(2, 4); }).find("2 layers, fewer than the 4 pipeline stages"), std::string::npos);
-  EXPECT_EQ(describe_split(split_layers_per_stage(8, 2)), "0-1 | 2-3 | 4-5 | 6-7");
-  EXPECT_NE(error_of([] { split_layers_per_stage(8, 3); }).find("does not divide"), std::string::npos);
+TEST(PipelineSplit, TorchtitansWeightedSplitPerStageAndSplitPoints) {
+  EXPECT_EQ(describe_split(split_layers(8, 4)), "0-1 | 2-3 | 4-5 | 6-7");
+  EXPECT_EQ(describe_split(split_layers(7, 2)), "0-3 | 4-6");          // the first takes the extra
+  EXPECT_EQ(describe_split(split_layers(7, 4)), "0-1 | 2-3 | 4-5 | 6");
+  EXPECT_EQ(describe_split(split_layers(5, 1, 1, 1)), "0-4");          // one stage holds everything
+  // The ends' weights: 32 layers + 1 + 1 over 4 stages of 8.5 (Llama 3 8B
+  // on pp 4 with torchtitan's defaults): 9 9 8 8, less 1 at each end.
+  EXPECT_EQ(describe_split(split_layers(32, 4, 1, 1)), "0-7 | 8-16 | 17-24 | 25-31");
+  EXPECT_EQ(describe_split(split_layers(6, 4, 1, 1)), "0 | 1-2 | 3-4 | 5");
+  EXPECT_NE(error_of([] { split_layers(2, 4); }).find("4 stages but only 2 layers to spread"), std::string::npos);
+  EXPECT_NE(error_of([] { split_layers(4, 3, 3, 0); }).find("first_stage_less_layers 3 exceeds the layers per stage (2"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { split_layers(6, 8, 1, 1); }).find("stage 0 of 8 would hold no layer"), std::string::npos);
+  EXPECT_NE(error_of([] { split_layers(6, 2, -1, 0); }).find(">= 0"), std::string::npos);
+  EXPECT_EQ(stages_for_layers_per_stage(32, 4, 1, 1), 9);  // ceil(34 / 4)
+  EXPECT_EQ(stages_for_layers_per_stage(8, 2), 4);
+  EXPECT_NE(error_of([] { stages_for_layers_per_stage(8, 0); }).find("must be >= 1"), std::string::npos);
   EXPECT_EQ(describe_split(split_layers_at(8, {"layers.3", "5"})), "0-2 | 3-4 | 5-7");
   EXPECT_NE(error_of([] { split_layers_at(8, {"layers.5", "layers.3"}); }).find("strictly increasing"), std::string::npos);
   // The classic interleaved picture: 40 layers, 4 ranks x 2 stages of 5;
@@ -257,6 +270,63 @@ TEST(PipelineSplit, EvenUnevenPerStageAndSplitPoints) {
   EXPECT_NE(error_of([] { titan::models::llama3::plan_pipeline(40, ScheduleKind::OneFOneB, 4, 8, 5); })
                 .find("one stage per rank, got 2"),
             std::string::npos);
+}
+
+// Against torchtitan's own split (generate_llm_fqn_per_model_part, run from
+// the installed package by tests/reference/torchtitan_pp_split.py): every
+// shape of 1-12, 16, 32 and 126 layers over 1-8 and 16 stages with the ends
+// weighted 0, 1 or 2 gets the same layers per stage, or an error where
+// torchtitan raises. Where torchtitan leaves an end stage without a layer
+// (it allows one that holds only the embeddings or only the output) titan
+// refuses the shape with its one-line error instead.
+TEST(PipelineSplit, SameAsTorchtitans) {
+  if (titan::testing::ctest_python().empty()) GTEST_SKIP() << "TITAN_PYTHON is not set (run through ctest)";
+  struct Shape {
+    int64_t layers, stages, first, last;
+  };
+  std::vector<Shape> shapes;
+  for (int64_t layers : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 32, 126})
+    for (int64_t stages : {1, 2, 3, 4, 5, 6, 7, 8, 16})
+      for (int64_t first : {0, 1, 2})
+        for (int64_t last : {0, 1, 2}) shapes.push_back({layers, stages, first, last});
+  const std::string dir = titan::testing::scratch_dir("pp_split_crosscheck");
+  {
+    std::ofstream cases(dir + "/cases.txt");
+    for (const Shape& c : shapes) cases << c.layers << " " << c.stages << " " << c.first << " " << c.last << "\n";
+  }
+  auto quoted = [](const std::string& x) { return "'" + x + "'"; };
+  const auto r = titan::testing::run_command(quoted(titan::testing::python()) + " " +
+                                             quoted(titan::testing::source_path("tests/reference/torchtitan_pp_split.py")) +
+                                             " < " + quoted(dir + "/cases.txt") + " 2>&1");
+  titan::testing::remove_scratch_dir(dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream lines(r.output);
+  int same = 0, both_refused = 0, empty_end_refused = 0;
+  for (const Shape& c : shapes) {
+    std::string theirs;
+    ASSERT_TRUE(std::getline(lines, theirs)) << "torchtitan's script printed fewer lines than shapes";
+    std::string ours;
+    const std::string error = error_of([&] {
+      for (const auto& range : split_layers(c.layers, c.stages, c.first, c.last))
+        ours += (ours.empty() ? "" : " ") + std::to_string(range.size());
+    });
+    const std::string shape = std::to_string(c.layers) + " layers, " + std::to_string(c.stages) + " stages, weights " +
+                              std::to_string(c.first) + "/" + std::to_string(c.last);
+    if (theirs.rfind("error: ", 0) == 0) {
+      EXPECT_FALSE(error.empty()) << shape << ": torchtitan raises (" << theirs << "), titan splits " << ours;
+      ++both_refused;
+    } else if (theirs.rfind("0 ", 0) == 0 || (theirs.size() >= 2 && theirs.compare(theirs.size() - 2, 2, " 0") == 0)) {
+      EXPECT_NE(error.find("would hold no layer"), std::string::npos) << shape << ": torchtitan " << theirs
+                                                                      << ", titan " << (error.empty() ? ours : error);
+      ++empty_end_refused;
+    } else {
+      EXPECT_EQ(ours, theirs) << shape << (error.empty() ? "" : ": titan refuses: " + error);
+      ++same;
+    }
+  }
+  std::printf("%zu shapes: %d split alike, %d refused by both, %d with an empty end stage in torchtitan refused by titan\n",
+              shapes.size(), same, both_refused, empty_end_refused);
+  EXPECT_GT(same, 500);
 }
 
 }  // namespace

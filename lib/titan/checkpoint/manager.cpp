@@ -319,7 +319,10 @@ void CheckpointManager::save(int64_t step, bool model_only, at::ScalarType dtype
 }
 
 void CheckpointManager::maybe_save(int64_t step, bool last) {
-  if (step % cfg_.interval != 0 && !last) return;
+  // torchtitan's rule: never with load_only; after step 1 when asked, at
+  // the last step, and every `interval` steps.
+  if (cfg_.load_only) return;
+  if (step % cfg_.interval != 0 && !last && !(step == 1 && cfg_.enable_first_step_checkpoint)) return;
   const bool model_only = last && cfg_.model_weights_only;
   save(step, model_only, model_only ? export_dtype(cfg_.export_dtype) : at::kFloat);
 }
@@ -391,34 +394,46 @@ std::optional<int64_t> CheckpointManager::load_initial() {
 
 int64_t CheckpointManager::restore(const CheckpointInfo& ckpt, bool weights_only, const std::string& what) {
   const dist::ProcessGroup* group = state_.group;
-  ShardedState targets = model_shards(state_.model_parts, state_.mesh);
-  const size_t n_model = targets.size();
-  if (!weights_only) {
-    ShardedState moments = optimizer_shards(*state_.optimizer, targets);
+  // [checkpoint] exclude_from_loading: the parts a resume leaves as they are.
+  auto loads = [&](const char* part) {
+    return std::find(cfg_.exclude_from_loading.begin(), cfg_.exclude_from_loading.end(), part) ==
+           cfg_.exclude_from_loading.end();
+  };
+  std::string left_out;
+  for (const std::string& part : cfg_.exclude_from_loading) left_out += (left_out.empty() ? "" : ", ") + part;
+  left_out = left_out.empty() ? "" : "; not loaded (exclude_from_loading): " + left_out;
+  const ShardedState model = model_shards(state_.model_parts, state_.mesh);
+  ShardedState targets = loads("model") ? model : ShardedState{};
+  if (!weights_only && loads("optimizer")) {
+    ShardedState moments = optimizer_shards(*state_.optimizer, model);
     targets.insert(targets.end(), moments.begin(), moments.end());
   }
   load_shards(ckpt, targets, group);
   if (weights_only) {
-    print(strprintf("checkpoint: loaded the weights of %s (weights only): training starts at step 1", what.c_str()));
+    print(strprintf("checkpoint: loaded the weights of %s (weights only): training starts at step 1%s", what.c_str(),
+                    left_out.c_str()));
     return ckpt.step;
   }
 
   const nlohmann::json& st = ckpt.metadata.at("state");
   std::string note, error;
   try {
-    const nlohmann::json& steps = st.at("optimizer").at("steps");
-    for (size_t i = 0; i < n_model; ++i) {
-      TITAN_CHECK(steps.contains(targets[i].fqn), "checkpoint ", ckpt.dir, " has no optimizer step for ",
-                  targets[i].fqn);
-      optim::set_adam_step(*state_.optimizer, targets[i].local, steps.at(targets[i].fqn).get<int64_t>());
+    if (loads("optimizer")) {
+      const nlohmann::json& steps = st.at("optimizer").at("steps");
+      for (const TensorShard& p : model) {
+        TITAN_CHECK(steps.contains(p.fqn), "checkpoint ", ckpt.dir, " has no optimizer step for ", p.fqn);
+        optim::set_adam_step(*state_.optimizer, p.local, steps.at(p.fqn).get<int64_t>());
+      }
     }
-    state_.scheduler->set_last_step(st.at("lr_scheduler").at("last_step").get<int64_t>());
-    *state_.step = st.at("train_state").at("step").get<int64_t>();
+    if (loads("lr_scheduler")) state_.scheduler->set_last_step(st.at("lr_scheduler").at("last_step").get<int64_t>());
+    if (loads("train_state")) *state_.step = st.at("train_state").at("step").get<int64_t>();
     // Data positions are per data-parallel rank: they carry over only to
     // the same number of data-parallel ranks (as torchtitan's loader).
     const int64_t saved_dp = st.at("dataloader").at("dp_world").get<int64_t>();
     const nlohmann::json& ranks = st.at("dataloader").at("ranks");
-    if (saved_dp == state_.dp_world) {
+    if (!loads("dataloader")) {
+      // the data streams start from the beginning
+    } else if (saved_dp == state_.dp_world) {
       for (auto& [dp, loader] : state_.loaders) {
         TITAN_CHECK(ranks.contains(std::to_string(dp)), "checkpoint ", ckpt.dir,
                     " has no data position for data-parallel rank ", dp);
@@ -429,7 +444,7 @@ int64_t CheckpointManager::restore(const CheckpointInfo& ckpt, bool weights_only
                        static_cast<long long>(saved_dp), static_cast<long long>(state_.dp_world));
     }
     const nlohmann::json& rng = st.at("rng");
-    if (rng.contains(std::to_string(rank_)) && rng.size() == static_cast<size_t>(world_))
+    if (loads("rng") && rng.contains(std::to_string(rank_)) && rng.size() == static_cast<size_t>(world_))
       restore_rng(rng.at(std::to_string(rank_)), state_.device);
   } catch (const nlohmann::json::exception& e) {
     error = "checkpoint " + ckpt.dir + ": " + kMetadataFile + " lacks part of the training state (" + e.what() + ")";
@@ -437,8 +452,8 @@ int64_t CheckpointManager::restore(const CheckpointInfo& ckpt, bool weights_only
     error = e.what();
   }
   agree_on_errors(group, error, "checkpoint load");
-  print(strprintf("checkpoint: resumed from %s (step %lld)%s", what.c_str(), static_cast<long long>(*state_.step),
-                  note.c_str()));
+  print(strprintf("checkpoint: resumed from %s (step %lld)%s%s", what.c_str(), static_cast<long long>(*state_.step),
+                  note.c_str(), left_out.c_str()));
   return ckpt.step;
 }
 

@@ -135,9 +135,14 @@ struct ExperimentalSection {
   /// Sequences per pipeline micro-batch (torchtitan's default 1): the local
   /// batch splits into local_batch / microbatch_size micro-batches.
   int64_t pipeline_parallel_microbatch_size = 1;
-  /// Layers per pipeline stage; -1 = split evenly into pp (or 2·pp for the
-  /// multi-stage schedules) stages.
+  /// Layers per pipeline stage; -1 = pp stages (2·pp for the multi-stage
+  /// schedules).
   int64_t pipeline_parallel_layers_per_stage = -1;
+  /// How many layers' worth the first stage's embeddings count for, and the
+  /// last stage's norm + output: those stages hold that many fewer layers
+  /// (torchtitan's split, both 1 by default).
+  int64_t pipeline_parallel_first_stage_less_layers = 1;
+  int64_t pipeline_parallel_last_stage_less_layers = 1;
 };
 
 /// @brief [checkpoint]: distributed checkpointing.
@@ -159,6 +164,12 @@ struct CheckpointSection {
   std::string initial_load_path;
   bool initial_load_model_only = true;  ///< load weights only (not optimizer, step, data)
   bool initial_load_in_hf = false;      ///< initial_load_path is a Hugging Face safetensors folder
+  /// Parts of a checkpoint a resume leaves out (torchtitan's names: "model",
+  /// "optimizer", "lr_scheduler", "dataloader", "train_state"; titan's "rng"):
+  /// e.g. a new optimizer and schedule over trained weights.
+  std::vector<std::string> exclude_from_loading;
+  bool enable_first_step_checkpoint = false;  ///< also save after step 1 (checks saving early)
+  bool load_only = false;                     ///< load checkpoints, never save one
 };
 
 /// @brief [activation_checkpoint]: recompute activations in backward.

@@ -136,7 +136,11 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(experimental, pipeline_parallel_microbatch_size,
                   "sequences per pipeline micro-batch (> 0; the local batch must divide by it)"),
       TITAN_FIELD(experimental, pipeline_parallel_layers_per_stage,
-                  "layers per pipeline stage; -1 = even split into pp stages (2 per rank for multi-stage schedules)"),
+                  "layers per pipeline stage; -1 = pp stages (2 per rank for multi-stage schedules)"),
+      TITAN_FIELD(experimental, pipeline_parallel_first_stage_less_layers,
+                  "layers the first pipeline stage holds fewer (its embeddings count as that many; >= 0)"),
+      TITAN_FIELD(experimental, pipeline_parallel_last_stage_less_layers,
+                  "layers the last pipeline stage holds fewer (its norm and output count as that many; >= 0)"),
 
       TITAN_FIELD(checkpoint, enable_checkpoint, "save and resume checkpoints"),
       TITAN_FIELD(checkpoint, folder, "checkpoint folder, under dump_folder"),
@@ -157,6 +161,10 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(checkpoint, initial_load_in_hf,
                   "initial_load_path is a Hugging Face LlamaForCausalLM folder (config.json + safetensors)"),
 
+      TITAN_FIELD(checkpoint, exclude_from_loading,
+                  "parts a resume leaves out: model, optimizer, lr_scheduler, dataloader, train_state, rng"),
+      TITAN_FIELD(checkpoint, enable_first_step_checkpoint, "also save after step 1"),
+      TITAN_FIELD(checkpoint, load_only, "load checkpoints but never save one"),
       TITAN_FIELD(activation_checkpoint, mode, "recompute activations in backward", "none", "selective", "full",
                   "memory_budget"),
       TITAN_FIELD(activation_checkpoint, selective_ac_option,

@@ -74,7 +74,11 @@ void validate(const JobConfig& cfg) {
   require(cfg, "experimental.pipeline_parallel_layers_per_stage",
           cfg.experimental.pipeline_parallel_layers_per_stage >= 1 ||
               cfg.experimental.pipeline_parallel_layers_per_stage == -1,
-          ">= 1, or -1 (an even split)");
+          ">= 1, or -1 (pp stages, 2 per rank for multi-stage schedules)");
+  require(cfg, "experimental.pipeline_parallel_first_stage_less_layers",
+          cfg.experimental.pipeline_parallel_first_stage_less_layers >= 0, ">= 0");
+  require(cfg, "experimental.pipeline_parallel_last_stage_less_layers",
+          cfg.experimental.pipeline_parallel_last_stage_less_layers >= 0, ">= 0");
 
   const auto& o = cfg.optimizer;
   require(cfg, "optimizer.lr", o.lr > 0, "> 0");
@@ -106,6 +110,11 @@ void validate(const JobConfig& cfg) {
   const auto& c = cfg.checkpoint;
   require(cfg, "checkpoint.initial_load_path", c.initial_load_path.empty() || c.enable_checkpoint,
           "\"\" unless [checkpoint] enable_checkpoint = true (the initial load is part of checkpointing)");
+  for (const std::string& part : c.exclude_from_loading)
+    require(cfg, "checkpoint.exclude_from_loading",
+            part == "model" || part == "optimizer" || part == "lr_scheduler" || part == "dataloader" ||
+                part == "train_state" || part == "rng",
+            "a list of model, optimizer, lr_scheduler, dataloader, train_state, rng (got \"" + part + "\")");
   require(cfg, "checkpoint.initial_load_in_hf", !c.initial_load_in_hf || !c.initial_load_path.empty(),
           "false unless [checkpoint] initial_load_path names the Hugging Face folder");
   require(cfg, "checkpoint.initial_load_model_only", c.initial_load_model_only || !c.initial_load_in_hf,

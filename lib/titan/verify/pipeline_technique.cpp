@@ -26,7 +26,8 @@ PipelineRun build_pipeline_run(const RunSpec& spec, std::shared_ptr<dist::Proces
   const int64_t batch = o.local_batch > 0 ? o.local_batch : spec.global_batch;
   TITAN_CHECK(batch % o.microbatches == 0, "pipeline run: a batch of ", batch, " does not split into ",
               o.microbatches, " micro-batches");
-  run.plan = models::llama3::plan_pipeline(spec.model.n_layers, o.kind, pp_degree, o.microbatches, o.layers_per_stage);
+  run.plan = models::llama3::plan_pipeline(spec.model.n_layers, o.kind, pp_degree, o.microbatches, o.layers_per_stage,
+                                           o.first_stage_less_layers, o.last_stage_less_layers);
   models::llama3::Transformer full = build_model(spec, spec.model_seed);
   run.parts = models::llama3::pipeline_llama(full, run.plan, pp_rank);
   const int64_t seq = o.local_seq_len > 0 ? o.local_seq_len : spec.seq_len;

@@ -39,6 +39,9 @@ struct PipelineRunOptions {
   /// (data parallelism around the pipeline gives each replica a slice).
   int64_t local_batch = 0;
   int64_t layers_per_stage = -1;  ///< -1: the default split
+  /// Layers' worth the first stage's embeddings and the last stage's norm +
+  /// output count for (pp::split_layers; torchtitan's config says 1 and 1).
+  int64_t first_stage_less_layers = 0, last_stage_less_layers = 0;
   /// Applied to each part after the cut, before the stages are built
   /// (TP, FSDP inside a stage); empty = nothing.
   std::function<void(models::llama3::Transformer& part)> parallelize_part;

@@ -12,23 +12,29 @@ namespace titan::models::llama3 {
 std::string PipelinePlan::describe() const { return spec.describe() + "; layers " + pp::describe_split(layers); }
 
 PipelinePlan plan_pipeline(int64_t n_layers, pp::ScheduleKind kind, int pp_degree, int microbatches,
-                           int64_t layers_per_stage) {
+                           int64_t layers_per_stage, int64_t first_stage_less_layers, int64_t last_stage_less_layers) {
   PipelinePlan plan;
   plan.spec.kind = kind;
   plan.spec.pp = pp_degree;
   plan.spec.microbatches = microbatches;
+  int64_t stages = 0;
   if (layers_per_stage > 0) {
-    plan.layers = pp::split_layers_per_stage(n_layers, layers_per_stage);
-    const int64_t stages = static_cast<int64_t>(plan.layers.size());
-    TITAN_CHECK(stages % pp_degree == 0, "pipeline_parallel_layers_per_stage ", layers_per_stage, " cuts the ", n_layers,
-                " layers into ", stages, " stages, which do not divide over pipeline_parallel_degree ", pp_degree);
+    // torchtitan's pipeline_llm: as many stages as the layers and the
+    // weighted ends need at layers_per_stage each (rounded up).
+    stages = pp::stages_for_layers_per_stage(n_layers, layers_per_stage, first_stage_less_layers,
+                                             last_stage_less_layers);
+    TITAN_CHECK(stages % pp_degree == 0, "pipeline_parallel_layers_per_stage ", layers_per_stage, " makes ", stages,
+                " stages of the ", n_layers, " layers (the first and last counted ", first_stage_less_layers, " and ",
+                last_stage_less_layers, " layers heavier), which do not divide over pipeline_parallel_degree ",
+                pp_degree);
     plan.spec.stages_per_rank = static_cast<int>(stages / pp_degree);
   } else {
     // torchtitan's default: one stage per rank, two for multi-stage schedules.
     plan.spec.stages_per_rank = pp::is_multi_stage(kind) ? 2 : 1;
-    plan.layers = pp::split_layers_evenly(n_layers, static_cast<int64_t>(pp_degree) * plan.spec.stages_per_rank);
+    stages = static_cast<int64_t>(pp_degree) * plan.spec.stages_per_rank;
   }
   plan.spec.validate();
+  plan.layers = pp::split_layers(n_layers, stages, first_stage_less_layers, last_stage_less_layers);
   return plan;
 }
 
@@ -38,7 +44,8 @@ PipelinePlan plan_pipeline(const config::JobConfig& cfg, int64_t n_layers, int64
               e.pipeline_parallel_microbatch_size, " does not divide the local batch of ", local_batch, " sequences");
   const int m = static_cast<int>(local_batch / e.pipeline_parallel_microbatch_size);
   return plan_pipeline(n_layers, pp::parse_schedule_kind(e.pipeline_parallel_schedule),
-                       static_cast<int>(e.pipeline_parallel_degree), m, e.pipeline_parallel_layers_per_stage);
+                       static_cast<int>(e.pipeline_parallel_degree), m, e.pipeline_parallel_layers_per_stage,
+                       e.pipeline_parallel_first_stage_less_layers, e.pipeline_parallel_last_stage_less_layers);
 }
 
 Transformer pipeline_part(const Transformer& model, const PipelinePlan& plan, int stage) {

@@ -36,16 +36,21 @@ struct PipelinePlan {
   std::string describe() const;
 };
 
-/// @brief The plan for `n_layers` layers: with `layers_per_stage` > 0
-/// stages of that many layers (num_stages = n_layers / layers_per_stage,
-/// which must be a multiple of pp), else pp stages for a single-stage
-/// schedule and 2·pp for a multi-stage one, split by
-/// pp::split_layers_evenly. Checks the schedule's needs (spec.validate).
+/// @brief The plan for `n_layers` layers, as torchtitan's pipeline_llm
+/// makes it: with `layers_per_stage` > 0 as many stages as
+/// pp::stages_for_layers_per_stage gives (a multiple of pp), else pp stages
+/// for a single-stage schedule and 2·pp for a multi-stage one; the layers
+/// split by pp::split_layers with the ends counted `first_stage_less_layers`
+/// and `last_stage_less_layers` layers heavier (torchtitan's config defaults
+/// them to 1; 0 and 0 here split the layers alone). Checks the schedule's
+/// needs (spec.validate).
 PipelinePlan plan_pipeline(int64_t n_layers, pp::ScheduleKind kind, int pp, int microbatches,
-                           int64_t layers_per_stage = -1);
+                           int64_t layers_per_stage = -1, int64_t first_stage_less_layers = 0,
+                           int64_t last_stage_less_layers = 0);
 
 /// @brief The plan a job asks for ([experimental] pipeline_parallel_degree,
-/// _schedule, _microbatch_size, _layers_per_stage) with a local batch of
+/// _schedule, _microbatch_size, _layers_per_stage, _first_stage_less_layers,
+/// _last_stage_less_layers) with a local batch of
 /// `local_batch` sequences (micro-batches = local_batch / microbatch_size,
 /// which must divide). Throws one line naming the keys.
 PipelinePlan plan_pipeline(const config::JobConfig& cfg, int64_t n_layers, int64_t local_batch);

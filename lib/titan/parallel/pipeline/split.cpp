@@ -19,24 +19,39 @@ std::vector<LayerRange> from_sizes(const std::vector<int64_t>& sizes) {
 
 }  // namespace
 
-std::vector<LayerRange> split_layers_evenly(int64_t n_layers, int64_t num_stages) {
+std::vector<LayerRange> split_layers(int64_t n_layers, int64_t num_stages, int64_t input_weight,
+                                     int64_t output_weight) {
   TITAN_CHECK(num_stages >= 1, "pipeline: need at least 1 stage, got ", num_stages);
-  TITAN_CHECK(n_layers >= num_stages, "pipeline: the model has ", n_layers, " layers, fewer than the ", num_stages,
-              " pipeline stages (every stage needs at least one layer)");
-  std::vector<int64_t> sizes(static_cast<size_t>(num_stages), n_layers / num_stages);
-  int64_t extra = n_layers % num_stages;
-  // Middle stages first, then the first, then the last.
-  for (int64_t s = 1; s + 1 < num_stages && extra > 0; ++s, --extra) ++sizes[static_cast<size_t>(s)];
-  if (extra > 0) ++sizes.front(), --extra;
-  if (extra > 0) ++sizes.back(), --extra;
+  TITAN_CHECK(input_weight >= 0 && output_weight >= 0, "pipeline_parallel_first/last_stage_less_layers must be >= 0, got ",
+              input_weight, " and ", output_weight);
+  if (num_stages == 1) return {{0, n_layers}};
+  const int64_t effective = n_layers + input_weight + output_weight;
+  TITAN_CHECK(num_stages <= effective, "pipeline: ", num_stages, " stages but only ", effective,
+              " layers to spread (the model's ", n_layers, " + pipeline_parallel_first_stage_less_layers ", input_weight,
+              " + pipeline_parallel_last_stage_less_layers ", output_weight, ")");
+  const int64_t per = effective / num_stages, extra = effective % num_stages;
+  TITAN_CHECK(input_weight <= per, "pipeline_parallel_first_stage_less_layers ", input_weight,
+              " exceeds the layers per stage (", per, ": ", n_layers, " layers + weights over ", num_stages, " stages)");
+  TITAN_CHECK(output_weight <= per, "pipeline_parallel_last_stage_less_layers ", output_weight,
+              " exceeds the layers per stage (", per, ": ", n_layers, " layers + weights over ", num_stages, " stages)");
+  std::vector<int64_t> sizes;
+  for (int64_t s = 0; s < num_stages; ++s) {
+    int64_t n = per + (s < extra ? 1 : 0);
+    if (s == 0) n -= input_weight;
+    if (s == num_stages - 1) n -= output_weight;
+    TITAN_CHECK(n >= 1, "pipeline: stage ", s, " of ", num_stages, " would hold no layer (", n_layers,
+                " layers, the ", s == 0 ? "embeddings" : "norm and output", " counted as ",
+                s == 0 ? input_weight : output_weight, "): lower pipeline_parallel_",
+                s == 0 ? "first" : "last", "_stage_less_layers or use fewer stages");
+    sizes.push_back(n);
+  }
   return from_sizes(sizes);
 }
 
-std::vector<LayerRange> split_layers_per_stage(int64_t n_layers, int64_t layers_per_stage) {
+int64_t stages_for_layers_per_stage(int64_t n_layers, int64_t layers_per_stage, int64_t input_weight,
+                                    int64_t output_weight) {
   TITAN_CHECK(layers_per_stage >= 1, "pipeline_parallel_layers_per_stage must be >= 1, got ", layers_per_stage);
-  TITAN_CHECK(n_layers % layers_per_stage == 0, "pipeline_parallel_layers_per_stage ", layers_per_stage,
-              " does not divide the model's ", n_layers, " layers");
-  return from_sizes(std::vector<int64_t>(static_cast<size_t>(n_layers / layers_per_stage), layers_per_stage));
+  return (n_layers + input_weight + output_weight + layers_per_stage - 1) / layers_per_stage;
 }
 
 std::vector<LayerRange> split_layers_at(int64_t n_layers, const std::vector<std::string>& points) {

@@ -15,18 +15,24 @@ struct LayerRange {
   int64_t size() const { return end - begin; }
 };
 
-/// @brief `n_layers` over `num_stages` stages as evenly as possible. When
-/// they do not divide, some stages hold one layer more; those are the
-/// middle stages first, then the first stage, then the last: the first
-/// stage also runs the embeddings (a cheap lookup) and the last one the
-/// output projection and the loss (a vocabulary-sized matmul), so the ends
-/// get the lighter share. Every stage needs at least one layer; fewer
-/// layers than stages is a titan::Error naming both numbers.
-std::vector<LayerRange> split_layers_evenly(int64_t n_layers, int64_t num_stages);
+/// @brief torchtitan's split of `n_layers` over `num_stages` stages
+/// (generate_llm_fqn_per_model_part, v0.2.2): the embeddings count as
+/// `input_weight` layers and the final norm + output as `output_weight`
+/// (torchtitan's pipeline_parallel_first/last_stage_less_layers, both 1 by
+/// default), so the first and last stages hold that many fewer layers; the
+/// n_layers + both weights are spread evenly, one more to each of the first
+/// stages while the remainder lasts. One stage holds everything. A titan::Error
+/// where torchtitan raises: more stages than n_layers + the weights, or a
+/// weight above the layers per stage; also for a stage left without a layer
+/// (an end stage whose weight equals its share), which titan does not run.
+std::vector<LayerRange> split_layers(int64_t n_layers, int64_t num_stages, int64_t input_weight = 0,
+                                     int64_t output_weight = 0);
 
-/// @brief Stages of `layers_per_stage` layers each (torchtitan's
-/// pipeline_parallel_layers_per_stage): n_layers must divide by it.
-std::vector<LayerRange> split_layers_per_stage(int64_t n_layers, int64_t layers_per_stage);
+/// @brief How many stages torchtitan makes of `layers_per_stage`
+/// (pipeline_parallel_layers_per_stage): ceil((n_layers + input_weight +
+/// output_weight) / layers_per_stage), the weights counted as in split_layers.
+int64_t stages_for_layers_per_stage(int64_t n_layers, int64_t layers_per_stage, int64_t input_weight = 0,
+                                    int64_t output_weight = 0);
 
 /// @brief Stages cut before each split point (torchtitan's
 /// pipeline_parallel_split_points: "layers.4" or "4"), strictly increasing
