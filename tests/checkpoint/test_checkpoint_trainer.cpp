@@ -169,31 +169,32 @@ TEST(CheckpointTrainer, ExcludeFromLoadingLeavesThosePartsFresh) {
   cfg.training.deterministic = true;
   const TrainRun whole = train(cfg);
   const std::string folder = cfg.job.dump_folder + "/checkpoint";
-  titan::files::remove_all(folder + "/step-6");
+  // Each resume starts from step-3 (the step-6 save of the run before is dropped).
+  auto resume_without = [&](std::vector<std::string> parts) {
+    titan::files::remove_all(folder + "/step-6");
+    cfg.checkpoint.exclude_from_loading = std::move(parts);
+    return train(cfg);
+  };
   // A fresh optimizer over the step-3 weights: step 4's loss (computed
   // before its update, on the same weights and batch) is the whole run's;
   // the Adam moments after step 6 are not.
-  cfg.checkpoint.exclude_from_loading = {"optimizer"};
-  const TrainRun fresh_adam = train(cfg);
+  const TrainRun fresh_adam = resume_without({"optimizer"});
   EXPECT_EQ(fresh_adam.start_step, 3);
   ASSERT_EQ(fresh_adam.losses.size(), 3u);
   EXPECT_EQ(fresh_adam.losses[0], whole.losses[3]);
   EXPECT_NE(fresh_adam.losses[2], whole.losses[5]);
   ASSERT_EQ(fresh_adam.exp_avg_sq.size(), whole.exp_avg_sq.size());
   EXPECT_FALSE(at::equal(fresh_adam.exp_avg_sq[0], whole.exp_avg_sq[0]));
-  titan::files::remove_all(folder + "/step-6");
   // The data streams start over: step 4 sees step 1's batch, not step 4's.
-  cfg.checkpoint.exclude_from_loading = {"dataloader"};
-  const TrainRun fresh_data = train(cfg);
+  const TrainRun fresh_data = resume_without({"dataloader"});
   EXPECT_EQ(fresh_data.start_step, 3);
   EXPECT_NE(fresh_data.losses[0], whole.losses[3]);
-  titan::files::remove_all(folder + "/step-6");
   // Without the train state the step count starts over too: six steps from
-  // the step-3 weights, the first with the whole run's step-4 loss.
-  cfg.checkpoint.exclude_from_loading = {"train_state", "optimizer", "lr_scheduler", "dataloader"};
-  const TrainRun restarted = train(cfg);
+  // the step-3 weights, the first on step 1's batch as fresh_data's was.
+  const TrainRun restarted = resume_without({"train_state", "optimizer", "lr_scheduler", "dataloader"});
   EXPECT_EQ(restarted.start_step, 0);
   ASSERT_EQ(restarted.losses.size(), 6u);
+  EXPECT_EQ(restarted.losses[0], fresh_data.losses[0]);
   std::printf("step 4 loss: whole %.9f, fresh Adam %.9f, fresh data %.9f; restarted step 1 %.9f\n", whole.losses[3],
               fresh_adam.losses[0], fresh_data.losses[0], restarted.losses[0]);
   cfg.checkpoint.exclude_from_loading = {"optimizers"};
