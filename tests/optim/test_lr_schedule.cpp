@@ -8,7 +8,9 @@
 #include <cmath>
 
 #include "titan/optim/lr_schedule.hpp"
+#include "titan/config/job_config.hpp"
 #include "titan/optim/optimizer.hpp"
+#include "titan/train/builders.hpp"
 #include "titan/util/error.hpp"
 
 using titan::optim::LRSchedule;
@@ -114,4 +116,22 @@ TEST(LRScheduler, AppliesToEveryParamGroupLikeLambdaLR) {
   sched.set_last_step(9);  // resume at the last step
   EXPECT_DOUBLE_EQ(titan::optim::learning_rates(*opt)[0], 0.125e-3);
   EXPECT_DOUBLE_EQ(titan::optim::learning_rates(*opt)[1], 0.25e-3);
+}
+
+TEST(LRScheduler, TotalStepsDecouplesTheScheduleFromTheRun) {
+  // torchtitan's [lr_scheduler] total_steps: a 5-step run on the curve of a
+  // 10-step one (warm-up 2), whose step-5 LR is 0.625, not the run's end.
+  torch::Tensor a = torch::zeros({2}).requires_grad_();
+  titan::optim::OptimizerOptions oo;
+  oo.lr = 1e-3;
+  auto opt = titan::optim::build_optimizer({a}, oo);
+  titan::config::JobConfig cfg;
+  cfg.training.steps = 5;
+  cfg.lr_scheduler.warmup_steps = 2;
+  cfg.lr_scheduler.total_steps = 10;
+  auto sched = titan::train::build_lr_scheduler(*opt, cfg);
+  EXPECT_EQ(sched->schedule().total_steps(), 10);
+  expect_table(sched->schedule(), {0.5, 1.0, 1.0, 0.875, 0.75, 0.625});
+  cfg.lr_scheduler.total_steps = -1;  // the run's own length
+  EXPECT_EQ(titan::train::build_lr_scheduler(*opt, cfg)->schedule().total_steps(), 5);
 }

@@ -130,6 +130,27 @@ TEST(Pipeline, TorchtitansEndWeightsTrainAlike) {
   expect_same_training(spec, got, "end weights 1/1: " + run.plan.describe());
 }
 
+TEST(Pipeline, AnEndStageWithoutLayersTrainsAlike) {
+  // torchtitan lets the embeddings or the norm + output weigh a whole
+  // stage's share: that stage then holds no transformer layer.
+  if (world().size() < 2) GTEST_SKIP() << "needs a pipeline";
+  const int n = world().size();
+  for (const bool empty_first : {true, false}) {
+    const verify::RunSpec spec = pp_spec(n == 2 ? 3 : 6);
+    verify::PipelineRunOptions o;
+    o.kind = ScheduleKind::OneFOneB;
+    o.microbatches = 4;
+    // 2 ranks: 3 layers + 3 over 2 stages of 3; 4 ranks: 6 + 2 over 4 of 2.
+    (empty_first ? o.first_stage_less_layers : o.last_stage_less_layers) = n == 2 ? 3 : 2;
+    verify::PipelineRun run = verify::build_pipeline_run(spec, world().group(), o);
+    EXPECT_EQ(run.plan.layers[empty_first ? 0 : run.plan.layers.size() - 1].size(), 0) << run.plan.describe();
+    auto opt = verify::build_optimizer(spec, run.parameters());
+    const verify::Trajectory got =
+        verify::run_steps(spec, run.parts.front(), *opt, 0, 1, verify::pipeline_technique(run, spec));
+    expect_same_training(spec, got, "an empty end stage: " + run.plan.describe());
+  }
+}
+
 TEST(Pipeline, LayersPerStageGivesVirtualStages) {
   // 8 layers of 1 per stage: 8 stages, 8 / world per rank.
   const verify::RunSpec spec = pp_spec(8);

@@ -251,7 +251,8 @@ TEST(PipelineSplit, TorchtitansWeightedSplitPerStageAndSplitPoints) {
   EXPECT_NE(error_of([] { split_layers(2, 4); }).find("4 stages but only 2 layers to spread"), std::string::npos);
   EXPECT_NE(error_of([] { split_layers(4, 3, 3, 0); }).find("first_stage_less_layers 3 exceeds the layers per stage (2"),
             std::string::npos);
-  EXPECT_NE(error_of([] { split_layers(6, 8, 1, 1); }).find("stage 0 of 8 would hold no layer"), std::string::npos);
+  // An end stage may hold no layer: only the embeddings, or the head.
+  EXPECT_EQ(describe_split(split_layers(6, 8, 1, 1)), "none | 0 | 1 | 2 | 3 | 4 | 5 | none");
   EXPECT_NE(error_of([] { split_layers(6, 2, -1, 0); }).find(">= 0"), std::string::npos);
   EXPECT_EQ(stages_for_layers_per_stage(32, 4, 1, 1), 9);  // ceil(34 / 4)
   EXPECT_EQ(stages_for_layers_per_stage(8, 2), 4);
@@ -275,10 +276,8 @@ TEST(PipelineSplit, TorchtitansWeightedSplitPerStageAndSplitPoints) {
 // Against torchtitan's own split (generate_llm_fqn_per_model_part, run from
 // the installed package by tests/reference/torchtitan_pp_split.py): every
 // shape of 1-12, 16, 32 and 126 layers over 1-8 and 16 stages with the ends
-// weighted 0, 1 or 2 gets the same layers per stage, or an error where
-// torchtitan raises. Where torchtitan leaves an end stage without a layer
-// (it allows one that holds only the embeddings or only the output) titan
-// refuses the shape with its one-line error instead.
+// weighted 0, 1 or 2 gets the same layers per stage (end stages without a
+// layer included), or an error where torchtitan raises.
 TEST(PipelineSplit, SameAsTorchtitans) {
   if (titan::testing::ctest_python().empty()) GTEST_SKIP() << "TITAN_PYTHON is not set (run through ctest)";
   struct Shape {
@@ -301,7 +300,7 @@ TEST(PipelineSplit, SameAsTorchtitans) {
   titan::testing::remove_scratch_dir(dir);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::istringstream lines(r.output);
-  int same = 0, both_refused = 0, empty_end_refused = 0;
+  int same = 0, both_refused = 0, empty_end = 0;
   for (const Shape& c : shapes) {
     std::string theirs;
     ASSERT_TRUE(std::getline(lines, theirs)) << "torchtitan's script printed fewer lines than shapes";
@@ -315,18 +314,15 @@ TEST(PipelineSplit, SameAsTorchtitans) {
     if (theirs.rfind("error: ", 0) == 0) {
       EXPECT_FALSE(error.empty()) << shape << ": torchtitan raises (" << theirs << "), titan splits " << ours;
       ++both_refused;
-    } else if (theirs.rfind("0 ", 0) == 0 || (theirs.size() >= 2 && theirs.compare(theirs.size() - 2, 2, " 0") == 0)) {
-      EXPECT_NE(error.find("would hold no layer"), std::string::npos) << shape << ": torchtitan " << theirs
-                                                                      << ", titan " << (error.empty() ? ours : error);
-      ++empty_end_refused;
     } else {
       EXPECT_EQ(ours, theirs) << shape << (error.empty() ? "" : ": titan refuses: " + error);
       ++same;
+      if (theirs.rfind("0 ", 0) == 0 || (theirs.size() > 2 && theirs.compare(theirs.size() - 2, 2, " 0") == 0)) ++empty_end;
     }
   }
-  std::printf("%zu shapes: %d split alike, %d refused by both, %d with an empty end stage in torchtitan refused by titan\n",
-              shapes.size(), same, both_refused, empty_end_refused);
-  EXPECT_GT(same, 500);
+  std::printf("%zu shapes: %d split alike (%d with an end stage holding no layer), %d refused by both\n",
+              shapes.size(), same, empty_end, both_refused);
+  EXPECT_GT(same, 700);
 }
 
 }  // namespace

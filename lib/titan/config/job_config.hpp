@@ -89,6 +89,9 @@ struct LrSchedulerSection {
   std::string decay_type = "linear";  ///< "linear", "cosine" or "wsd"
   double decay_ratio = -1;           ///< fraction of steps spent decaying; -1 = all steps after warm-up
   double min_lr_factor = 0.0;        ///< the schedule ends at lr * min_lr_factor
+  /// Steps the schedule spans; -1 = [training] steps. Longer than the run
+  /// keeps the LR curve of a longer job (a short debug run, an early stop).
+  int64_t total_steps = -1;
 };
 
 /// @brief [training]: batch shape, length, data, parallel degrees, numerics.

@@ -93,6 +93,7 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(lr_scheduler, decay_ratio,
                   "fraction of steps spent decaying (0..1; before it the lr stays at its peak); -1 = every step after warm-up"),
       TITAN_FIELD(lr_scheduler, min_lr_factor, "the lr ends at lr * min_lr_factor, in [0, 1]"),
+      TITAN_FIELD(lr_scheduler, total_steps, "steps the schedule spans (>= 1); -1 = [training] steps"),
 
       TITAN_FIELD(training, batch_size, "per-rank micro-batch size (> 0)"),
       TITAN_FIELD(training, global_batch_size,

@@ -92,6 +92,7 @@ void validate(const JobConfig& cfg) {
   require(cfg, "lr_scheduler.decay_ratio", s.decay_ratio == -1 || (s.decay_ratio >= 0 && s.decay_ratio <= 1),
           "in [0, 1], or -1 (every step after warm-up)");
   require(cfg, "lr_scheduler.min_lr_factor", s.min_lr_factor >= 0 && s.min_lr_factor <= 1, "in [0, 1]");
+  require(cfg, "lr_scheduler.total_steps", s.total_steps >= 1 || s.total_steps == -1, ">= 1, or -1 ([training] steps)");
 
   require(cfg, "metrics.log_freq", cfg.metrics.log_freq > 0, "> 0");
   require(cfg, "profiling.profile_freq", cfg.profiling.profile_freq > 0, "> 0");

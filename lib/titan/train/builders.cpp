@@ -48,7 +48,9 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const std::vector<at::T
 
 std::unique_ptr<optim::LRScheduler> build_lr_scheduler(torch::optim::Optimizer& optimizer, const config::JobConfig& cfg) {
   optim::LRScheduleOptions o;
-  o.steps = std::max<int64_t>(1, cfg.training.steps);  // an init-only run (steps = 0) never steps it
+  // torchtitan's total_steps, else the run's (an init-only run, steps = 0,
+  // never steps it).
+  o.steps = cfg.lr_scheduler.total_steps > 0 ? cfg.lr_scheduler.total_steps : std::max<int64_t>(1, cfg.training.steps);
   o.warmup_steps = cfg.lr_scheduler.warmup_steps;
   if (cfg.lr_scheduler.decay_ratio >= 0) o.decay_ratio = cfg.lr_scheduler.decay_ratio;
   // "wsd" names the warmup-stable-decay shape (a stable phase set by

@@ -138,8 +138,10 @@ void TransformerImpl::init_weights() {
 }
 
 void TransformerImpl::keep_layers(int64_t begin, int64_t end) {
-  TITAN_CHECK(0 <= begin && begin < end && end <= args_.n_layers, "llama3: keep_layers [", begin,
-              ", ", end, ") is not a non-empty range within 0..", args_.n_layers);
+  // An empty range is a pipeline end stage that holds only the embeddings
+  // or only the norm and output (torchtitan's split makes such stages).
+  TITAN_CHECK(0 <= begin && begin <= end && end <= args_.n_layers, "llama3: keep_layers [", begin,
+              ", ", end, ") is not a range within 0..", args_.n_layers);
   // ModuleDict::pop keeps the registration (mirroring Python), so build a new
   // dict with the kept blocks under their original keys and swap it in.
   torch::nn::ModuleDict kept;

@@ -39,10 +39,6 @@ std::vector<LayerRange> split_layers(int64_t n_layers, int64_t num_stages, int64
     int64_t n = per + (s < extra ? 1 : 0);
     if (s == 0) n -= input_weight;
     if (s == num_stages - 1) n -= output_weight;
-    TITAN_CHECK(n >= 1, "pipeline: stage ", s, " of ", num_stages, " would hold no layer (", n_layers,
-                " layers, the ", s == 0 ? "embeddings" : "norm and output", " counted as ",
-                s == 0 ? input_weight : output_weight, "): lower pipeline_parallel_",
-                s == 0 ? "first" : "last", "_stage_less_layers or use fewer stages");
     sizes.push_back(n);
   }
   return from_sizes(sizes);
@@ -76,7 +72,8 @@ std::string describe_split(const std::vector<LayerRange>& ranges) {
   std::string s;
   for (const LayerRange& r : ranges) {
     if (!s.empty()) s += " | ";
-    s += r.size() == 1 ? std::to_string(r.begin) : std::to_string(r.begin) + "-" + std::to_string(r.end - 1);
+    if (r.size() == 0) s += "none";
+    else s += r.size() == 1 ? std::to_string(r.begin) : std::to_string(r.begin) + "-" + std::to_string(r.end - 1);
   }
   return s;
 }

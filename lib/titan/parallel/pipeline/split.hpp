@@ -21,10 +21,11 @@ struct LayerRange {
 /// (torchtitan's pipeline_parallel_first/last_stage_less_layers, both 1 by
 /// default), so the first and last stages hold that many fewer layers; the
 /// n_layers + both weights are spread evenly, one more to each of the first
-/// stages while the remainder lasts. One stage holds everything. A titan::Error
-/// where torchtitan raises: more stages than n_layers + the weights, or a
-/// weight above the layers per stage; also for a stage left without a layer
-/// (an end stage whose weight equals its share), which titan does not run.
+/// stages while the remainder lasts. One stage holds everything. An end stage
+/// whose weight equals its share holds no layer (only the embeddings, or
+/// only the norm and output), as in torchtitan. A titan::Error where
+/// torchtitan raises: more stages than n_layers + the weights, or a weight
+/// above the layers per stage.
 std::vector<LayerRange> split_layers(int64_t n_layers, int64_t num_stages, int64_t input_weight = 0,
                                      int64_t output_weight = 0);
 
@@ -39,7 +40,8 @@ int64_t stages_for_layers_per_stage(int64_t n_layers, int64_t layers_per_stage, 
 /// within (0, n_layers): k points make k+1 stages.
 std::vector<LayerRange> split_layers_at(int64_t n_layers, const std::vector<std::string>& split_points);
 
-/// @brief "0-4 | 5-9 | ..." (inclusive layer numbers), for banners and errors.
+/// @brief "0-4 | 5-9 | ..." (inclusive layer numbers; "none" for a stage
+/// without layers), for banners and errors.
 std::string describe_split(const std::vector<LayerRange>& ranges);
 
 }  // namespace titan::pp
