@@ -66,6 +66,15 @@ void expect_same_training(const verify::RunSpec& spec, const verify::Trajectory&
                 ok ? "ok" : "FAIL");
 }
 
+// Trains `run` (its parts, as pipeline_technique steps them) one step from
+// a fresh optimizer and compares it with the single-process reference.
+void expect_pipeline_trains_alike(const verify::RunSpec& spec, verify::PipelineRun& run, const std::string& what) {
+  auto opt = verify::build_optimizer(spec, run.parameters());
+  const verify::Trajectory got =
+      verify::run_steps(spec, run.parts.front(), *opt, 0, 1, verify::pipeline_technique(run, spec));
+  expect_same_training(spec, got, what);
+}
+
 struct Case {
   ScheduleKind kind;
   int microbatches;
@@ -80,10 +89,7 @@ TEST_P(EverySchedule, TrainsLikeOneProcess) {
   o.kind = c.kind;
   o.microbatches = c.microbatches;
   verify::PipelineRun run = verify::build_pipeline_run(spec, world().group(), o);
-  auto opt = verify::build_optimizer(spec, run.parameters());
-  const verify::Trajectory got =
-      verify::run_steps(spec, run.parts.front(), *opt, 0, 1, verify::pipeline_technique(run, spec));
-  expect_same_training(spec, got, "pp x" + std::to_string(world().size()) + " " + run.plan.describe());
+  expect_pipeline_trains_alike(spec, run, "pp x" + std::to_string(world().size()) + " " + run.plan.describe());
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, EverySchedule,
@@ -107,10 +113,7 @@ TEST(Pipeline, UnevenLayerSplit) {
   o.kind = ScheduleKind::OneFOneB;
   o.microbatches = 4;
   verify::PipelineRun run = verify::build_pipeline_run(spec, world().group(), o);
-  auto opt = verify::build_optimizer(spec, run.parameters());
-  const verify::Trajectory got =
-      verify::run_steps(spec, run.parts.front(), *opt, 0, 1, verify::pipeline_technique(run, spec));
-  expect_same_training(spec, got, "uneven: " + run.plan.describe());
+  expect_pipeline_trains_alike(spec, run, "uneven: " + run.plan.describe());
 }
 
 TEST(Pipeline, TorchtitansEndWeightsTrainAlike) {
@@ -124,10 +127,7 @@ TEST(Pipeline, TorchtitansEndWeightsTrainAlike) {
   o.last_stage_less_layers = 1;
   verify::PipelineRun run = verify::build_pipeline_run(spec, world().group(), o);
   if (world().size() == 4) EXPECT_EQ(titan::pp::describe_split(run.plan.layers), "0-1 | 2-4 | 5-6 | 7");
-  auto opt = verify::build_optimizer(spec, run.parameters());
-  const verify::Trajectory got =
-      verify::run_steps(spec, run.parts.front(), *opt, 0, 1, verify::pipeline_technique(run, spec));
-  expect_same_training(spec, got, "end weights 1/1: " + run.plan.describe());
+  expect_pipeline_trains_alike(spec, run, "end weights 1/1: " + run.plan.describe());
 }
 
 TEST(Pipeline, AnEndStageWithoutLayersTrainsAlike) {
@@ -144,10 +144,7 @@ TEST(Pipeline, AnEndStageWithoutLayersTrainsAlike) {
     (empty_first ? o.first_stage_less_layers : o.last_stage_less_layers) = n == 2 ? 3 : 2;
     verify::PipelineRun run = verify::build_pipeline_run(spec, world().group(), o);
     EXPECT_EQ(run.plan.layers[empty_first ? 0 : run.plan.layers.size() - 1].size(), 0) << run.plan.describe();
-    auto opt = verify::build_optimizer(spec, run.parameters());
-    const verify::Trajectory got =
-        verify::run_steps(spec, run.parts.front(), *opt, 0, 1, verify::pipeline_technique(run, spec));
-    expect_same_training(spec, got, "an empty end stage: " + run.plan.describe());
+    expect_pipeline_trains_alike(spec, run, "an empty end stage: " + run.plan.describe());
   }
 }
 
@@ -160,10 +157,7 @@ TEST(Pipeline, LayersPerStageGivesVirtualStages) {
   o.layers_per_stage = 1;
   verify::PipelineRun run = verify::build_pipeline_run(spec, world().group(), o);
   EXPECT_EQ(run.parts.size(), static_cast<size_t>(8 / world().size()));
-  auto opt = verify::build_optimizer(spec, run.parameters());
-  const verify::Trajectory got =
-      verify::run_steps(spec, run.parts.front(), *opt, 0, 1, verify::pipeline_technique(run, spec));
-  expect_same_training(spec, got, "layers_per_stage 1: " + run.plan.describe());
+  expect_pipeline_trains_alike(spec, run, "layers_per_stage 1: " + run.plan.describe());
 }
 
 TEST(Pipeline, ActivationMemoryGPipeHoldsEveryMicroBatch1F1BAtMostPp) {
@@ -216,10 +210,7 @@ TEST(Pipeline, CustomComputeActionsRunAsGiven) {
   for (const auto& a : run.schedule->actions())
     if (a.is_compute()) ran.push_back(a);
   EXPECT_EQ(ran, o.schedule.compute_actions.at(static_cast<size_t>(world().rank())));
-  auto opt = verify::build_optimizer(spec, run.parameters());
-  const verify::Trajectory got =
-      verify::run_steps(spec, run.parts.front(), *opt, 0, 1, verify::pipeline_technique(run, spec));
-  expect_same_training(spec, got, "custom actions (GPipe order, 1F1B spec)");
+  expect_pipeline_trains_alike(spec, run, "custom actions (GPipe order, 1F1B spec)");
 
   o.schedule.compute_actions.back().pop_back();  // the last rank's last backward
   EXPECT_THROW(verify::build_pipeline_run(spec, world().group(), o), titan::Error);
