@@ -471,6 +471,8 @@ TEST(ConfigErrors, OutOfRangeValues) {
       {{"--training.device", "tpu"}, "[training] device = \"tpu\" is not valid: expected one of \"auto\", \"cpu\", \"cuda\""},
       {{"--model.name", "gpt"}, "[model] name = \"gpt\" is not valid"},
       {{"--optimizer.name", "SGD"}, "[optimizer] name = \"SGD\" is not valid"},
+      {{"--checkpoint.last_save_in_hf", "true"},
+       "[checkpoint] model_weights_only = false is out of range: must be true with last_save_in_hf"},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.args[0]);

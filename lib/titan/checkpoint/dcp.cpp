@@ -158,6 +158,10 @@ void finalize_checkpoint(const std::string& partial_dir, const std::string& fina
                          {"tensors", tensors},
                          {"state", state}};
   write_file_durably(partial_dir + "/" + kMetadataFile, meta.dump(1));
+  publish_folder(partial_dir, final_dir);
+}
+
+void publish_folder(const std::string& partial_dir, const std::string& final_dir) {
   fsync_directory(partial_dir);
   // A folder of the same name (a re-save of a step) moves aside first:
   // rename() cannot replace a non-empty folder.

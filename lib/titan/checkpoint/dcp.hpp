@@ -80,6 +80,11 @@ RankFile write_rank_file(const std::string& dir, int rank, const ShardedState& s
 void finalize_checkpoint(const std::string& partial_dir, const std::string& final_dir, int64_t step,
                          const std::vector<RankFile>& files, const nlohmann::json& state);
 
+/// @brief Makes the finished folder `partial_dir` the folder `final_dir`:
+/// fsyncs it, renames it (an older `final_dir` moved aside first, then
+/// removed) and fsyncs the parent. Throws titan::Error naming the folders.
+void publish_folder(const std::string& partial_dir, const std::string& final_dir);
+
 /// @brief The steps of the complete checkpoints under `folder`, ascending
 /// (folders step-N with metadata.json; partial ones are ignored).
 std::vector<int64_t> list_checkpoints(const std::string& folder);

@@ -77,6 +77,55 @@ void DurableFile::close() {
   TITAN_CHECK(::close(fd) == 0, "checkpoint: closing ", path_, " failed: ", errno_text());
 }
 
+FileRegionWriter::FileRegionWriter(std::string path) : path_(std::move(path)) {
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+  TITAN_CHECK(fd_ >= 0, "checkpoint: cannot open ", path_, " for writing: ", errno_text());
+}
+
+FileRegionWriter::~FileRegionWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void FileRegionWriter::write_at(uint64_t offset, const void* data, size_t size) {
+  TITAN_CHECK(fd_ >= 0, "checkpoint: write to ", path_, " after close");
+  // pwrite() moves no shared file position (other processes write other
+  // ranges of the same file) and, like write(), may write less than asked.
+  const char* p = static_cast<const char*>(data);
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pwrite(fd_, p + done, std::min<size_t>(size - done, size_t{1} << 30),
+                               static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    TITAN_CHECK(n > 0, "checkpoint: writing ", size, " bytes at offset ", offset, " of ", path_, " failed: ",
+                n < 0 ? errno_text() : std::string("no progress"), errno == ENOSPC ? " (disk full)" : "");
+    done += static_cast<size_t>(n);
+  }
+}
+
+void FileRegionWriter::close() {
+  if (fd_ < 0) return;
+  const int fd = fd_;
+  fd_ = -1;
+  if (::fsync(fd) != 0) {  // as DurableFile::close: a failed fsync fails the save
+    const std::string why = errno_text();
+    ::close(fd);
+    throw Error("checkpoint: fsync of " + path_ + " failed: " + why);
+  }
+  TITAN_CHECK(::close(fd) == 0, "checkpoint: closing ", path_, " failed: ", errno_text());
+}
+
+void create_file_of_size(const std::string& path, const std::string& prefix, uint64_t size) {
+  TITAN_CHECK(prefix.size() <= size, "checkpoint: ", path, ": a prefix of ", prefix.size(),
+              " bytes does not fit a file of ", size);
+  DurableFile f(path);
+  f.write(prefix.data(), prefix.size());
+  f.close();
+  // Grown to its size now (a hole, no bytes written), so that every rank
+  // can write its ranges in any order; a full disk shows when they do.
+  TITAN_CHECK(::truncate(path.c_str(), static_cast<off_t>(size)) == 0, "checkpoint: cannot size ", path, " to ",
+              size, " bytes: ", errno_text());
+}
+
 uint32_t write_file_durably(const std::string& path, const std::string& text) {
   DurableFile f(path);
   f.write(text.data(), text.size());

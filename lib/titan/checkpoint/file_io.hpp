@@ -44,6 +44,35 @@ class DurableFile {
   uint32_t crc_ = 0;
 };
 
+/// @brief A file of known size that one or more processes fill in place,
+/// each writing its own byte ranges (pwrite): how the ranks of a job write
+/// one Hugging Face safetensors file together, each its rows of each
+/// tensor. The file must exist (create_file_of_size); close() fsyncs.
+class FileRegionWriter {
+ public:
+  /// Opens the existing `path` for writing; throws titan::Error if it cannot.
+  explicit FileRegionWriter(std::string path);
+  ~FileRegionWriter();
+  FileRegionWriter(const FileRegionWriter&) = delete;
+  FileRegionWriter& operator=(const FileRegionWriter&) = delete;
+
+  /// Writes `size` bytes at `offset`; throws titan::Error naming the file.
+  void write_at(uint64_t offset, const void* data, size_t size);
+  /// fsync()s and closes; throws titan::Error if either fails.
+  void close();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+/// @brief Creates (truncates) `path` as a file of `size` bytes that starts
+/// with `prefix` (the rest reads as zeros until written), fsync'ed. Throws
+/// titan::Error naming the file (an unwritable folder, a full disk).
+void create_file_of_size(const std::string& path, const std::string& prefix, uint64_t size);
+
 /// @brief Writes `text` to `path` durably (DurableFile); returns its CRC-32.
 uint32_t write_file_durably(const std::string& path, const std::string& text);
 

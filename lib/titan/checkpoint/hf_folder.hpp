@@ -21,6 +21,10 @@ using models::llama3::StateDict;
 
 /// Hugging Face's default shard size (save_pretrained's max_shard_size="5GB").
 inline constexpr int64_t kHfDefaultShardBytes = 5'000'000'000;
+/// The weights of a folder that fits in one file.
+inline constexpr const char* kHfSingleFile = "model.safetensors";
+/// Which shard holds each tensor, in a folder of several.
+inline constexpr const char* kHfIndexFile = "model.safetensors.index.json";
 
 /// @brief Writes `titan_state` (torchtitan names, checked against `args`) as
 /// an HF folder: tensors converted with to_hf_state and cast to `dtype`
@@ -32,6 +36,8 @@ inline constexpr int64_t kHfDefaultShardBytes = 5'000'000'000;
 /// {"metadata": {"total_size": bytes}, "weight_map": {name: file}}.
 /// config.json is written last, so a folder that has one is complete; the
 /// other layout's stale index or single file is removed. Creates `folder`.
+/// One process's save_hf_shards, every tensor a whole box: one tensor's
+/// cast copy at a time.
 void write_hf_folder(const std::string& folder, const StateDict& titan_state,
                      const models::llama3::ModelArgs& args, at::ScalarType dtype,
                      int64_t max_shard_bytes = kHfDefaultShardBytes);

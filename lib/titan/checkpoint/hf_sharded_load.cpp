@@ -71,10 +71,7 @@ void load_hf_shards(const std::string& folder, ShardedState& targets, const mode
                   shape_text(e->second.shape), ", the model's ", t.fqn, " ", shape_text(t.global_shape),
                   " (another flavor?)");
       if (t.numel() == 0) continue;
-      const int64_t heads = ends_with(t.fqn, ".attention.wq.weight")   ? args.n_heads
-                            : ends_with(t.fqn, ".attention.wk.weight") ? args.kv_heads()
-                                                                       : 0;
-      pieces.push_back({i, f->second, hf, heads});
+      pieces.push_back({i, f->second, hf, models::llama3::rope_permuted_heads(t.fqn, args)});
     }
   } catch (const std::exception& e) {
     error = e.what();

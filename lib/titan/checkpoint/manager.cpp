@@ -14,7 +14,9 @@
 #include <mutex>
 
 #include "titan/checkpoint/dcp.hpp"
+#include "titan/checkpoint/hf_folder.hpp"
 #include "titan/checkpoint/hf_sharded_load.hpp"
+#include "titan/checkpoint/hf_sharded_save.hpp"
 #include "titan/data/base64.hpp"
 #include "titan/data/dataloader.hpp"
 #include "titan/util/files.hpp"
@@ -324,7 +326,43 @@ void CheckpointManager::maybe_save(int64_t step, bool last) {
   if (cfg_.load_only) return;
   if (step % cfg_.interval != 0 && !last && !(step == 1 && cfg_.enable_first_step_checkpoint)) return;
   const bool model_only = last && cfg_.model_weights_only;
+  if (model_only && cfg_.last_save_in_hf) return save_in_hf(step, export_dtype(cfg_.export_dtype));
   save(step, model_only, model_only ? export_dtype(cfg_.export_dtype) : at::kFloat);
+}
+
+void CheckpointManager::save_in_hf(int64_t step, at::ScalarType dtype) {
+  TITAN_INTERNAL_ASSERT(state_.model_args, "a save in Hugging Face format needs the model args");
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string final_dir = folder_ + "/" + step_folder_name(step), partial_dir = final_dir + ".partial";
+  // Synchronous, as torchtitan's last save: the previous background save
+  // first, then a clean folder that becomes step-N only when complete.
+  std::string error = wait_for_background();
+  if (rank_ == 0 && error.empty()) {
+    try {
+      files::remove_all(partial_dir);
+      TITAN_CHECK(files::make_directories(partial_dir), "checkpoint: cannot create ", partial_dir, " (is ", folder_,
+                  " writable?)");
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  agree_on_errors(state_.group, error, "checkpoint save of step " + std::to_string(step));
+  save_hf_shards(partial_dir, model_shards(state_.model_parts, state_.mesh), *state_.model_args, dtype, state_.group);
+  try {
+    if (rank_ == 0) publish_folder(partial_dir, final_dir);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_on_errors(state_.group, error, "checkpoint save of step " + std::to_string(step));
+  SaveReport report;
+  report.step = step;
+  report.dir = final_dir;
+  report.model_only = true;
+  report.blocking_seconds = report.total_seconds = seconds_since(t0);
+  last_report_ = report;
+  print(strprintf("checkpoint: step %lld saved to %s in %.2f s (weights only, %s, as a Hugging Face folder: "
+                  "transformers' from_pretrained or initial_load_in_hf reads it)",
+                  static_cast<long long>(step), final_dir.c_str(), report.blocking_seconds, c10::toString(dtype)));
 }
 
 void CheckpointManager::close() { agree_on_errors(state_.group, wait_for_background(), "background checkpoint save"); }
@@ -336,10 +374,15 @@ std::optional<int64_t> CheckpointManager::load() {
   try {
     const std::vector<int64_t> steps = list_checkpoints(folder_);
     if (cfg_.load_step >= 0) {
+      const std::string dir = folder_ + "/" + step_folder_name(cfg_.load_step);
       TITAN_CHECK(std::find(steps.begin(), steps.end(), cfg_.load_step) != steps.end(),
                   "[checkpoint] load_step = ", cfg_.load_step, ": ", folder_, " has no complete checkpoint step-",
-                  cfg_.load_step, steps.empty() ? " (it has none)" : "");
-      ckpt = open_checkpoint(folder_ + "/" + step_folder_name(cfg_.load_step));
+                  cfg_.load_step,
+                  is_hf_folder(dir) ? " (that folder is a Hugging Face save: start from it with initial_load_path "
+                                      "and initial_load_in_hf = true)"
+                  : steps.empty()   ? " (it has none)"
+                                    : "");
+      ckpt = open_checkpoint(dir);
     } else {
       // The newest one training can continue from: a full checkpoint, or a
       // step-0 seed (weights only: the start of training).

@@ -78,7 +78,8 @@ struct TrainingState {
   int64_t dp_world = 1;   ///< data-parallel ranks of the job (the loaders' dp_world)
   int64_t* step = nullptr;  ///< steps completed
   /// The model's args: a Hugging Face initial load checks its head counts
-  /// (the q/k permutation depends on them). Needed only with initial_load_in_hf.
+  /// (the q/k permutation depends on them) and a Hugging Face save writes
+  /// them as config.json. Needed only with initial_load_in_hf or last_save_in_hf.
   const models::llama3::ModelArgs* model_args = nullptr;
   nlohmann::json parallel;  ///< the degrees, for the record and for messages
   std::string config_toml;  ///< the effective config, for the record
@@ -126,7 +127,8 @@ class CheckpointManager {
 
   /// @brief Called after each step: saves when `step` is a multiple of
   /// [checkpoint] interval or `last` (the final step; weights only in
-  /// export_dtype with model_weights_only). Collective.
+  /// export_dtype with model_weights_only, as a Hugging Face folder
+  /// step-N with last_save_in_hf, each rank writing its rows). Collective.
   void maybe_save(int64_t step, bool last);
 
   /// @brief Saves now (collective): the full state, or the model alone in
@@ -143,6 +145,7 @@ class CheckpointManager {
  private:
   struct Job;
   std::optional<int64_t> load_initial();
+  void save_in_hf(int64_t step, at::ScalarType dtype);
   int64_t restore(const CheckpointInfo& ckpt, bool weights_only, const std::string& what);
   std::string wait_for_background();
   void run_job(Job& job);

@@ -156,6 +156,9 @@ struct CheckpointSection {
   int64_t interval = 500;               ///< save every `interval` steps or seconds
   bool model_weights_only = false;      ///< final save holds weights only
   std::string export_dtype = "float32";  ///< dtype of a weights-only export
+  /// The last save is a Hugging Face LlamaForCausalLM folder (config.json
+  /// and safetensors, in export_dtype) that every rank writes its rows of.
+  bool last_save_in_hf = false;
   std::string async_mode = "disabled";  ///< "disabled", "async", "async_with_pinned_mem"
   int64_t keep_latest_k = 10;           ///< checkpoints kept (0 = all)
   int64_t load_step = -1;               ///< step to resume from; -1 = latest

@@ -149,6 +149,9 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(checkpoint, interval, "save every interval steps or seconds (> 0)"),
       TITAN_FIELD(checkpoint, model_weights_only, "the last save holds model weights only"),
       TITAN_FIELD(checkpoint, export_dtype, "dtype of a weights-only save", "float32", "bfloat16", "float16"),
+      TITAN_FIELD(checkpoint, last_save_in_hf,
+                  "the last save is a Hugging Face folder (config.json + safetensors; needs model_weights_only), "
+                  "each rank writing its rows"),
       TITAN_FIELD(checkpoint, async_mode, "save in the background", "disabled", "async", "async_with_pinned_mem"),
       TITAN_FIELD(checkpoint, keep_latest_k, "checkpoints kept (>= 0; 0 = all)"),
       TITAN_FIELD(checkpoint, load_step, "step to resume from; -1 = the latest"),

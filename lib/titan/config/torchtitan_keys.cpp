@@ -154,7 +154,7 @@ std::vector<TorchtitanKey> make_table() {
       row("checkpoint", "initial_load_in_hf", B(false), kTitan),
       row("checkpoint", "initial_load_in_hf_quantized", B(false), kDefault, "loading Hugging Face weights"),
       row("checkpoint", "last_save_model_only", B(true), kTitan),
-      row("checkpoint", "last_save_in_hf", B(false), kDefault, "saving Hugging Face weights; use titan convert"),
+      row("checkpoint", "last_save_in_hf", B(false), kTitan),
       row("checkpoint", "export_dtype", S("float32"), kTitan),
       row("checkpoint", "async_mode", S("disabled"), kTitan),
       row("checkpoint", "keep_latest_k", I(10), kTitan),

@@ -120,6 +120,8 @@ void validate(const JobConfig& cfg) {
           "false unless [checkpoint] initial_load_path names the Hugging Face folder");
   require(cfg, "checkpoint.initial_load_model_only", c.initial_load_model_only || !c.initial_load_in_hf,
           "true with initial_load_in_hf (a Hugging Face folder holds weights only)");
+  require(cfg, "checkpoint.model_weights_only", c.model_weights_only || !c.last_save_in_hf,
+          "true with last_save_in_hf (a Hugging Face folder holds weights only; torchtitan's last_save_model_only)");
   const std::string& ac = cfg.activation_checkpoint.selective_ac_option;
   require(cfg, "activation_checkpoint.selective_ac_option", ac == "op" || positive_integer_text(ac),
           "\"op\" or a positive integer such as \"2\"");

@@ -148,6 +148,8 @@ class Trainer {
   /// @brief The parameters the optimizer steps: this rank's shards under FSDP.
   const std::vector<at::Tensor>& trained_parameters() const { return params_; }
   models::llama3::Transformer& model() { return model_; }
+  /// @brief The model's args as the job resolved them (flavor, overrides, the tokenizer's vocabulary).
+  const models::llama3::ModelArgs& model_args() const { return args_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   data::DataLoader& data_loader() { return *loaders_.front(); }
   /// @brief The full, unsharded weights under torchtitan's names, gathered

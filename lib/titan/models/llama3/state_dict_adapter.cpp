@@ -112,6 +112,13 @@ std::string titan_name(const std::string& name) {
   throw Error("hf: '" + name + "' is not a tensor of HF's LlamaForCausalLM (bias, or another architecture?)");
 }
 
+int64_t rope_permuted_heads(const std::string& titan_name, const ModelArgs& args) {
+  // wk has n_kv_heads heads under GQA, wq n_heads; wv is not rotated.
+  if (ends_with(titan_name, ".attention.wq.weight")) return args.n_heads;
+  if (ends_with(titan_name, ".attention.wk.weight")) return args.kv_heads();
+  return 0;
+}
+
 at::Tensor interleaved_to_half(const at::Tensor& w, int64_t heads) { return permute_rows(w, heads, true); }
 
 at::Tensor half_to_interleaved(const at::Tensor& w, int64_t heads) { return permute_rows(w, heads, false); }
@@ -137,11 +144,8 @@ StateDict to_hf_state(const StateDict& titan_state, const ModelArgs& args) {
   check_titan_state(titan_state, args, "hf export");
   StateDict out;
   for (const auto& [name, t] : titan_state) {
-    // wk has n_kv_heads heads under GQA, wq n_heads; wv is not rotated.
-    at::Tensor w = ends_with(name, ".attention.wq.weight")   ? interleaved_to_half(t, args.n_heads)
-                   : ends_with(name, ".attention.wk.weight") ? interleaved_to_half(t, args.kv_heads())
-                                                             : t;
-    out.emplace(hf_name(name), w);
+    const int64_t heads = rope_permuted_heads(name, args);
+    out.emplace(hf_name(name), heads > 0 ? interleaved_to_half(t, heads) : t);
   }
   return out;
 }

@@ -40,6 +40,11 @@ std::string hf_name(const std::string& titan_name);
 /// hf_name); titan::Error naming an unknown one.
 std::string titan_name(const std::string& hf_name);
 
+/// @brief How many heads the rows of `titan_name` are permuted over between
+/// the two RoPE layouts: n_heads for a wq, kv_heads() for a wk, 0 for every
+/// tensor stored alike in both.
+int64_t rope_permuted_heads(const std::string& titan_name, const ModelArgs& args);
+
 /// @brief Reorders the output rows of a q or k projection [heads·head_dim, in]
 /// from titan's interleaved RoPE pairs to HF's rotate-half halves: per head,
 /// row 2i → i and row 2i+1 → i + head_dim/2. A pure permutation, so exact.
