@@ -195,8 +195,6 @@ int titan_to_titan(const Options& o, const models::llama3::ModelArgs& flavor, at
 int titan_to_hf(const Options& o, const models::llama3::ModelArgs& flavor, at::ScalarType dtype) {
   TITAN_CHECK(o.naming == "titan", "titan convert: --naming ", o.naming,
               " names a checkpoint's tensors; an HF folder has HF's (add --output_format checkpoint)");
-  checkpoint::StateDict state = read_checkpoint_titan_names(o, flavor);
-  check_flavor(state, flavor, o);
   // A flavor's max_seq_len is titan's default RoPE table (2048), not the
   // model's context; transformers expects max_position_embeddings above the
   // scaling's original context, so write the context the scaling stretches
@@ -205,7 +203,21 @@ int titan_to_hf(const Options& o, const models::llama3::ModelArgs& flavor, at::S
   if (args.rope_scaling.enabled)
     args.max_seq_len = std::max(args.max_seq_len, static_cast<int64_t>(args.rope_scaling.original_max_position *
                                                                        args.rope_scaling.factor));
-  checkpoint::write_hf_folder(o.output_path, state, args, dtype);
+  const checkpoint::CheckpointInfo ckpt = checkpoint::open_checkpoint(o.checkpoint_path);
+  checkpoint::StateDict state;  // names and shapes (meta tensors) of what the checkpoint holds
+  for (const auto& [name, saved] : checkpoint::model_tensor_index(ckpt))
+    state[name] = at::empty(saved.shape, at::TensorOptions().device(at::kMeta));
+  if (checkpoint::has_torchtitan_v03_names(state)) {
+    // torchtitan 0.3's names (a fused wqkv among them) are renamed and
+    // split on the whole state: the model in memory.
+    state = read_checkpoint_titan_names(o, flavor);
+    check_flavor(state, flavor, o);
+    checkpoint::write_hf_folder(o.output_path, state, args, dtype);
+  } else {
+    // titan's names: one tensor in memory at a time, whatever the model's size.
+    check_flavor(state, flavor, o);
+    checkpoint::write_hf_folder_from_checkpoint(ckpt, o.output_path, args, dtype);
+  }
   std::printf("converted titan checkpoint %s -> HF folder %s (llama3 %s, %zu tensors, %lld parameters, %s)\n",
               o.checkpoint_path.c_str(), o.output_path.c_str(), o.model_flavor.c_str(), state.size(),
               static_cast<long long>(param_count(state)), checkpoint::hf_dtype_name(dtype).c_str());

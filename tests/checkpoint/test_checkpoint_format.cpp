@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "support/error_of.hpp"
 #include "titan/checkpoint/dcp.hpp"
 #include "titan/checkpoint/file_io.hpp"
+#include "titan/metrics/tensor_memory.hpp"
 #include "titan/util/files.hpp"
 #include "titan/dtensor/placement.hpp"
 #include "titan/util/error.hpp"
@@ -100,6 +102,40 @@ TEST(CheckpointFormat, LoadConvertsDtypes) {
   ck::ShardedState t = {{"w", at::zeros({4, 4}), {4, 4}, {0, 0}, true}};
   ck::load_shards(ck::open_checkpoint(dir.path() + "/step-0"), t);
   EXPECT_TRUE(at::equal(t[0].local, w.to(at::kBFloat16).to(at::kFloat)));
+}
+
+// A rank's file is written box by box, each copied to the host (here: cast
+// to bfloat16, as a weights-only export) when its turn comes: the copies
+// held at once are one box's, not all of them (a GPU rank's save).
+TEST(CheckpointFormat, RankFileHoldsOneHostCopyAtATime) {
+  ScratchDir dir("ckpt_one_copy");
+  std::map<std::string, at::Tensor> full;
+  int64_t largest = 0, total = 0;
+  for (int i = 0; i < 8; ++i) {
+    full["w" + std::to_string(i)] = draw({64 + 16 * i, 32}, 40 + i);
+    largest = std::max<int64_t>(largest, (64 + 16 * i) * 32 * 2);
+    total += (64 + 16 * i) * 32 * 2;
+  }
+  ck::ShardedState shards;
+  for (const auto& [fqn, t] : full) shards.push_back(box_of(fqn, t, 0, 0, 1));
+  const std::string partial = dir.path() + "/step-1.partial";
+  ASSERT_TRUE(titan::files::make_directories(partial));
+  titan::metrics::track_cpu_tensor_memory();
+  const c10::Device cpu(c10::kCPU);
+  const int64_t before = titan::metrics::tensor_memory(cpu).current_bytes;
+  titan::metrics::reset_tensor_memory_peak(cpu);
+  const ck::RankFile file = ck::write_rank_file(partial, 0, shards, at::kBFloat16);
+  const int64_t peak = titan::metrics::tensor_memory(cpu).peak_bytes - before;
+  std::printf("8 boxes, %lld bytes in bfloat16 (largest %lld): host copies held at once %lld bytes\n",
+              static_cast<long long>(total), static_cast<long long>(largest), static_cast<long long>(peak));
+  EXPECT_LE(peak, largest);
+  EXPECT_GT(total, 4 * largest);
+  ck::finalize_checkpoint(partial, dir.path() + "/step-1", 1, {file}, {{"content", "model"}});
+  const auto back = ck::read_model_tensors(dir.path() + "/step-1");
+  for (const auto& [fqn, t] : full) {
+    EXPECT_EQ(back.at(fqn).scalar_type(), at::kBFloat16) << fqn;
+    EXPECT_TRUE(at::equal(back.at(fqn), t.to(at::kBFloat16))) << fqn;
+  }
 }
 
 TEST(CheckpointFormat, RefusesBadCheckpointsBeforeWritingAnything) {

@@ -1,19 +1,22 @@
 // HF folders: single file and sharded (index) layouts written and read back
-// bitwise, export dtypes, tied embeddings, and one-line errors for a missing
-// config, shard or tensor.
+// bitwise, export dtypes, tied embeddings, one-line errors for a missing
+// config, shard or tensor, and a titan checkpoint exported tensor by tensor.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
 #include "checkpoint/hf_test_util.hpp"
+#include "titan/checkpoint/dcp.hpp"
 #include "titan/checkpoint/hf_config.hpp"
 #include "titan/checkpoint/hf_folder.hpp"
 #include "titan/checkpoint/hf_sharded_load.hpp"
 #include "titan/checkpoint/safetensors.hpp"
+#include "titan/metrics/tensor_memory.hpp"
 #include "titan/util/files.hpp"
 #include "titan/util/error.hpp"
 
@@ -266,4 +269,68 @@ TEST(HfFolder, ShardedLoadFillsAnyBoxInTitansLayout) {
     EXPECT_NE(std::string(e.what()).find("has no tensor model.layers.9.self_attn.q_proj.weight"), std::string::npos)
         << e.what();
   }
+}
+
+// A titan checkpoint saved by two ranks (each tensor in two row boxes, one
+// per rank file) exported tensor by tensor: the folder write_hf_folder
+// writes from the whole state, byte for byte, while the CPU tensors held at
+// once stay within two of the largest tensor, not the model.
+TEST(HfFolder, CheckpointExportsOneTensorAtATime) {
+  Fixture f;
+  f.args.n_layers = 4;  // the model eight times its largest tensor and more
+  f.model = titan::testing::seeded_model(f.args, 23);
+  f.state = titan::testing::state_of(f.model);
+  const std::string partial = f.dir + "/step-5.partial", step = f.dir + "/step-5";
+  files::make_directories(partial);
+  std::vector<RankFile> rank_files;
+  for (int rank = 0; rank < 2; ++rank) {
+    ShardedState boxes;
+    for (const auto& [name, t] : f.state) {
+      const int64_t half = t.size(0) / 2 + 1, begin = rank == 0 ? 0 : half, rows = rank == 0 ? half : t.size(0) - half;
+      std::vector<int64_t> offsets(static_cast<size_t>(t.dim()), 0);
+      offsets[0] = begin;
+      boxes.push_back({name, t.narrow(0, begin, rows).contiguous(), t.sizes().vec(), offsets, true});
+    }
+    rank_files.push_back(write_rank_file(partial, rank, boxes));
+  }
+  finalize_checkpoint(partial, step, 5, rank_files, {{"content", "model"}, {"train_state", {{"step", 5}}}});
+
+  int64_t largest = 0, model_bytes = 0;
+  for (const auto& [name, t] : f.state) {
+    largest = std::max(largest, t.numel() * 4);
+    model_bytes += t.numel() * 4;
+  }
+  const int64_t limit = 20'000;  // several files, as in ShardedRoundTripIsBitwise
+  titan::metrics::track_cpu_tensor_memory();
+  const c10::Device cpu(c10::kCPU);
+  const int64_t before = titan::metrics::tensor_memory(cpu).current_bytes;
+  titan::metrics::reset_tensor_memory_peak(cpu);
+  write_hf_folder_from_checkpoint(open_checkpoint(step), f.dir + "/streamed", f.args, at::kBFloat16, limit);
+  const int64_t streamed_peak = titan::metrics::tensor_memory(cpu).peak_bytes - before;
+  titan::metrics::reset_tensor_memory_peak(cpu);
+  write_hf_folder(f.dir + "/whole", read_model_tensors(step), f.args, at::kBFloat16, limit);
+  const int64_t whole_peak = titan::metrics::tensor_memory(cpu).peak_bytes - before;
+
+  const std::vector<std::string> want = files::list_files(f.dir + "/whole");
+  ASSERT_EQ(files::list_files(f.dir + "/streamed").size(), want.size());
+  for (const std::string& w : want)
+    EXPECT_EQ(read_text(f.dir + "/streamed/" + files::base_name(w)), read_text(w)) << files::base_name(w);
+  std::printf("model %lld bytes (fp32), largest tensor %lld: CPU tensor peak %lld bytes tensor by tensor, %lld "
+              "reading the model whole\n",
+              static_cast<long long>(model_bytes), static_cast<long long>(largest),
+              static_cast<long long>(streamed_peak), static_cast<long long>(whole_peak));
+  EXPECT_GT(model_bytes, 4 * 2 * largest);
+  EXPECT_LE(streamed_peak, 2 * largest);
+  EXPECT_GE(whole_peak, model_bytes);
+
+  // The checks come first: a checkpoint of another flavor writes nothing.
+  titan::models::llama3::ModelArgs other = f.args;
+  other.n_layers = 2;
+  try {
+    write_hf_folder_from_checkpoint(open_checkpoint(step), f.dir + "/other", other, at::kFloat);
+    ADD_FAILURE() << "a 4-layer checkpoint exported as 2 layers";
+  } catch (const titan::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unexpected tensor 'layers.2."), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(files::exists(f.dir + "/other"));
 }

@@ -100,27 +100,35 @@ RankFile RankFile::from_json(const nlohmann::json& j) {
   return r;
 }
 
-RankFile write_rank_file(const std::string& dir, int rank, const ShardedState& shards) {
+RankFile write_rank_file(const std::string& dir, int rank, const ShardedState& shards,
+                         std::optional<at::ScalarType> dtype) {
   RankFile result;
   result.rank = rank;
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  // The header from dtypes and shapes (meta tensors), then each box copied
+  // to the host as its turn comes: a GPU rank's save holds one box in host
+  // memory at a time, not a host copy of all it saves.
+  std::vector<std::pair<std::string, at::Tensor>> layout;
+  std::vector<const TensorShard*> saved;
   nlohmann::json sharding = nlohmann::json::object();
   for (const TensorShard& s : shards) {
     if (!s.primary || s.numel() == 0) continue;
-    at::Tensor cpu = s.local.detach().to(at::kCPU).contiguous();
     TITAN_CHECK(!result.tensors.contains(s.fqn), "checkpoint: tensor ", s.fqn, " appears twice on rank ", rank);
-    tensors.emplace_back(s.fqn, cpu);
+    const at::ScalarType written_as = dtype.value_or(s.local.scalar_type());
+    layout.emplace_back(s.fqn, at::empty(s.local.sizes(), at::TensorOptions().dtype(written_as).device(at::kMeta)));
+    saved.push_back(&s);
     // The key torch's HuggingFaceStorageReader reads a box's place from.
     sharding[s.fqn] = {{"saved_offsets", s.offsets}};
-    result.tensors[s.fqn] = {{"dtype", safetensors_dtype_name(cpu.scalar_type(), s.fqn)},
+    result.tensors[s.fqn] = {{"dtype", safetensors_dtype_name(written_as, s.fqn)},
                              {"shape", s.global_shape},
                              {"offsets", s.offsets},
-                             {"lengths", cpu.sizes().vec()}};
+                             {"lengths", s.local.sizes().vec()}};
   }
-  if (tensors.empty()) return result;
+  if (layout.empty()) return result;
   result.file = rank_file_name(rank);
-  const SafetensorsWritten written = write_safetensors_durably(
-      dir + "/" + result.file, tensors, {{"format", "pt"}, {"DCP_SHARDING_INFO", sharding.dump()}});
+  const SafetensorsWritten written =
+      write_safetensors_streamed(dir + "/" + result.file, layout,
+                                 [&](size_t i) { return saved[i]->local.detach().to(at::kCPU, layout[i].second.scalar_type()); },
+                                 {{"format", "pt"}, {"DCP_SHARDING_INFO", sharding.dump()}});
   result.bytes = written.bytes;
   result.crc32 = written.crc32;
   return result;
@@ -353,7 +361,27 @@ void agree_on_errors(const dist::ProcessGroup* group, const std::string& my_erro
   }
 }
 
-void load_shards(const CheckpointInfo& ckpt, ShardedState& targets, const dist::ProcessGroup* group) {
+namespace {
+
+void check_checkpoint_files(const CheckpointInfo& ckpt, const std::set<std::string>& names) {
+  for (const std::string& file : names) {
+    const std::string path = ckpt.dir + "/" + file;
+    TITAN_CHECK(ckpt.metadata.at("files").contains(file), "checkpoint ", ckpt.dir, ": ", file, " is not listed in ",
+                kMetadataFile);
+    const nlohmann::json& rec = ckpt.metadata.at("files").at(file);
+    const int64_t size = file_size(path);
+    TITAN_CHECK(size >= 0, "checkpoint: ", path, " is missing");
+    TITAN_CHECK(static_cast<uint64_t>(size) == rec.at("bytes").get<uint64_t>(), "checkpoint: ", path, " has ", size,
+                " bytes, ", kMetadataFile, " records ", rec.at("bytes").get<uint64_t>(), " (truncated?)");
+    TITAN_CHECK(file_crc32(path) == rec.at("crc32").get<uint32_t>(), "checkpoint: ", path,
+                " fails its CRC-32 check (the file is corrupted)");
+  }
+}
+
+}  // namespace
+
+void load_shards(const CheckpointInfo& ckpt, ShardedState& targets, const dist::ProcessGroup* group,
+                 bool check_files) {
   struct Piece {
     size_t target;
     std::string file, fqn;
@@ -389,18 +417,7 @@ void load_shards(const CheckpointInfo& ckpt, ShardedState& targets, const dist::
     }
     // Every file this rank reads is checked whole before anything is
     // loaded, so that a torn or corrupted file cannot half-load a model.
-    for (const std::string& file : needed) {
-      const std::string path = ckpt.dir + "/" + file;
-      TITAN_CHECK(ckpt.metadata.at("files").contains(file), "checkpoint ", ckpt.dir, ": ", file,
-                  " is not listed in ", kMetadataFile);
-      const nlohmann::json& rec = ckpt.metadata.at("files").at(file);
-      const int64_t size = file_size(path);
-      TITAN_CHECK(size >= 0, "checkpoint: ", path, " is missing");
-      TITAN_CHECK(static_cast<uint64_t>(size) == rec.at("bytes").get<uint64_t>(), "checkpoint: ", path, " has ",
-                  size, " bytes, ", kMetadataFile, " records ", rec.at("bytes").get<uint64_t>(), " (truncated?)");
-      TITAN_CHECK(file_crc32(path) == rec.at("crc32").get<uint32_t>(), "checkpoint: ", path,
-                  " fails its CRC-32 check (the file is corrupted)");
-    }
+    if (check_files) check_checkpoint_files(ckpt, needed);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -438,34 +455,51 @@ void load_shards(const CheckpointInfo& ckpt, ShardedState& targets, const dist::
   agree_on_errors(group, error, "checkpoint load");
 }
 
-std::map<std::string, at::Tensor> read_model_tensors(const std::string& dir) {
-  const CheckpointInfo ckpt = open_checkpoint(dir);
-  ShardedState targets;
+std::map<std::string, SavedTensor> model_tensor_index(const CheckpointInfo& ckpt) {
+  std::map<std::string, SavedTensor> out;
   for (const auto& [fqn, entry] : ckpt.metadata.at("tensors").items()) {
     if (fqn.rfind("optimizer.", 0) == 0) continue;
-    TensorShard t;
-    t.fqn = fqn;
-    t.global_shape = entry.at("shape").get<std::vector<int64_t>>();
-    t.offsets.assign(t.global_shape.size(), 0);
+    SavedTensor t;
+    t.shape = entry.at("shape").get<std::vector<int64_t>>();
+    t.dtype = safetensors_dtype(entry.at("dtype").get<std::string>());
     // Whole tensors: their chunks must cover them (open_checkpoint checked
-    // that they are inside and no larger than their files) before the
-    // memory is taken.
+    // that they are inside and no larger than their files) before any
+    // memory is taken for one.
     int64_t numel = 1, saved = 0;
-    for (int64_t d : t.global_shape) numel *= d;
+    for (int64_t d : t.shape) numel *= d;
     for (const auto& c : entry.at("chunks")) {
       int64_t v = 1;
       for (const auto& len : c.at("lengths")) v *= len.get<int64_t>();
       saved += v;
     }
-    TITAN_CHECK(saved == numel, "checkpoint ", dir, ": the saved parts of ", fqn, " cover ", saved, " of its ", numel,
-                " elements (an incomplete save?)");
-    t.local = at::empty(t.global_shape,
-                        at::TensorOptions().dtype(safetensors_dtype(entry.at("dtype").get<std::string>())));
-    targets.push_back(std::move(t));
+    TITAN_CHECK(saved == numel, "checkpoint ", ckpt.dir, ": the saved parts of ", fqn, " cover ", saved, " of its ",
+                numel, " elements (an incomplete save?)");
+    out.emplace(fqn, std::move(t));
   }
-  load_shards(ckpt, targets, nullptr);
+  return out;
+}
+
+void check_checkpoint_files(const CheckpointInfo& ckpt) {
+  std::set<std::string> names;
+  for (const auto& [file, rec] : ckpt.metadata.at("files").items()) names.insert(file);
+  check_checkpoint_files(ckpt, names);
+}
+
+at::Tensor read_model_tensor(const CheckpointInfo& ckpt, const std::string& fqn, const SavedTensor& saved) {
+  ShardedState target(1);
+  target[0].fqn = fqn;
+  target[0].global_shape = saved.shape;
+  target[0].offsets.assign(saved.shape.size(), 0);
+  target[0].local = at::empty(saved.shape, at::TensorOptions().dtype(saved.dtype));
+  load_shards(ckpt, target, nullptr, /*check_files=*/false);
+  return target[0].local;
+}
+
+std::map<std::string, at::Tensor> read_model_tensors(const std::string& dir) {
+  const CheckpointInfo ckpt = open_checkpoint(dir);
+  check_checkpoint_files(ckpt);
   std::map<std::string, at::Tensor> out;
-  for (auto& t : targets) out.emplace(t.fqn, t.local);
+  for (const auto& [fqn, saved] : model_tensor_index(ckpt)) out.emplace(fqn, read_model_tensor(ckpt, fqn, saved));
   return out;
 }
 

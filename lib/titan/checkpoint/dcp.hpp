@@ -65,11 +65,14 @@ struct RankFile {
   static RankFile from_json(const nlohmann::json& j);
 };
 
-/// @brief Writes the primary, non-empty boxes of `shards` (CPU tensors,
-/// e.g. staged copies) into `dir`/rank_file_name(rank), fsync'ed.
-/// Throws titan::Error naming the file on any write failure (disk full,
+/// @brief Writes the primary, non-empty boxes of `shards` (staged CPU
+/// copies, or live tensors on any device) into `dir`/rank_file_name(rank),
+/// fsync'ed, each box copied to the host (and cast to `dtype`, if given)
+/// only when its turn comes: one box in host memory at a time. Throws
+/// titan::Error naming the file on any write failure (disk full,
 /// unwritable folder).
-RankFile write_rank_file(const std::string& dir, int rank, const ShardedState& shards);
+RankFile write_rank_file(const std::string& dir, int rank, const ShardedState& shards,
+                         std::optional<at::ScalarType> dtype = std::nullopt);
 
 /// @brief Completes a checkpoint: writes metadata.json into `partial_dir`
 /// (the files of every rank, their tensor index and `state`), fsyncs it and
@@ -123,16 +126,41 @@ CheckpointInfo open_checkpoint(const std::string& dir);
 /// target box, and that every file it reads has the recorded size and
 /// CRC-32. With `group` (the job's world group), every rank learns of any
 /// rank's failure and throws too, so none runs on with a half-loaded model.
-void load_shards(const CheckpointInfo& ckpt, ShardedState& targets, const dist::ProcessGroup* group = nullptr);
+/// `check_files` = false skips the size and CRC-32 checks, for a reader that
+/// ran check_checkpoint_files once before loading tensor by tensor.
+void load_shards(const CheckpointInfo& ckpt, ShardedState& targets, const dist::ProcessGroup* group = nullptr,
+                 bool check_files = true);
 
 /// @brief All ranks agree on an error: each passes its own ("" = none);
 /// if any is non-empty every rank throws titan::Error — its own message,
 /// or one naming the first failing rank. Collective over `group` (null: local).
 void agree_on_errors(const dist::ProcessGroup* group, const std::string& my_error, const std::string& what);
 
+/// @brief What a checkpoint holds of one tensor, from metadata.json alone.
+struct SavedTensor {
+  std::vector<int64_t> shape;  ///< global
+  at::ScalarType dtype = at::kFloat;
+};
+
+/// @brief The model tensors of `ckpt` (names not starting with
+/// "optimizer."), with shapes and dtypes, no data read; a tensor whose
+/// saved boxes do not cover it is a one-line titan::Error.
+std::map<std::string, SavedTensor> model_tensor_index(const CheckpointInfo& ckpt);
+
+/// @brief Checks every file of `ckpt` against metadata.json (present, its
+/// recorded size and CRC-32); titan::Error names the first that fails.
+void check_checkpoint_files(const CheckpointInfo& ckpt);
+
+/// @brief One whole model tensor of `ckpt` (`saved` from
+/// model_tensor_index), assembled from its boxes, in its saved dtype on the
+/// CPU. The files are not checked again (check_checkpoint_files first):
+/// for reading a large checkpoint one tensor at a time.
+at::Tensor read_model_tensor(const CheckpointInfo& ckpt, const std::string& fqn, const SavedTensor& saved);
+
 /// @brief The whole model tensors (names not starting with "optimizer.")
 /// of the checkpoint in `dir`, assembled from all boxes, in their saved
-/// dtype on the CPU. For conversion and inspection, on one process.
+/// dtype on the CPU. For conversion and inspection, on one process (the
+/// whole model in memory: titan convert to HF reads tensor by tensor).
 std::map<std::string, at::Tensor> read_model_tensors(const std::string& dir);
 
 /// @brief Writes `tensors` (whole tensors, torchtitan names) as a

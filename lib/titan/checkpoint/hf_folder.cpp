@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "titan/checkpoint/dcp.hpp"
 #include "titan/checkpoint/hf_config.hpp"
 #include "titan/checkpoint/hf_sharded_save.hpp"
 #include "titan/checkpoint/safetensors.hpp"
@@ -39,6 +40,23 @@ void write_hf_folder(const std::string& folder, const StateDict& titan_state,
   for (const auto& [name, t] : titan_state)
     whole.push_back({name, t, t.sizes().vec(), std::vector<int64_t>(static_cast<size_t>(t.dim()), 0)});
   save_hf_shards(folder, whole, args, dtype, /*group=*/nullptr, max_shard_bytes);
+}
+
+void write_hf_folder_from_checkpoint(const CheckpointInfo& ckpt, const std::string& folder,
+                                     const models::llama3::ModelArgs& args, at::ScalarType dtype,
+                                     int64_t max_shard_bytes) {
+  const std::map<std::string, SavedTensor> saved = model_tensor_index(ckpt);
+  StateDict shapes;  // meta tensors: names and shapes, no data
+  for (const auto& [name, t] : saved) shapes[name] = at::empty(t.shape, at::TensorOptions().device(at::kMeta));
+  models::llama3::check_titan_state(shapes, args, ckpt.dir);
+  check_checkpoint_files(ckpt);
+  // Model order, the order of the files' bytes: the writes go front to back.
+  std::vector<HfBox> boxes;
+  for (const auto& [name, shape] : models::llama3::titan_llama_shapes(args))
+    boxes.push_back({name, shape, std::vector<int64_t>(shape.size(), 0), shape, true});
+  save_hf_boxes(
+      folder, boxes, [&](size_t i) { return read_model_tensor(ckpt, boxes[i].fqn, saved.at(boxes[i].fqn)); }, args,
+      dtype, /*group=*/nullptr, max_shard_bytes);
 }
 
 HfLlamaConfig read_hf_folder_config(const std::string& folder) {

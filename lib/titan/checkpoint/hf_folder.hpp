@@ -42,6 +42,18 @@ void write_hf_folder(const std::string& folder, const StateDict& titan_state,
                      const models::llama3::ModelArgs& args, at::ScalarType dtype,
                      int64_t max_shard_bytes = kHfDefaultShardBytes);
 
+struct CheckpointInfo;
+
+/// @brief Writes the model of the titan checkpoint `ckpt` (torchtitan
+/// names, checked against `args`: a missing, unexpected or mis-shaped
+/// tensor is a one-line titan::Error before anything is written) as the HF
+/// folder `folder`, as write_hf_folder does, reading one tensor at a time:
+/// a 405B checkpoint converts on a machine that holds its largest tensor,
+/// not the model. Every file is checked (size, CRC-32) first.
+void write_hf_folder_from_checkpoint(const CheckpointInfo& ckpt, const std::string& folder,
+                                     const models::llama3::ModelArgs& args, at::ScalarType dtype,
+                                     int64_t max_shard_bytes = kHfDefaultShardBytes);
+
 /// @brief A Llama 3 read back from an HF folder.
 struct HfCheckpoint {
   StateDict titan_state;           ///< torchtitan names and layout, the files' dtype, CPU

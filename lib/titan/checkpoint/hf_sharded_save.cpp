@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -124,29 +125,37 @@ std::vector<int64_t> hf_row_of_titan_row(int64_t rows, int64_t heads) {
   return out;
 }
 
-void check_box(const TensorShard& s, const PlannedTensor& p) {
-  TITAN_CHECK(s.global_shape == p.shape, "hf save: ", s.fqn, " has shape ", shape_text(s.global_shape),
+void check_box(const HfBox& b, const PlannedTensor& p) {
+  TITAN_CHECK(b.global_shape == p.shape, "hf save: ", b.fqn, " has shape ", shape_text(b.global_shape),
               ", the model args give ", shape_text(p.shape));
-  if (!s.primary || s.numel() == 0) return;  // nothing of it is written here
-  TITAN_CHECK(p.shape.size() <= 2, "hf save: ", s.fqn, " has ", p.shape.size(), " dims; Llama 3 tensors have 1 or 2");
-  TITAN_CHECK(s.local.dim() == static_cast<int64_t>(p.shape.size()) && s.offsets.size() == p.shape.size(),
-              "hf save: ", s.fqn, "'s box has ", s.local.dim(), " dims, the tensor ", p.shape.size());
+  if (!b.primary) return;  // nothing of it is written here
+  TITAN_CHECK(p.shape.size() <= 2, "hf save: ", b.fqn, " has ", p.shape.size(), " dims; Llama 3 tensors have 1 or 2");
+  TITAN_CHECK(b.sizes.size() == p.shape.size() && b.offsets.size() == p.shape.size(), "hf save: ", b.fqn,
+              "'s box has ", b.sizes.size(), " dims, the tensor ", p.shape.size());
   for (size_t d = 0; d < p.shape.size(); ++d)
-    TITAN_CHECK(s.offsets[d] >= 0 && s.offsets[d] + s.local.size(static_cast<int64_t>(d)) <= p.shape[d], "hf save: ",
-                s.fqn, "'s box [", s.offsets[d], ", +", s.local.size(static_cast<int64_t>(d)),
-                ") leaves the tensor along dim ", d, " (size ", p.shape[d], ")");
+    TITAN_CHECK(b.offsets[d] >= 0 && b.sizes[d] >= 0 && b.offsets[d] + b.sizes[d] <= p.shape[d], "hf save: ", b.fqn,
+                "'s box [", b.offsets[d], ", +", b.sizes[d], ") leaves the tensor along dim ", d, " (size ", p.shape[d],
+                ")");
+}
+
+int64_t volume(const std::vector<int64_t>& sizes) {
+  int64_t n = 1;
+  for (int64_t d : sizes) n *= d;
+  return n;
 }
 
 // Writes one box at its place: each row of the box is a contiguous span of
 // the file (row-major), and a box that spans whole rows writes each run of
 // rows that stays consecutive in the file at once.
-void write_box(FileRegionWriter& file, const TensorShard& s, const PlannedTensor& p, at::ScalarType dtype,
-               const std::vector<int64_t>* hf_rows) {
-  const at::Tensor box = s.local.detach().to(at::kCPU, dtype).contiguous();
+void write_box(FileRegionWriter& file, const HfBox& b, const at::Tensor& data_of_box, const PlannedTensor& p,
+               at::ScalarType dtype, const std::vector<int64_t>* hf_rows) {
+  TITAN_CHECK(data_of_box.sizes().vec() == b.sizes, "hf save: the data of ", b.fqn, "'s box has shape ",
+              shape_text(data_of_box.sizes().vec()), ", the box ", shape_text(b.sizes));
+  const at::Tensor box = data_of_box.detach().to(at::kCPU, dtype).contiguous();
   const int64_t elem = box.element_size();
   const int64_t tensor_cols = p.shape.size() == 2 ? p.shape[1] : 1;
   const int64_t rows = box.size(0), cols = box.numel() / rows;
-  const int64_t row0 = s.offsets[0], col0 = p.shape.size() == 2 ? s.offsets[1] : 0;
+  const int64_t row0 = b.offsets[0], col0 = p.shape.size() == 2 ? b.offsets[1] : 0;
   const bool whole_rows = cols == tensor_cols;
   const char* data = static_cast<const char*>(box.data_ptr());
   auto file_row = [&](int64_t r) { return hf_rows ? (*hf_rows)[static_cast<size_t>(row0 + r)] : row0 + r; };
@@ -170,6 +179,16 @@ void write_text_durably(const std::string& path, const std::string& text) {
 
 void save_hf_shards(const std::string& folder, const ShardedState& shards, const models::llama3::ModelArgs& args,
                     at::ScalarType dtype, const dist::ProcessGroup* group, int64_t max_shard_bytes) {
+  std::vector<HfBox> boxes;
+  for (const TensorShard& s : shards)
+    boxes.push_back({s.fqn, s.global_shape, s.offsets, s.local.defined() ? s.local.sizes().vec() : std::vector<int64_t>{},
+                     s.primary && s.numel() > 0});
+  save_hf_boxes(folder, boxes, [&](size_t i) { return shards[i].local; }, args, dtype, group, max_shard_bytes);
+}
+
+void save_hf_boxes(const std::string& folder, const std::vector<HfBox>& boxes, const HfBoxReader& read,
+                   const models::llama3::ModelArgs& args, at::ScalarType dtype, const dist::ProcessGroup* group,
+                   int64_t max_shard_bytes) {
   const bool leader = !group || group->rank() == 0;
   const std::string what = "Hugging Face save to " + folder;
   Layout layout;
@@ -179,11 +198,11 @@ void save_hf_shards(const std::string& folder, const ShardedState& shards, const
   try {
     config = hf_config_json(args, dtype);  // checks args and dtype first
     layout = plan_layout(args, dtype, max_shard_bytes);
-    for (const TensorShard& s : shards) {
-      auto p = layout.tensors.find(s.fqn);
-      TITAN_CHECK(p != layout.tensors.end(), "hf save: ", s.fqn, " is not a tensor of this Llama 3",
-                  args.tie_word_embeddings && s.fqn == "output.weight" ? " (its output is tied to the embedding)" : "");
-      check_box(s, p->second);
+    for (const HfBox& b : boxes) {
+      auto p = layout.tensors.find(b.fqn);
+      TITAN_CHECK(p != layout.tensors.end(), "hf save: ", b.fqn, " is not a tensor of this Llama 3",
+                  args.tie_word_embeddings && b.fqn == "output.weight" ? " (its output is tied to the embedding)" : "");
+      check_box(b, p->second);
     }
     if (leader) {
       TITAN_CHECK(files::make_directories(folder), "hf: cannot create folder ", folder);
@@ -195,24 +214,25 @@ void save_hf_shards(const std::string& folder, const ShardedState& shards, const
   agree_on_errors(group, error, what);
 
   // 2. Every rank writes its primary boxes, counting the elements per tensor.
-  at::Tensor written = at::zeros({static_cast<int64_t>(layout.tensors.size())}, at::kLong);
+  std::vector<int64_t> written(layout.tensors.size(), 0);
   try {
     std::vector<std::unique_ptr<FileRegionWriter>> open(layout.files.size());
     std::map<std::string, std::vector<int64_t>> permutations;
-    for (const TensorShard& s : shards) {
-      if (!s.primary || s.numel() == 0) continue;
-      const PlannedTensor& p = layout.tensors.at(s.fqn);
+    for (size_t i = 0; i < boxes.size(); ++i) {
+      const HfBox& b = boxes[i];
+      if (!b.primary || volume(b.sizes) == 0) continue;
+      const PlannedTensor& p = layout.tensors.at(b.fqn);
       auto& file = open[p.file];
       if (!file) file = std::make_unique<FileRegionWriter>(folder + "/" + layout.files[p.file].name + ".tmp");
       const std::vector<int64_t>* hf_rows = nullptr;
       if (p.heads > 0) {
-        auto perm = permutations.find(s.fqn);
+        auto perm = permutations.find(b.fqn);
         if (perm == permutations.end())
-          perm = permutations.emplace(s.fqn, hf_row_of_titan_row(p.shape[0], p.heads)).first;
+          perm = permutations.emplace(b.fqn, hf_row_of_titan_row(p.shape[0], p.heads)).first;
         hf_rows = &perm->second;
       }
-      write_box(*file, s, p, dtype, hf_rows);
-      written[static_cast<int64_t>(p.index)] += s.numel();
+      write_box(*file, b, read(i), p, dtype, hf_rows);
+      written[p.index] += volume(b.sizes);
     }
     for (auto& file : open)
       if (file) file->close();
@@ -224,12 +244,13 @@ void save_hf_shards(const std::string& folder, const ShardedState& shards, const
   // 3. Together the ranks wrote every element once: a hole would be zeros
   //    in the file, and a layout that saved a replica twice a bug.
   if (group && group->size() > 1) {
-    at::Tensor on_device = written.to(dist::world().device());
-    group->all_reduce(on_device);
-    written = on_device.cpu();
+    at::Tensor counts = at::tensor(written, at::kLong).to(dist::world().device());
+    group->all_reduce(counts);
+    counts = counts.cpu();
+    std::copy(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel(), written.begin());
   }
   for (const auto& [name, p] : layout.tensors) {
-    const int64_t n = written[static_cast<int64_t>(p.index)].item<int64_t>();
+    const int64_t n = written[p.index];
     TITAN_CHECK(n == p.numel(), "hf save: the ranks wrote ", n, " of the ", p.numel(), " elements of ", name,
                 n < p.numel() ? " (a part no rank holds as primary)" : " (a part saved by two ranks)");
   }

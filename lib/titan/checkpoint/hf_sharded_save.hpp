@@ -18,8 +18,12 @@
 
 #include <c10/core/ScalarType.h>
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "titan/checkpoint/hf_folder.hpp"
 #include "titan/checkpoint/sharded_state.hpp"
@@ -30,6 +34,27 @@ class ProcessGroup;
 }
 
 namespace titan::checkpoint {
+
+/// @brief One box of a tensor to write, before its data is read.
+struct HfBox {
+  std::string fqn;                    ///< torchtitan name
+  std::vector<int64_t> global_shape;  ///< the whole tensor's
+  std::vector<int64_t> offsets;       ///< where the box starts in it, per dim
+  std::vector<int64_t> sizes;         ///< the box's extent, per dim
+  bool primary = true;                ///< this process writes it (one of equal replicas does)
+};
+
+/// @brief The data of box `i` (any device and dtype; its sizes), asked
+/// for when the writer reaches it and dropped after: a source that reads
+/// from disk holds one box at a time.
+using HfBoxReader = std::function<at::Tensor(size_t i)>;
+
+/// @brief save_hf_shards with the data read box by box: the same folder,
+/// the same checks (the data's sizes against the box too), one box in
+/// memory at a time. Collective over `group`.
+void save_hf_boxes(const std::string& folder, const std::vector<HfBox>& boxes, const HfBoxReader& read,
+                   const models::llama3::ModelArgs& args, at::ScalarType dtype,
+                   const dist::ProcessGroup* group = nullptr, int64_t max_shard_bytes = kHfDefaultShardBytes);
 
 /// @brief Writes the model `shards` of every rank of `group` (null: one
 /// process holding every box) as the HF folder `folder`: what

@@ -112,6 +112,9 @@ struct CheckpointManager::Job {
   bool model_only = false;
   std::string partial_dir, final_dir;
   ShardedState shards;       ///< CPU copies (async) or the live tensors (sync)
+  /// The dtype a synchronous weights-only save casts each box to as it is
+  /// written (an async save's staged copies are already cast).
+  std::optional<at::ScalarType> cast;
   nlohmann::json rank_state;  ///< this rank's part of metadata.json
   nlohmann::json job_state;   ///< the same on every rank (rank 0's is written)
   std::chrono::steady_clock::time_point started;
@@ -160,7 +163,7 @@ std::string CheckpointManager::wait_for_background() {
 void CheckpointManager::run_job(Job& job) {
   nlohmann::json mine;
   try {
-    const RankFile f = write_rank_file(job.partial_dir, rank_, job.shards);
+    const RankFile f = write_rank_file(job.partial_dir, rank_, job.shards, job.cast);
     job.report.bytes = f.bytes;
     kill_if_fault_injected(job.step, rank_);
     mine = {{"file", f.to_json()}, {"state", job.rank_state}};
@@ -266,7 +269,8 @@ void CheckpointManager::save(int64_t step, bool model_only, at::ScalarType dtype
       if (!s.primary || s.numel() == 0) continue;
       const at::ScalarType want = model_only ? dtype : s.local.scalar_type();
       if (!async_) {
-        if (want != s.local.scalar_type()) s.local = s.local.detach().to(want);
+        // Cast box by box as the file is written (write_rank_file), not
+        // here: a GPU rank would hold a cast copy of all its shards at once.
         job->shards.push_back(s);
         continue;
       }
@@ -287,6 +291,7 @@ void CheckpointManager::save(int64_t step, bool model_only, at::ScalarType dtype
       job->shards.push_back(std::move(staged));
     }
   }
+  if (!async_ && model_only) job->cast = dtype;
   job->job_state = {{"content", model_only ? "model" : "full"},
                     {"train_state", {{"step", step}}},
                     {"parallel", state_.parallel},

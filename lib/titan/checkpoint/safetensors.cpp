@@ -113,12 +113,26 @@ void save_safetensors(const std::string& path,
 SafetensorsWritten write_safetensors_durably(const std::string& path,
                                              const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                                              const std::map<std::string, std::string>& metadata) {
-  const std::string header = encode_safetensors_header(tensors, metadata);
+  for (const auto& [name, t] : tensors)
+    TITAN_CHECK(t.defined() && t.device().is_cpu() && t.is_contiguous(), "safetensors: tensor '", name,
+                "' must be a contiguous CPU tensor to be written");
+  return write_safetensors_streamed(path, tensors, [&](size_t i) { return tensors[i].second; }, metadata);
+}
+
+SafetensorsWritten write_safetensors_streamed(const std::string& path,
+                                              const std::vector<std::pair<std::string, at::Tensor>>& layout,
+                                              const std::function<at::Tensor(size_t)>& data,
+                                              const std::map<std::string, std::string>& metadata) {
+  const std::string header = encode_safetensors_header(layout, metadata);
   DurableFile out(path);
   out.write(header.data(), header.size());
-  for (const auto& [name, t] : tensors) {
-    TITAN_CHECK(t.device().is_cpu() && t.is_contiguous(), "safetensors: tensor '", name,
-                "' must be a contiguous CPU tensor to be written");
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const auto& [name, planned] = layout[i];
+    const at::Tensor t = data(i).detach().to(at::kCPU).contiguous();
+    TITAN_CHECK(t.scalar_type() == planned.scalar_type() && t.sizes() == planned.sizes(), "safetensors: tensor '",
+                name, "' has dtype ", c10::toString(t.scalar_type()), " and ", t.sizes().size(),
+                " dims of sizes ", t.sizes(), ", its header entry ", c10::toString(planned.scalar_type()), " and ",
+                planned.sizes());
     out.write(t.data_ptr(), static_cast<size_t>(t.numel() * t.element_size()));
   }
   out.close();

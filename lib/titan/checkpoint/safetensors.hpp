@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -93,6 +94,17 @@ struct SafetensorsWritten {
 SafetensorsWritten write_safetensors_durably(const std::string& path,
                                              const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                                              const std::map<std::string, std::string>& metadata = {});
+
+/// @brief write_safetensors_durably with each tensor's data asked for when
+/// its turn comes: `layout` gives the names, dtypes and shapes (meta
+/// tensors will do) for the header, `data(i)` tensor i's values (any
+/// device; copied to the CPU, written, dropped), so that the file's
+/// tensors are never all in host memory at once. Data that disagrees with
+/// the layout is a titan::Error naming the tensor.
+SafetensorsWritten write_safetensors_streamed(const std::string& path,
+                                              const std::vector<std::pair<std::string, at::Tensor>>& layout,
+                                              const std::function<at::Tensor(size_t)>& data,
+                                              const std::map<std::string, std::string>& metadata = {});
 
 /// @brief Reads a whole safetensors file into CPU tensors. A truncated file,
 /// bad JSON, unknown dtype or out-of-range offsets is a one-line titan::Error
