@@ -1,7 +1,14 @@
 """Reads a titan run's TensorBoard event file with the tensorboard package
 and compares every scalar with the run's metrics.jsonl.
 
-usage: tensorboard_roundtrip.py DUMP_FOLDER LOG_FREQ STEPS [TB_FOLDER]
+usage: tensorboard_roundtrip.py DUMP_FOLDER LOG_FREQ STEPS [TB_FOLDER] [RANK]
+
+With RANK ([metrics] save_for_all_ranks) the event file is that rank's, in
+TB_FOLDER/<run>/rank_RANK, and metrics.jsonl is still rank 0's: rank 0's
+file is compared in full; another rank's must have every tag and step, the
+job-wide values (loss, max loss, grad norm, lr) equal to the JSONL's, and
+its own (throughput, times, memory) finite and not negative: they are
+measured on that rank.
 
 The JSONL holds one record per step (rates of that step alone); a TensorBoard
 point is a log line, whose rates average over the steps since the previous
@@ -31,9 +38,12 @@ def fail(msg):
 def main():
     dump, log_freq, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     tb_folder = sys.argv[4] if len(sys.argv) > 4 else "tb"
-    files = sorted(glob.glob(os.path.join(dump, tb_folder, "*", "events.out.tfevents.*")))
+    rank = int(sys.argv[5]) if len(sys.argv) > 5 else None
+    pattern = ["*", "events.out.tfevents.*"] if rank is None else ["*", "rank_%d" % rank, "events.out.tfevents.*"]
+    files = sorted(glob.glob(os.path.join(dump, tb_folder, *pattern)))
     if len(files) != 1:
-        fail("expected exactly one event file (rank 0 only), found %d: %s" % (len(files), files))
+        fail("expected exactly one event file (%s), found %d: %s" % (
+            "rank 0 only" if rank is None else "rank_%d" % rank, len(files), files))
     path = files[0]
     print("event file:", os.path.relpath(path, dump), os.path.getsize(path), "bytes")
 
@@ -122,7 +132,11 @@ def main():
         for p in points:
             want = expected[p.step][tag]
             want32 = float(np.float32(want))
-            if tag in copied or want == 0:
+            if rank and tag not in copied:
+                # Measured on that rank: only that it is a reading is known.
+                ok = math.isfinite(p.value) and p.value >= 0
+                rel = 0.0
+            elif tag in copied or want == 0:
                 ok = p.value == want32
                 rel = 0.0 if ok else math.inf
             else:
@@ -134,7 +148,8 @@ def main():
         worst = max(worst, tag_worst)
         print("  %-30s steps %-14s last %-12.6g max rel diff %.2e" % (tag, ",".join(map(str, steps_seen)),
                                                                        points[-1].value, tag_worst))
-    print("OK: %d tags x %d log steps match metrics.jsonl (max rel diff %.2e)" % (len(want_tags), len(log_steps), worst))
+    what = "match metrics.jsonl" if not rank else "on rank %d, the job-wide ones equal to metrics.jsonl" % rank
+    print("OK: %d tags x %d log steps %s (max rel diff %.2e)" % (len(want_tags), len(log_steps), what, worst))
 
 
 if __name__ == "__main__":

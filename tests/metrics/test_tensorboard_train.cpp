@@ -2,9 +2,10 @@
 // run writes is read back by the Python tensorboard package
 // (tests/metrics/tensorboard_roundtrip.py, EventAccumulator) and every
 // scalar is compared with the metrics.jsonl beside it; on 2 ranks only rank
-// 0 writes.
+// 0 writes, unless save_for_all_ranks asks every rank to.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -30,8 +31,9 @@ std::string train(const std::string& dump, const std::string& extra) {
          " --training.steps 5 --metrics.log_freq 2 --metrics.enable_tensorboard" + extra;
 }
 
-std::string roundtrip(const std::string& dump, const std::string& tb_folder = "tb") {
-  return python() + " " + source_path("tests/metrics/tensorboard_roundtrip.py") + " " + dump + " 2 5 " + tb_folder;
+std::string roundtrip(const std::string& dump, const std::string& tb_folder = "tb", int rank = -1) {
+  return python() + " " + source_path("tests/metrics/tensorboard_roundtrip.py") + " " + dump + " 2 5 " + tb_folder +
+         (rank >= 0 ? " " + std::to_string(rank) : "");
 }
 
 TEST(TensorboardTrain, EventFileMatchesJsonl) {
@@ -58,6 +60,25 @@ TEST(TensorboardTrain, TwoRanksOnlyRankZeroWrites) {
   std::cout << c.output;
   EXPECT_EQ(c.exit_code, 0) << c.output;
   EXPECT_HAS(c.output, "OK: ");
+}
+
+// [metrics] save_for_all_ranks (torchtitan's): each rank writes its own
+// event file under rank_N of one run folder; the job-wide values of every
+// rank's file are those of rank 0's metrics.jsonl.
+TEST(TensorboardTrain, SaveForAllRanksWritesOneFolderPerRank) {
+  ScratchDir dir("tb_all_ranks");
+  const std::string dump = dir.path() + "/out";
+  auto r = run_command(train(dump, " --nproc 2 --metrics.save_for_all_ranks"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int rank : {0, 1}) {
+    auto c = run_command(roundtrip(dump, "tb", rank));
+    std::cout << c.output;
+    EXPECT_EQ(c.exit_code, 0) << c.output;
+    EXPECT_HAS(c.output, "OK: ");
+  }
+  // One run folder for both ranks (the job agrees on its name).
+  auto runs = run_command("ls " + dump + "/tb");
+  EXPECT_EQ(std::count(runs.output.begin(), runs.output.end(), '\n'), 1) << runs.output;
 }
 
 // [validation] on 2 ranks: the console's "validate step:" lines, one JSONL

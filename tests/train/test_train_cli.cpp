@@ -179,6 +179,31 @@ TEST(TrainCli, TwoRanksShardAndBadDegreesFailCleanly) {
   EXPECT_HAS(bad.output, "needs 2 ranks, but 3 were launched");
 }
 
+// [job] save_config_file (torchtitan's): rank 0 writes the effective config
+// (file, then command line) as {"section": {"key": value}} JSON under the
+// dump folder; a path that cannot be written stops both ranks with one line.
+TEST(TrainCli, SaveConfigFileWritesTheEffectiveConfig) {
+  ScratchDir dir("train_cli_save_config");
+  auto r = run_command(debug_run(dir) + " --nproc 2 --job.save_config_file cfg/job.json --optimizer.lr 0.0005");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string path = dir.path() + "/out/cfg/job.json";
+  EXPECT_HAS(r.output, "config    written to " + path);
+  const nlohmann::json j = nlohmann::json::parse(titan::files::read_file(path));
+  EXPECT_EQ(j["model"]["flavor"], "debugmodel");                 // from the file
+  EXPECT_EQ(j["training"]["seq_len"], 16);                       // from the command line
+  EXPECT_EQ(j["optimizer"]["lr"], 0.0005);
+  EXPECT_EQ(j["job"]["save_config_file"], "cfg/job.json");
+  EXPECT_EQ(j["training"]["steps"], 3);
+  EXPECT_EQ(j["checkpoint"]["enable_checkpoint"], false);        // defaults too: every key
+  std::printf("%s: %zu sections\n", path.c_str(), j.size());
+
+  std::ofstream(dir.path() + "/blocker") << "a file, not a folder\n";
+  auto bad = run_command(debug_run(dir) + " --nproc 2 --job.save_config_file " + dir.path() + "/blocker/job.json");
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+  EXPECT_HAS(bad.output, "[job] save_config_file: cannot open " + dir.path() + "/blocker/job.json for writing (Not a directory)");
+  EXPECT_HAS(bad.output, "[rank 1] error: [job] save_config_file failed on rank 0");
+}
+
 }  // namespace
 
 // The capstone's 4-D layout through `titan train --nproc 16`: FSDP 2 x CP 2

@@ -23,6 +23,9 @@ struct JobSection {
   std::string config_file;                ///< the TOML file this config was loaded from ("" = none)
   std::string dump_folder = "./outputs";  ///< root folder for checkpoints, traces, logs
   std::string description = "default job";  ///< free text, printed at start
+  /// Rank 0 writes the effective config as JSON to this path under
+  /// dump_folder (torchtitan's save_config_file); "" = not written.
+  std::string save_config_file;
 };
 
 /// @brief [profiling]: trace capture and memory snapshots.
@@ -41,6 +44,9 @@ struct MetricsSection {
   int64_t log_freq = 10;               ///< steps between metric lines
   bool enable_tensorboard = false;     ///< write TensorBoard event files
   std::string save_tb_folder = "tb";   ///< under dump_folder
+  /// Every rank writes TensorBoard files, under rank_<N> of the run's
+  /// folder (its own throughput, times and memory); else rank 0 alone.
+  bool save_for_all_ranks = false;
 };
 
 /// @brief [model]: which model and tokenizer.
@@ -256,6 +262,9 @@ struct JobConfig {
   /// @brief The effective config as TOML (canonical names, every key), for
   /// logs and `titan config`; loading it back gives the same values.
   std::string to_toml() const;
+  /// @brief The same as JSON, {"section": {"key": value}} (torchtitan's
+  /// save_config_file layout, with titan's names), indented by 2.
+  std::string to_json() const;
 };
 
 }  // namespace titan::config

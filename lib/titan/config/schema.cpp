@@ -3,6 +3,8 @@
 // member's C++ type, so the table cannot disagree with the struct.
 #include "titan/config/schema.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +40,8 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(job, config_file, "TOML file the config was loaded from (set with --job.config_file)"),
       TITAN_FIELD(job, dump_folder, "root folder for checkpoints, traces and logs"),
       TITAN_FIELD(job, description, "free text printed at start"),
+      TITAN_FIELD(job, save_config_file,
+                  "rank 0 writes the effective config as JSON here, under dump_folder (\"\" = not written)"),
 
       TITAN_FIELD(profiling, enable_profiling, "capture a trace every profile_freq steps"),
       TITAN_FIELD(profiling, save_traces_folder, "trace folder, under dump_folder"),
@@ -51,6 +55,8 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(metrics, log_freq, "steps between metric lines (> 0)"),
       TITAN_FIELD(metrics, enable_tensorboard, "write TensorBoard event files"),
       TITAN_FIELD(metrics, save_tb_folder, "TensorBoard folder, under dump_folder"),
+      TITAN_FIELD(metrics, save_for_all_ranks,
+                  "every rank writes TensorBoard files (its own rates and memory), in rank_N of the run's folder"),
 
       TITAN_FIELD(model, name, "model family", "llama3"),
       TITAN_FIELD(model, flavor, "model size: debugmodel, 1B, 3B, 8B, 70B, 405B (checked by the model registry)"),
@@ -403,6 +409,18 @@ std::string JobConfig::to_toml() const {
   for (size_t i = 0; i < sections.size(); ++i)
     os << (i ? "\n" : "") << "[" << sections[i].first << "]\n" << sections[i].second;
   return os.str();
+}
+
+std::string JobConfig::to_json() const {
+  nlohmann::json out = nlohmann::json::object();
+  auto add = [&](const Field& f) {
+    nlohmann::json& slot = out[f.section][f.key];
+    std::visit([&](const auto& v) { slot = v; }, f.get(*this));
+  };
+  for (const Field& f : fields()) add(f);
+  for (const Field& f : torchtitan_only_fields())
+    if (torchtitan_only.count(f.name())) add(f);
+  return out.dump(2) + "\n";
 }
 
 std::string markdown_reference() {

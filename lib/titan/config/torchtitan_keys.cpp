@@ -61,7 +61,7 @@ std::vector<TorchtitanKey> make_table() {
       row("job", "dump_folder", S("./outputs"), kTitan),
       row("job", "description", S("default job"), kTitan),
       row("job", "print_config", B(false), kCosmetic, "`titan config` prints the config"),
-      row("job", "save_config_file", None(kStr), kDefault, "titan does not write the config to a file"),
+      row("job", "save_config_file", None(kStr), kTitan),
       row("job", "custom_config_module", S(""), kDefault,
           "extends the config schema; \"\" or a torchtitan.* module is accepted", names_torchtitan_module),
 
@@ -77,7 +77,7 @@ std::vector<TorchtitanKey> make_table() {
       row("metrics", "enable_tensorboard", B(false), kTitan),
       row("metrics", "disable_color_printing", B(false), kCosmetic, "titan's log lines have no colour"),
       row("metrics", "save_tb_folder", S("tb"), kTitan),
-      row("metrics", "save_for_all_ranks", B(false), kDefault, "TensorBoard files from every rank"),
+      row("metrics", "save_for_all_ranks", B(false), kTitan),
       row("metrics", "enable_wandb", B(false), kDefault, "Weights & Biases logging"),
 
       row("model", "name", S("llama3"), kTitan),

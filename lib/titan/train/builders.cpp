@@ -94,8 +94,13 @@ std::unique_ptr<metrics::MetricsProcessor> build_metrics_processor(const config:
   if (b.writes) {
     o.jsonl_path = metrics_jsonl_path(cfg);
     ::unlink(o.jsonl_path.c_str());  // a new run starts a new metrics file
-    if (cfg.metrics.enable_tensorboard)
-      o.tensorboard_dir = metrics::tensorboard_run_dir(cfg.job.dump_folder, cfg.metrics.save_tb_folder);
+  }
+  if (cfg.metrics.enable_tensorboard && (b.writes || cfg.metrics.save_for_all_ranks)) {
+    o.tensorboard_dir = b.tensorboard_run.empty()
+                            ? metrics::tensorboard_run_dir(cfg.job.dump_folder, cfg.metrics.save_tb_folder)
+                            : b.tensorboard_run;
+    // torchtitan's layout: <run>/rank_<N>, one folder (and event file) per rank.
+    if (cfg.metrics.save_for_all_ranks) o.tensorboard_dir += "/rank_" + std::to_string(b.rank);
   }
   o.console = b.console;
   o.progress = b.progress;

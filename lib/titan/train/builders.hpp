@@ -69,6 +69,10 @@ struct MetricsBuild {
   double flops_per_token = 0;
   double peak_flops = 0;
   int num_ranks = 1;
+  int rank = 0;  ///< names the rank_N folder with [metrics] save_for_all_ranks
+  /// The run's TensorBoard folder as the job agreed on it (every rank's
+  /// clock may not read the same minute); "" = from this process's clock.
+  std::string tensorboard_run;
   c10::Device device{c10::kCPU};
 };
 

@@ -3,12 +3,16 @@
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <cmath>
+#include <fstream>
 #include <iostream>
 
+#include "titan/checkpoint/dcp.hpp"
 #include "titan/checkpoint/manager.hpp"
 #include "titan/config/supported.hpp"
 #include "titan/util/files.hpp"
@@ -171,7 +175,21 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   mb.peak_flops = peak_.flops;
   mb.num_ranks = static_cast<int>(dims_.world_size);
   mb.device = device_;
+  mb.rank = rank_;
+  if (cfg_.metrics.enable_tensorboard && cfg_.metrics.save_for_all_ranks && mesh_) {
+    // One run folder for the job: rank 0's clock names it, the others read
+    // the name from the job's store (their clocks may be past the minute).
+    const std::string key = "titan/tensorboard_run";
+    if (rank_ == 0) {
+      mb.tensorboard_run = metrics::tensorboard_run_dir(cfg_.job.dump_folder, cfg_.metrics.save_tb_folder);
+      dist::world().store()->set(key, std::vector<uint8_t>(mb.tensorboard_run.begin(), mb.tensorboard_run.end()));
+    } else {
+      const std::vector<uint8_t> name = dist::world().store()->get(key);
+      mb.tensorboard_run.assign(name.begin(), name.end());
+    }
+  }
   metrics_ = build_metrics_processor(cfg_, mb);
+  if (!cfg_.job.save_config_file.empty()) save_config_file();
 
   // Checkpoints: resume from the latest one in the folder (a fresh start
   // when there is none), resharded to this job's layout.
@@ -240,6 +258,29 @@ void Trainer::build_model() {
     init_report_ = init_sharded_weights(parts, mesh_.get(), args_, static_cast<uint64_t>(cfg_.training.seed));
   }
   init_peak_bytes_ = metrics::tensor_memory(device_).peak_bytes - bytes_before_model;
+}
+
+void Trainer::save_config_file() {
+  // torchtitan's [job] save_config_file: rank 0 writes the effective config
+  // as JSON; a path it cannot write stops every rank with its one line.
+  const std::string path = files::join(cfg_.job.dump_folder, cfg_.job.save_config_file);
+  std::string error;
+  if (rank_ == 0) {
+    try {
+      TITAN_CHECK(files::make_directories(files::dir_name(path)), "[job] save_config_file: cannot create the folder of ",
+                  path);
+      std::ofstream out(path, std::ios::trunc);
+      TITAN_CHECK(out.is_open(), "[job] save_config_file: cannot open ", path, " for writing (", std::strerror(errno),
+                  ")");
+      out << cfg_.to_json();
+      out.flush();
+      TITAN_CHECK(out.good(), "[job] save_config_file: cannot write ", path);
+      early_lines_.push_back("config    written to " + path + " (save_config_file)");
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  checkpoint::agree_on_errors(mesh_ ? dist::world().group().get() : nullptr, error, "[job] save_config_file");
 }
 
 void Trainer::build_checkpointer() {

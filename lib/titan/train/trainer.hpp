@@ -174,6 +174,7 @@ class Trainer {
   void build_model();
   /// The CheckpointManager over the trainer's state, and the resume.
   void build_checkpointer();
+  void save_config_file();
   void print(const std::string& line);
   /// Warns once, and invalidates the calibration, when a logged MFU > 100 %.
   void check_mfu(const metrics::LogRecord& r);
