@@ -30,7 +30,8 @@
 // other layouts and compares the weights with the saved ones; (3) resumes
 // after a "crash" and compares with the uninterrupted run; (4) times a
 // synchronous save against the two async modes; (5) shows a partial save
-// ignored and a corrupted file refused.
+// ignored and a corrupted file refused; (6) exports the model as a Hugging
+// Face folder that every rank writes its own rows of, gathered by nobody.
 //
 //   ./build/bin/ch08_distributed_checkpoint --nproc 4
 //   ./build/bin/ch08_distributed_checkpoint --nproc 2 --quick     # CTest
@@ -46,6 +47,7 @@
 
 #include "titan/checkpoint/dcp.hpp"
 #include "titan/checkpoint/file_io.hpp"
+#include "titan/checkpoint/hf_folder.hpp"
 #include "titan/checkpoint/manager.hpp"
 #include "titan/util/files.hpp"
 #include "titan/dist/process_group.hpp"
@@ -307,6 +309,43 @@ int main(int argc, char** argv) {
       std::printf("   one bit flipped in %s:\n     %s\n\n", file.c_str(), error.empty() ? "NOT DETECTED" : error.c_str());
       ok = ok && !error.empty();
     }
+    // ------------------------------------------------ (6) Hugging Face export
+    // The last save can be a Hugging Face folder instead ([checkpoint]
+    // last_save_in_hf): config.json and safetensors files whose layout
+    // (which file holds which tensor, at which offset) follows from the
+    // model's shapes alone. So every rank knows where its rows go, rank 0
+    // creates the files at their final size, and each rank writes its boxes
+    // in place; q and k rows land in Hugging Face's rotate-half order.
+    // Here the weights saved at step `steps` are exported as a new job's
+    // last save would write them.
+    config::JobConfig hf = fsdp;
+    hf.checkpoint.folder = "hf_export";
+    hf.checkpoint.initial_load_path = saved_dir;
+    hf.checkpoint.model_weights_only = true;
+    hf.checkpoint.last_save_in_hf = true;
+    hf.checkpoint.export_dtype = "bfloat16";
+    {
+      train::Trainer t(hf, trainer_options(opt));
+      t.checkpointer()->maybe_save(opt.steps, /*last=*/true);
+    }
+    if (rank == 0) {
+      const std::string hf_dir = dump + "/hf_export/" + checkpoint::step_folder_name(opt.steps);
+      std::printf("6. the model as a Hugging Face folder, each of the %d ranks writing its own rows: %s holds\n", n,
+                  hf_dir.c_str());
+      for (const std::string& path : files::list_files(hf_dir))
+        std::printf("     %-26s %9.1f KiB\n", files::base_name(path).c_str(),
+                    static_cast<double>(checkpoint::file_size(path)) / 1024);
+      // Read back by the whole-tensor reader (its own q/k permutation).
+      const checkpoint::HfCheckpoint back = checkpoint::read_hf_folder(hf_dir);
+      double d = 0;
+      for (const auto& [name, w] : saved_state.weights)
+        d = std::max(d, (back.titan_state.at(name).to(at::kFloat) - w.to(at::kBFloat16).to(at::kFloat))
+                            .abs().max().item<double>());
+      ok = ok && d == 0;
+      std::printf("   read back: %zu tensors, max |HF weight - saved weight in bfloat16| = %.3g %s\n\n",
+                  back.titan_state.size(), d, d == 0 ? "(bitwise)" : "FAIL");
+    }
+
     at::Tensor flag = at::full({1}, ok ? 0.0 : 1.0, at::kDouble);
     group.all_reduce(flag, dist::ReduceOp::Max);
     ok = flag.item<double>() == 0;
