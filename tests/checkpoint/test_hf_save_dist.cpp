@@ -189,6 +189,19 @@ TEST(HfSaveDist, LastSaveInHfHoldsTheGatheredWeights) {
   const int n = titan::testing::world().size();
   SharedDir dir("hf_last");
   expect_last_save_in_hf(base(dir.path() + "/fsdp"), "FSDP " + std::to_string(n));
+  // Resuming names the HF step: a one-line pointer to the way to start from it.
+  JobConfig at_hf = base(dir.path() + "/fsdp");
+  at_hf.checkpoint.load_step = 6;
+  std::string refused;
+  try {
+    Trainer t(at_hf, quiet(at_hf));
+  } catch (const titan::Error& e) {
+    refused = e.what();
+  }
+  EXPECT_NE(refused.find("has no complete checkpoint step-6 (that folder is a Hugging Face save: start from it with "
+                         "initial_load_path and initial_load_in_hf = true)"),
+            std::string::npos)
+      << refused;
 
   JobConfig tp = base(dir.path() + "/tp");
   tp.training.tensor_parallel_degree = 2;
