@@ -425,7 +425,7 @@ void load_shards(const CheckpointInfo& ckpt, ShardedState& targets, const dist::
 
   try {
     at::NoGradGuard no_grad;
-    std::map<std::string, SafetensorsHeader> headers;
+    std::map<std::string, SafetensorsHeader>& headers = *ckpt.headers;
     for (const Piece& p : pieces) {
       const std::string path = ckpt.dir + "/" + p.file;
       auto h = headers.find(p.file);

@@ -30,10 +30,12 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "titan/checkpoint/safetensors.hpp"
 #include "titan/checkpoint/sharded_state.hpp"
 
 namespace titan::dist {
@@ -104,6 +106,11 @@ struct CheckpointInfo {
   std::string dir;
   int64_t step = 0;
   nlohmann::json metadata;  ///< metadata.json as written
+  /// The files' parsed headers (file name → header), filled by loads as they
+  /// read them: a reader that loads tensor by tensor parses each file's
+  /// header once, not once per tensor. Shared by copies of this info.
+  std::shared_ptr<std::map<std::string, SafetensorsHeader>> headers =
+      std::make_shared<std::map<std::string, SafetensorsHeader>>();
   /// Whether `fqn` is in the tensor index.
   bool has_tensor(const std::string& fqn) const;
   /// Whether it holds the whole training state (a run can resume from it),

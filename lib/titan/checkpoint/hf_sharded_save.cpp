@@ -37,12 +37,16 @@ struct PlannedTensor {
   uint64_t begin = 0;
   int64_t heads = 0;  // > 0: a q/k projection, rows in rotate-half order over this many heads
   size_t index = 0;   // position in model order (for the coverage count)
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
+  int64_t numel() const;
 };
+
+int64_t volume(const std::vector<int64_t>& sizes) {
+  int64_t n = 1;
+  for (int64_t d : sizes) n *= d;
+  return n;
+}
+
+int64_t PlannedTensor::numel() const { return volume(shape); }
 
 struct PlannedFile {
   std::string name;    // "model.safetensors" or "model-00001-of-00003.safetensors"
@@ -74,8 +78,7 @@ Layout plan_layout(const models::llama3::ModelArgs& args, at::ScalarType dtype, 
   std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>> groups(1);
   int64_t group_bytes = 0;
   for (const auto& [name, shape] : titan_llama_shapes(args)) {
-    int64_t bytes = elem;
-    for (int64_t d : shape) bytes *= d;
+    const int64_t bytes = elem * volume(shape);
     if (!groups.back().empty() && group_bytes + bytes > max_shard_bytes) {
       groups.emplace_back();
       group_bytes = 0;
@@ -136,12 +139,6 @@ void check_box(const HfBox& b, const PlannedTensor& p) {
     TITAN_CHECK(b.offsets[d] >= 0 && b.sizes[d] >= 0 && b.offsets[d] + b.sizes[d] <= p.shape[d], "hf save: ", b.fqn,
                 "'s box [", b.offsets[d], ", +", b.sizes[d], ") leaves the tensor along dim ", d, " (size ", p.shape[d],
                 ")");
-}
-
-int64_t volume(const std::vector<int64_t>& sizes) {
-  int64_t n = 1;
-  for (int64_t d : sizes) n *= d;
-  return n;
 }
 
 // Writes one box at its place: each row of the box is a contiguous span of
