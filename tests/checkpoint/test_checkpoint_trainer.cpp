@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include "../train/train_test_util.hpp"
 #include "support/error_of.hpp"
@@ -225,6 +226,56 @@ TEST(CheckpointTrainer, WeightsOnlyLastSaveInExportDtype) {
   cfg.training.steps = 6;
   const TrainRun resumed = train(cfg);
   EXPECT_EQ(resumed.start_step, 3);
+}
+
+// [training] dtype = "bfloat16": a checkpoint holds the bf16 weights and
+// Adam moments as they are (no fp32 copy to save), a resume continues bit
+// for bit, and a checkpoint an fp32 job saved loads rounded to bf16 (as a
+// DCP load into bf16 parameters casts), which the resume line says.
+TEST(CheckpointTrainer, PureBf16ResumesBitwiseAndLoadsAnFp32CheckpointRounded) {
+  ScratchDir dir("ckpt_bf16");
+  JobConfig cfg = checkpointed(dir.path() + "/bf16");
+  cfg.training.dtype = "bfloat16";
+  cfg.training.deterministic = true;
+  const TrainRun whole = train(cfg);
+  const std::string folder = cfg.job.dump_folder + "/checkpoint";
+  const ck::CheckpointInfo last = ck::open_checkpoint(folder + "/step-6");
+  int64_t tensors = 0;
+  for (const auto& [name, entry] : last.metadata.at("tensors").items()) {
+    EXPECT_EQ(entry.at("dtype"), "BF16") << name;
+    ++tensors;
+  }
+  EXPECT_EQ(tensors, 3 * static_cast<int64_t>(whole.weights.size()));  // weights, exp_avg, exp_avg_sq
+  titan::files::remove_all(folder + "/step-6");
+  const TrainRun resumed = train(cfg);
+  EXPECT_EQ(resumed.start_step, 3);
+  expect_bitwise_equal(resumed, whole, 3);
+
+  // An fp32 job's step 3, loaded by a bf16 job that has no step left to run.
+  const JobConfig fp32 = checkpointed(dir.path() + "/fp32", /*steps=*/3, /*interval=*/3);
+  const TrainRun saved = train(fp32);
+  JobConfig bf16 = fp32;
+  bf16.training.dtype = "bfloat16";
+  std::ostringstream out;
+  TrainerOptions o = quiet();
+  o.console = true;
+  o.out = &out;
+  Trainer t(bf16, o);
+  EXPECT_EQ(t.step(), 3);
+  t.train();  // prints the resume line; no step left to run
+  EXPECT_HAS(out.str(), "checkpoint: resumed from " + fp32.job.dump_folder +
+                            "/checkpoint/step-3 (step 3); saved in float32, cast to this job's bfloat16");
+  for (const auto& [name, w] : t.full_state_dict()) {
+    EXPECT_EQ(w.scalar_type(), at::kBFloat16) << name;
+    EXPECT_TRUE(at::equal(w, saved.weights.at(name).to(at::kBFloat16))) << name;
+  }
+  const auto params = t.trained_parameters();
+  ASSERT_EQ(params.size(), saved.exp_avg_sq.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const at::Tensor v = titan::optim::adam_state(t.optimizer(), params[i]).exp_avg_sq;
+    EXPECT_EQ(v.scalar_type(), at::kBFloat16) << "parameter " << i;
+    EXPECT_TRUE(at::equal(v, saved.exp_avg_sq[i].to(at::kBFloat16))) << "parameter " << i;
+  }
 }
 
 TEST(CheckpointTrainer, SeedCheckpointStartsEveryJobFromTheSameWeights) {

@@ -406,7 +406,7 @@ TEST(TorchtitanConfig, TurningOnAFeatureTitanLacksIsOneLineNamingTheKey) {
   EXPECT_EQ(e.find('\n'), std::string::npos) << e;
   for (const char* text : {"[fault_tolerance]\nenable = true\n", "[metrics]\nenable_wandb = true\n",
                            "[checkpoint]\nenable = true\ninitial_load_in_hf_quantized = true\n", "[quantize.linear.float8]\nemulate = true\n",
-                           "[parallelism]\nexpert_parallel_degree = 2\n", "[training]\ndtype = \"bfloat16\"\n",
+                           "[parallelism]\nexpert_parallel_degree = 2\n", "[debug]\nmoe_force_load_balance = true\n",
                            "[job]\ncustom_config_module = \"my_project.config\"\n", "[model]\nconverters = [\"mx\"]\n"}) {
     const std::string m = required_error_of([&] { check_supported(load_text(text)); });
     EXPECT_NE(m.find("not supported"), std::string::npos) << text << ": " << m;

@@ -27,6 +27,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <set>
+
+#include <torch/optim/adamw.h>
 
 #include "support/dist_test.hpp"
 #include "titan/config/load.hpp"
@@ -51,7 +54,24 @@ struct Run {
   std::vector<std::pair<int64_t, double>> validation;  // [validation]: (step, loss)
   int64_t tokens = 0;  // trained on, all ranks, all steps
   std::map<std::string, at::Tensor> weights;  // full, unsharded
+  // The dtypes this rank's parameters, gradients and Adam moments are held in.
+  std::set<at::ScalarType> state_dtypes;
 };
+
+std::set<at::ScalarType> held_dtypes(torch::optim::Optimizer& optimizer) {
+  std::set<at::ScalarType> out;
+  for (const auto& group : optimizer.param_groups())
+    for (const at::Tensor& p : group.params()) {
+      out.insert(p.scalar_type());
+      if (p.grad().defined()) out.insert(p.grad().scalar_type());
+    }
+  for (const auto& [key, state] : optimizer.state()) {
+    const auto& adam = static_cast<const torch::optim::AdamWParamState&>(*state);
+    out.insert(adam.exp_avg().scalar_type());
+    out.insert(adam.exp_avg_sq().scalar_type());
+  }
+  return out;
+}
 
 // emulate 0: the parallel run itself; >= 1: the single-process reference
 // of that many data-parallel ranks.
@@ -71,6 +91,7 @@ Run train(JobConfig cfg, int64_t emulate, const titan::models::llama3::ModelArgs
   Trainer trainer(std::move(cfg), o);
   run.validation = trainer.train().validation_losses;
   run.weights = trainer.full_state_dict();
+  run.state_dtypes = held_dtypes(trainer.optimizer());
   return run;
 }
 
@@ -179,6 +200,11 @@ void expect_matches_reference(JobConfig cfg, const std::string& what,
     // fp32 means times their counts, summed in float64 in another order.
     EXPECT_LT(worst_val, 3e-7) << what << ": validation losses";
   }
+  // Weights, gradients and Adam's moments are held in [training] dtype on
+  // every rank, as in the one process.
+  const std::set<at::ScalarType> stored = {cfg.training.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat};
+  EXPECT_EQ(parallel.state_dtypes, stored) << what << ": the parallel run's parameters, gradients or Adam state";
+  EXPECT_EQ(ref.state_dtypes, stored) << what << ": the reference's parameters, gradients or Adam state";
   record_matrix_row(what, n, ref.losses.size(), worst_loss, worst_norm, worst_weight, rel_tol, weight_tol);
   EXPECT_LT(worst_loss, rel_tol) << what;
   EXPECT_LT(worst_norm, rel_tol) << what;
@@ -959,4 +985,68 @@ TEST(TrainerValidation, TensorAndPipelineParallelMatchReference) {
   b.training.data_parallel_shard_degree = 1;
   enable_validation(b, dir);
   expect_matches_reference(b, "PP 2 x CP 2 block_causal (1F1B), validation", pp_model(), kPpWeightTol);
+}
+
+// ---------------------------------------------------------------- pure bf16
+// [training] dtype = "bfloat16" (torchtitan's pure bf16 training): weights,
+// gradients and Adam's moments are bf16 on every rank, with no fp32 copy
+// (expect_matches_reference checks the dtypes of both runs), and each
+// layout trains as one bf16 process on the same batches does.
+//
+// FSDP and DDP on 2 ranks are exact: each rank's bf16 gradient is summed
+// with the other's and rounded once to bf16, as the one process's bf16
+// accumulation of its two micro-batches does (measured: weights bitwise
+// equal, losses 3.1e-8 relative, summed in another order), so they keep
+// the fp32 bounds. Elsewhere a sum is rounded to bf16 at other points (TP's
+// and CP's partial products, PP's micro-batches, 4 micro-batches
+// accumulated in bf16 by the one process against FSDP's fp32 reduction),
+// and rounding is bf16's (3.9e-3 relative): measured over 6 steps (3 for
+// PP) up to 9.8e-5 relative on losses and 1.8e-4 on gradient norms (CP 2 x
+// TP 2), weights 2.7e-2 apart where an Adam update of ~1e-2 lands on the
+// other side of a bf16 rounding (FSDP 2 x TP 2's embedding). Bounds: 1e-3
+// relative and 5e-2, which still catch a lost micro-batch or a missing
+// average (the loss or the norm off by 1e-2 and more).
+constexpr double kBf16RelTol = 1e-3, kBf16WeightTol = 5e-2;
+
+TEST(TrainerPureBf16, EveryLayoutMatchesReference) {
+  const int n = titan::testing::world().size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "runs on 2 or 4 ranks";
+  titan::testing::ScratchDir dir("trainer_pure_bf16");
+  JobConfig c = base_config(dir);
+  c.training.dtype = "bfloat16";
+  c.training.mixed_precision_param = "bfloat16";
+  const auto rounded = [](JobConfig cfg, const std::string& what, const titan::models::llama3::ModelArgs& args,
+                          bool same_tokens = false) {
+    expect_matches_reference(cfg, what, args, kBf16WeightTol, same_tokens, {}, kBf16RelTol);
+  };
+  JobConfig tp = c;
+  tp.training.tensor_parallel_degree = 2;
+  tp.training.enable_loss_parallel = true;
+  JobConfig pp = c;
+  pp.training.steps = 3;
+  pp.experimental.pipeline_parallel_degree = 2;
+  JobConfig cp = c;
+  cp.training.context_parallel_degree = 2;
+  cp.training.data_parallel_shard_degree = 1;
+  if (n == 2) {
+    expect_matches_reference(c, "bf16: FSDP");
+    JobConfig ddp = c;
+    ddp.training.data_parallel_replicate_degree = 2, ddp.training.data_parallel_shard_degree = 1;
+    expect_matches_reference(ddp, "bf16: DDP");
+    rounded(tp, "bf16: TP (SP, loss parallel)", tp_model());
+    pp.training.batch_size = 4;  // 4 micro-batches of 1
+    pp.training.data_parallel_shard_degree = 1;
+    pp.experimental.pipeline_parallel_schedule = "Interleaved1F1B";
+    rounded(pp, "bf16: PP (Interleaved1F1B)", pp_model());
+    rounded(cp, "bf16: CP", titan::testing::tiny_model(), true);
+  } else {
+    JobConfig hsdp = c;
+    hsdp.training.data_parallel_replicate_degree = 2;
+    rounded(hsdp, "bf16: HSDP 2x2", titan::testing::tiny_model());
+    rounded(tp, "bf16: FSDP 2 x TP 2", tp_model());
+    pp.experimental.pipeline_parallel_schedule = "1F1B";
+    rounded(pp, "bf16: PP 2 x FSDP 2 (1F1B)", pp_model());
+    cp.training.tensor_parallel_degree = 2;
+    rounded(cp, "bf16: CP 2 x TP 2", tp_model(), true);
+  }
 }

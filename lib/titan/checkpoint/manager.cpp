@@ -96,6 +96,26 @@ void kill_if_fault_injected(int64_t step, int rank) {
   std::raise(SIGKILL);
 }
 
+// A checkpoint saved in another dtype than the job holds its parameters
+// in ([training] dtype) loads cast; the resume line says so. "" when the
+// dtypes agree.
+std::string dtype_change_note(const CheckpointInfo& ckpt, const ShardedState& model) {
+  if (model.empty()) return "";
+  const auto name = [](at::ScalarType t) {
+    return t == at::kFloat ? std::string("float32") : t == at::kBFloat16 ? std::string("bfloat16") : c10::toString(t);
+  };
+  std::map<std::string, SavedTensor> saved;
+  try {
+    saved = model_tensor_index(ckpt);
+  } catch (const std::exception&) {
+    return "";  // load_shards has read it: nothing to add
+  }
+  const auto it = saved.find(model.front().fqn);
+  const at::ScalarType held = model.front().local.scalar_type();
+  if (it == saved.end() || it->second.dtype == held) return "";
+  return "; saved in " + name(it->second.dtype) + ", cast to this job's " + name(held);
+}
+
 }  // namespace
 
 at::ScalarType export_dtype(const std::string& name) {
@@ -457,9 +477,10 @@ int64_t CheckpointManager::restore(const CheckpointInfo& ckpt, bool weights_only
     targets.insert(targets.end(), moments.begin(), moments.end());
   }
   load_shards(ckpt, targets, group);
+  const std::string cast = loads("model") ? dtype_change_note(ckpt, model) : "";
   if (weights_only) {
-    print(strprintf("checkpoint: loaded the weights of %s (weights only): training starts at step 1%s", what.c_str(),
-                    left_out.c_str()));
+    print(strprintf("checkpoint: loaded the weights of %s (weights only): training starts at step 1%s%s", what.c_str(),
+                    cast.c_str(), left_out.c_str()));
     return ckpt.step;
   }
 
@@ -500,8 +521,8 @@ int64_t CheckpointManager::restore(const CheckpointInfo& ckpt, bool weights_only
     error = e.what();
   }
   agree_on_errors(group, error, "checkpoint load");
-  print(strprintf("checkpoint: resumed from %s (step %lld)%s%s", what.c_str(), static_cast<long long>(*state_.step),
-                  note.c_str(), left_out.c_str()));
+  print(strprintf("checkpoint: resumed from %s (step %lld)%s%s%s", what.c_str(), static_cast<long long>(*state_.step),
+                  cast.c_str(), note.c_str(), left_out.c_str()));
   return ckpt.step;
 }
 

@@ -112,7 +112,14 @@ struct TrainingSection {
   std::string dataset_path;             ///< where the named dataset's files are (torchtitan's rule: it wins when set)
   int64_t seed = 0;                     ///< RNG seed for init and data order
   bool deterministic = false;           ///< ask torch for deterministic kernels
+  /// With `deterministic`: an op without a deterministic kernel warns
+  /// (once) instead of stopping the job (torchtitan's [debug] key).
+  bool deterministic_warn_only = false;
   std::string device = "auto";          ///< "auto", "cpu" or "cuda"
+  /// The parameters' own dtype ("float32" or "bfloat16"): "bfloat16" keeps
+  /// weights, gradients and optimizer state in bf16 with no fp32 copy
+  /// (torchtitan's pure bf16 training); RoPE and the loss stay fp32.
+  std::string dtype = "float32";
   std::string mixed_precision_param = "bfloat16";  ///< FSDP parameter dtype; the autocast dtype without FSDP/TP/PP on GPUs
   std::string mixed_precision_reduce = "float32";  ///< FSDP gradient-reduction dtype
   bool enable_cpu_offload = false;                ///< FSDP shards, grads, optimizer state in CPU memory

@@ -115,7 +115,12 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(training, dataset_path, "the dataset's files (file or folder); \"\" = dataset is the path"),
       TITAN_FIELD(training, seed, "seed for initialisation and data order (>= 0)"),
       TITAN_FIELD(training, deterministic, "use deterministic kernels"),
+      TITAN_FIELD(training, deterministic_warn_only,
+                  "with deterministic: an op with no deterministic kernel warns instead of stopping the job"),
       TITAN_FIELD(training, device, "where to train", "auto", "cpu", "cuda"),
+      TITAN_FIELD(training, dtype,
+                  "the parameters' dtype: bfloat16 keeps weights, gradients and optimizer state in bf16 (no fp32 "
+                  "copy; RoPE and the loss stay fp32)", "float32", "bfloat16"),
       TITAN_FIELD(training, mixed_precision_param, "compute dtype: FSDP's parameter dtype; without FSDP, TP or PP, what forward autocasts to on GPUs", "bfloat16", "float32"),
       TITAN_FIELD(training, mixed_precision_reduce, "gradient-reduction dtype under FSDP", "float32", "bfloat16"),
       TITAN_FIELD(training, enable_cpu_offload, "FSDP: keep shards, gradients and optimizer state in CPU memory"),

@@ -111,7 +111,7 @@ std::vector<TorchtitanKey> make_table() {
       row("training", "max_norm", F(1.0), kTitan),
       row("training", "steps", I(10000), kTitan),
       row("training", "enable_cpu_offload", B(false), kTitan),
-      row("training", "dtype", S("float32"), kDefault, "all parameters and optimizer state in bfloat16"),
+      row("training", "dtype", S("float32"), kTitan),
       row("training", "mixed_precision_param", S("bfloat16"), kTitan),
       row("training", "mixed_precision_reduce", S("float32"), kTitan),
       row("training", "gc_freq", I(50), kCosmetic, "Python garbage collection; titan has none"),
@@ -229,7 +229,7 @@ std::vector<TorchtitanKey> make_table() {
 
       row("debug", "seed", None(kInt), kTitan),
       row("debug", "deterministic", B(false), kTitan),
-      row("debug", "deterministic_warn_only", B(false), kDefault, "deterministic mode that only warns"),
+      row("debug", "deterministic_warn_only", B(false), kTitan),
       row("debug", "moe_force_load_balance", B(false), kDefault, "mixture of experts"),
 
       // torchtitan's own custom_config_modules of v0.2.0-v0.2.2, read off

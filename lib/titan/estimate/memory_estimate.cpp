@@ -138,7 +138,10 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
   const int64_t shards = fsdp ? dims.dp_shard * dims.cp : 1;
   const bool pipelined = dims.pp > 1;
   const bool offload = fsdp && cfg.training.enable_cpu_offload;
-  const int64_t param_bytes = fsdp ? dtype_bytes(cfg.training.mixed_precision_param) : 4;
+  // Parameters, their gradients and Adam's two moments are stored in
+  // [training] dtype; FSDP gathers in mixed_precision_param.
+  const int64_t storage_bytes = dtype_bytes(cfg.training.dtype);
+  const int64_t param_bytes = fsdp ? dtype_bytes(cfg.training.mixed_precision_param) : storage_bytes;
   const int64_t reduce_bytes = fsdp ? dtype_bytes(cfg.training.mixed_precision_reduce) : 4;
   const std::string& reshard = cfg.training.fsdp_reshard_after_forward;
   const bool blocks_reshard = reshard == "always" || (reshard == "default" && !pipelined);
@@ -229,10 +232,10 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
 
     int64_t shard_numel = root.shard_numel;
     for (const Block& b : blocks) shard_numel += b.unit.shard_numel;
-    r.parameters = offload ? 0 : 4 * shard_numel;
+    r.parameters = offload ? 0 : storage_bytes * shard_numel;
     r.gradients = r.parameters;
     r.optimizer_state = 2 * r.parameters;
-    r.ddp_buckets = ddp ? 4 * shard_numel : 0;
+    r.ddp_buckets = ddp ? storage_bytes * shard_numel : 0;
     const double persistent = static_cast<double>(r.parameters + r.optimizer_state + r.ddp_buckets);
 
     // Activation bytes of each block for this rank's micro-batch.
@@ -252,15 +255,19 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
     // live from its forward to its backward (a checkpointed block's only
     // during its recompute), the LM head's until the loss's backward. The
     // embedding is not cast (a lookup).
-    const double amp_bytes = amp ? static_cast<double>(c10::elementSize(*amp)) : 0.0;
+    // Weights already stored in the autocast dtype are used as they are.
+    const double amp_bytes =
+        amp && static_cast<int64_t>(c10::elementSize(*amp)) != storage_bytes ? static_cast<double>(c10::elementSize(*amp)) : 0.0;
     auto cast = [&](const Block& b) { return amp_bytes * static_cast<double>(b.unit.gathered_numel); };
     const double head_cast = has_last ? amp_bytes * static_cast<double>(root.output_and_norm_numel) : 0.0;
     const double root_gathered = fsdp ? static_cast<double>(param_bytes * root.gathered_numel) : 0.0;
-    auto local_grads = [&](const Block& b) { return offload ? 0.0 : 4.0 * static_cast<double>(b.unit.shard_numel); };
+    auto local_grads = [&](const Block& b) {
+      return offload ? 0.0 : static_cast<double>(storage_bytes * b.unit.shard_numel);
+    };
     // Gradients of the norm and LM head come first in backward; under FSDP
     // the root unit holds them unsharded until the embedding's arrives.
     const double head_grads = fsdp ? static_cast<double>(param_bytes * root.output_and_norm_numel)
-                                   : 4.0 * static_cast<double>(root.output_and_norm_numel);
+                                   : static_cast<double>(storage_bytes * root.output_and_norm_numel);
     const double all_grads = static_cast<double>(r.gradients);
 
     struct Moment {
@@ -369,6 +376,7 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
   std::string l = dims.describe();
   l += fsdp ? ", FSDP " + cfg.training.mixed_precision_param + " params" : (ddp ? ", DDP" : "");
   if (amp) l += ", autocast " + cfg.training.mixed_precision_param;
+  if (storage_bytes != 4) l += ", " + cfg.training.dtype + " weights and optimizer state";
   if (dims.tp > 1) l += layout.sequence_parallel ? ", TP+SP" : ", TP";
   if (pipelined) l += ", " + spec.describe();
   l += ", AC " + cfg.activation_checkpoint.mode;

@@ -163,7 +163,10 @@ void init_box_(at::Tensor& local, at::IntArrayRef global_shape, at::IntArrayRef 
   TITAN_CHECK(local.dim() == nd && static_cast<int64_t>(offsets.size()) == nd, "init_box_: a ", local.dim(),
               "-D box with ", offsets.size(), " offsets of a ", nd, "-D tensor");
   TITAN_CHECK(local.is_contiguous(), "init_box_: the box must be contiguous");
-  TITAN_CHECK(local.scalar_type() == at::kFloat, "init_box_: fp32 parameters only, got ", local.scalar_type());
+  // Values are drawn in fp32 and rounded once into the box's dtype (a bf16
+  // model holds the fp32 init rounded, whatever the layout).
+  TITAN_CHECK(local.scalar_type() == at::kFloat || local.scalar_type() == at::kBFloat16,
+              "init_box_: fp32 or bf16 parameters only, got ", local.scalar_type());
   for (int64_t d = 0; d < nd; ++d)
     TITAN_CHECK(offsets[d] >= 0 && offsets[d] + local.size(d) <= global_shape[d], "init_box_: box dim ", d, " [",
                 offsets[d], ", ", offsets[d] + local.size(d), ") is outside 0..", global_shape[d]);

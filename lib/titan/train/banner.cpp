@@ -44,6 +44,9 @@ std::string Trainer::banner() const {
   if (read_ranks_.size() > 1)
     s += strprintf("; one process reading %lld data-parallel ranks' batches", static_cast<long long>(read_ranks_.size()));
   if (autocast_) s += std::string("; forward and loss autocast to ") + c10::toString(*autocast_) + " (no FSDP)";
+  if (parallelize_options_.param_storage_dtype != at::kFloat)
+    s += "; pure " + cfg_.training.dtype + ": weights, gradients and AdamW state in " + cfg_.training.dtype +
+         ", no fp32 copy";
   s += "\n";
   s += strprintf("  batch     %lld x %lld tokens, %lld micro-batch(es) per step on %lld data-parallel rank(s) = %s tokens per step\n",
                  static_cast<long long>(plan_.local_batch), static_cast<long long>(cfg_.training.seq_len),

@@ -15,7 +15,7 @@ void use_full_fp32_matmuls() {
   at::globalContext().setAllowTF32CuDNN(false);
 }
 
-void set_determinism(int64_t seed, bool deterministic, const c10::Device& device) {
+void set_determinism(int64_t seed, bool deterministic, bool warn_only, const c10::Device& device) {
   // torch::manual_seed seeds the CPU generator and every CUDA one.
   torch::manual_seed(static_cast<uint64_t>(seed));
   if (!deterministic) return;
@@ -26,7 +26,7 @@ void set_determinism(int64_t seed, bool deterministic, const c10::Device& device
     ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
   }
   use_full_fp32_matmuls();
-  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  at::globalContext().setDeterministicAlgorithms(true, warn_only);
   at::globalContext().setBenchmarkCuDNN(false);
   at::globalContext().setDeterministicCuDNN(true);
 }

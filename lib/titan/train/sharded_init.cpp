@@ -24,13 +24,17 @@ ShardedInitReport init_sharded_weights(const std::vector<torch::nn::Module*>& pa
     const std::string fqn = s.fqn;
     TITAN_INTERNAL_ASSERT(held.emplace(fqn, std::move(s)).second, "sharded init: ", fqn, " held twice");
   }
+  // The model's parameters share one dtype ([training] dtype): the whole
+  // model's size is counted in it.
+  const int64_t element_bytes = held.empty() ? static_cast<int64_t>(sizeof(float))
+                                             : static_cast<int64_t>(held.begin()->second.local.element_size());
   ops::RandomStream stream(seed);
   uint64_t first_draw = 0;  // where the whole model's init reaches each parameter
   at::NoGradGuard no_grad;
   for (const models::llama3::ParamInit& p : models::llama3::init_plan(args)) {
     int64_t numel = 1;
     for (int64_t d : p.shape) numel *= d;
-    report.model_bytes += numel * static_cast<int64_t>(sizeof(float));
+    report.model_bytes += numel * element_bytes;
     auto it = held.find(p.fqn);
     if (it != held.end()) {
       checkpoint::TensorShard& s = it->second;

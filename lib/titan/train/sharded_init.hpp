@@ -39,7 +39,7 @@ namespace titan::train {
 /// @brief What one rank initialised.
 struct ShardedInitReport {
   int64_t local_bytes = 0;       ///< bytes of the parameter pieces this rank holds
-  int64_t model_bytes = 0;       ///< bytes of the whole model's parameters (fp32)
+  int64_t model_bytes = 0;       ///< bytes of the whole model's parameters (in their dtype)
   int64_t largest_piece_bytes = 0;  ///< the largest single piece this rank holds
   int64_t pieces = 0;            ///< parameter pieces initialised
   double seconds = 0;            ///< wall time of the initialisation

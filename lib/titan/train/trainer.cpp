@@ -136,8 +136,11 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
     metrics::RankPeakInputs in;
     in.given = options_.peak_flops;
     in.device = device_;
-    in.compute_dtype = metrics::compute_dtype_for_peak(dims_.fsdp_enabled() || autocast_.has_value(),
-                                                       cfg_.training.mixed_precision_param);
+    // FSDP and autocast compute in mixed_precision_param; otherwise the
+    // weights' own dtype ([training] dtype) is the compute dtype.
+    const bool cast = dims_.fsdp_enabled() || autocast_.has_value();
+    in.compute_dtype = cast ? metrics::compute_dtype_for_peak(true, cfg_.training.mixed_precision_param)
+                            : parallelize_options_.param_storage_dtype;
     in.local_rank = env.local_rank;
     in.local_world_size = env.local_world_size;
     if (mesh_) in.group = dist::world().group();
@@ -155,7 +158,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // Memory snapshots count tensors from here on, so that the model,
   // gradients and optimizer state are all seen.
   memory_ = build_memory_recorder(cfg_, rank_, device_, [this](const std::string& line) { print(line); });
-  set_determinism(cfg_.training.seed, cfg_.training.deterministic, device_);
+  set_determinism(cfg_.training.seed, cfg_.training.deterministic, cfg_.training.deterministic_warn_only, device_);
   build_model();
   params_ = parallelized_.params;
   optimizer_ = build_optimizer(params_, cfg_.optimizer);
@@ -247,7 +250,8 @@ void Trainer::build_model() {
   metrics::track_cpu_tensor_memory();
   metrics::reset_tensor_memory_peak(device_);
   const int64_t bytes_before_model = metrics::tensor_memory(device_).current_bytes;
-  model_ = models::llama3::Transformer(args_, at::TensorOptions().device(at::kMeta).dtype(at::kFloat));
+  model_ = models::llama3::Transformer(
+      args_, at::TensorOptions().device(at::kMeta).dtype(parallelize_options_.param_storage_dtype));
   model_->train();
   if (!mesh_) models::to_empty(*model_, device_);
   parallelized_ = models::llama3::parallelize_llama(model_, dims_, mesh_.get(), parallelize_options_);

@@ -157,6 +157,7 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
   if (dims.tp_enabled() && cfg.training.enable_async_tensor_parallel) return refuse("async tensor parallelism");
   if (cfg.training.mixed_precision_param != "float32" || cfg.training.mixed_precision_reduce != "float32")
     return refuse("mixed precision");
+  if (cfg.training.dtype != "float32") return refuse("bf16 parameters ([training] dtype)");
   const std::vector<bool> recomputed =
       ac::blocks_to_checkpoint(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option,
                                args.n_layers);

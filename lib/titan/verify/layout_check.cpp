@@ -68,7 +68,9 @@ config::JobConfig layout_check_config(config::JobConfig cfg, const LayoutCheckOp
   cfg.training.steps = options.steps;
   if (!options.flavor.empty()) cfg.model.flavor = options.flavor;
   // fp32 on both sides: one process runs without FSDP, so without its
-  // mixed precision; the bounds are fp32 rounding's.
+  // mixed precision; the bounds are fp32 rounding's (pure bf16 weights too
+  // are checked as fp32: the layout's arithmetic is the same).
+  cfg.training.dtype = "float32";
   cfg.training.mixed_precision_param = "float32";
   cfg.training.mixed_precision_reduce = "float32";
   cfg.checkpoint.enable_checkpoint = false;

@@ -236,7 +236,7 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
   // stage computes in.
   const int64_t seq = o.seq_len / dims.cp / (dims.tp_enabled() && o.tp.sequence_parallel ? dims.tp : 1);
   const std::vector<int64_t> shape = {o.pp_microbatch_size, seq, args.dim};
-  const at::ScalarType dtype = dims.fsdp_enabled() ? o.fsdp.param_dtype : at::kFloat;
+  const at::ScalarType dtype = dims.fsdp_enabled() ? o.fsdp.param_dtype : o.param_storage_dtype;
   std::vector<ParallelizedModel> parts;
   std::vector<std::function<void(bool)>> before_weight_backward;
   std::string description;

@@ -32,6 +32,7 @@ ParallelizeOptions parallelize_options(const config::JobConfig& cfg, const paral
   const config::TrainingSection& t = cfg.training;
   o.seq_len = t.seq_len;
 
+  o.param_storage_dtype = dtype_named("dtype", t.dtype);
   o.fsdp.param_dtype = dtype_named("mixed_precision_param", t.mixed_precision_param);
   o.fsdp.reduce_dtype = dtype_named("mixed_precision_reduce", t.mixed_precision_reduce);
   o.fsdp.cpu_offload = t.enable_cpu_offload;

@@ -71,6 +71,9 @@ struct Float8JobOptions {
 
 /// @brief What parallelize_llama applies, besides the degrees themselves.
 struct ParallelizeOptions {
+  /// [training] dtype: what the parameters are stored in (and, without
+  /// FSDP's cast, what a pipeline stage computes and sends).
+  at::ScalarType param_storage_dtype = at::kFloat;
   FsdpJobOptions fsdp;
   TpOptions tp;
   int64_t seq_len = 0;                                   ///< [training] seq_len
