@@ -258,6 +258,7 @@ std::string other_value_text(const TorchtitanKey& k) {
     case FieldType::Float: return "0.125";
     case FieldType::String: return "something_else";
     case FieldType::StringList: return "a,b";
+    case FieldType::StringLists: return "a,b;c";
   }
   return "";
 }
@@ -473,6 +474,38 @@ TEST(TorchtitanConfig, StringListsFromTomlAndCommandLine) {
   // torchtitan turns float8 on with a converter.
   EXPECT_TRUE(parse_job_config({"--model.converters", "quantize.linear.float8"}).float8.enable_float8_linear);
   EXPECT_TRUE(load_text("[model]\nconverters = [\"float8\"]\n").float8.enable_float8_linear);
+}
+
+// module_fqns_per_model_part, torchtitan's list of lists: a TOML array of
+// string arrays, on the command line "a,b;c" or the Python literal a
+// torchtitan user writes; printed as TOML and read back.
+TEST(TorchtitanConfig, ListsOfListsFromTomlAndCommandLine) {
+  const StringLists want = {{"tok_embeddings", "layers.0"}, {"layers.1", "norm", "output"}};
+  JobConfig c = load_text("[parallelism]\nmodule_fqns_per_model_part = [[\"tok_embeddings\", \"layers.0\"], "
+                          "[\"layers.1\", \"norm\", \"output\"]]\n");
+  EXPECT_EQ(c.experimental.module_fqns_per_model_part, want);
+  for (const char* text : {"tok_embeddings,layers.0;layers.1,norm,output",
+                           "[['tok_embeddings', 'layers.0'], ['layers.1', 'norm', 'output']]",
+                           "[[\"tok_embeddings\",\"layers.0\"],[\"layers.1\",\"norm\",\"output\"]]"})
+    EXPECT_EQ(parse_job_config({"--parallelism.module_fqns_per_model_part", text}).experimental.module_fqns_per_model_part,
+              want)
+        << text;
+  EXPECT_TRUE(parse_job_config({"--parallelism.module_fqns_per_model_part="}).experimental.module_fqns_per_model_part
+                  .empty());
+  EXPECT_NE(c.to_toml().find("module_fqns_per_model_part = [[\"tok_embeddings\", \"layers.0\"], [\"layers.1\", "
+                             "\"norm\", \"output\"]]"),
+            std::string::npos)
+      << c.to_toml();
+  EXPECT_EQ(load_text(c.to_toml()).experimental.module_fqns_per_model_part, want);
+  EXPECT_NE(c.to_json().find("\"module_fqns_per_model_part\": ["), std::string::npos);
+  for (const char* bad : {"[parallelism]\nmodule_fqns_per_model_part = [\"layers.0\"]\n",
+                          "[parallelism]\nmodule_fqns_per_model_part = [[\"layers.0\", 1]]\n"}) {
+    const std::string e = required_error_of([&] { load_text(bad); });
+    EXPECT_NE(e.find("module_fqns_per_model_part: expected a list of lists of strings"), std::string::npos) << e;
+  }
+  const std::string e = required_error_of(
+      [] { parse_job_config({"--parallelism.module_fqns_per_model_part", "[['layers.0'], 'norm']"}); });
+  EXPECT_NE(e.find("expected a list of lists of strings"), std::string::npos) << e;
 }
 
 TEST(TorchtitanConfig, CommandLineSpellingsOfTorchtitanUsers) {

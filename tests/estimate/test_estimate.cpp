@@ -151,6 +151,19 @@ TEST(EstimateCli, Llama8BCountAndSeedLines) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::printf("%s", r.output.c_str());
   EXPECT_HAS(r.output, "8,030,261,248 parameters");
+  EXPECT_HAS(r.output, "Estimated model size: 29.92 GiB (fp32, whole model)");
+  // Pure bf16 ([training] dtype): 2 bytes for each weight, gradient and
+  // Adam moment, so the model and the optimizer state take half.
+  const auto bf16 = run_command(bin_path("titan") + " estimate --job.config_file " +
+                                source_path("train_configs/llama3_8b.toml") + " --nproc 8 --training.dtype bfloat16 2>&1");
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  EXPECT_HAS(bf16.output, "Estimated model size: 14.96 GiB (bf16, whole model)");
+  EXPECT_HAS(bf16.output, "bfloat16 weights and optimizer state");
+  const std::regex optimizer("Estimated optimizer state size: ([0-9.]+) GiB per rank");
+  std::smatch full, half;
+  ASSERT_TRUE(std::regex_search(r.output, full, optimizer)) << r.output;
+  ASSERT_TRUE(std::regex_search(bf16.output, half, optimizer)) << bf16.output;
+  EXPECT_NEAR(std::stod(full[1]) / std::stod(half[1]), 2.0, 1e-3) << full[0] << " vs " << half[0];
 }
 
 // `titan estimate` plans a GPU job, also on a machine without a GPU (CI has

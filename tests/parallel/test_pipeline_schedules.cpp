@@ -11,12 +11,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
 
+#include "titan/config/job_config.hpp"
+#include "titan/config/load.hpp"
 #include "titan/models/llama3/pipeline.hpp"
 #include "titan/parallel/pipeline/microbatch.hpp"
 #include "titan/parallel/pipeline/schedule.hpp"
@@ -323,6 +326,107 @@ TEST(PipelineSplit, SameAsTorchtitans) {
   std::printf("%zu shapes: %d split alike (%d with an end stage holding no layer), %d refused by both\n",
               shapes.size(), same, empty_end, both_refused);
   EXPECT_GT(same, 700);
+}
+
+// torchtitan's module_fqns_per_model_part, as torchtitan itself would fill
+// it: for every shape torchtitan splits above, its lists of module names
+// (the reference script's --names, read through titan's command line)
+// give titan's stages the same layers as its own weighted split.
+TEST(PipelineSplit, TorchtitansModuleNamesGiveTheSameStages) {
+  if (titan::testing::ctest_python().empty()) GTEST_SKIP() << "TITAN_PYTHON is not set (run through ctest)";
+  std::vector<std::array<int64_t, 4>> shapes;
+  for (int64_t layers : {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 32})
+    for (int64_t stages : {1, 2, 3, 4, 8})
+      for (int64_t first : {0, 1, 2})
+        for (int64_t last : {0, 1, 2}) shapes.push_back({layers, stages, first, last});
+  const std::string dir = titan::testing::scratch_dir("pp_names_crosscheck");
+  {
+    std::ofstream cases(dir + "/cases.txt");
+    for (const auto& c : shapes) cases << c[0] << " " << c[1] << " " << c[2] << " " << c[3] << "\n";
+  }
+  auto quoted = [](const std::string& x) { return "'" + x + "'"; };
+  const auto r = titan::testing::run_command(
+      quoted(titan::testing::python()) + " " +
+      quoted(titan::testing::source_path("tests/reference/torchtitan_pp_split.py")) + " --names < " +
+      quoted(dir + "/cases.txt") + " 2>&1");
+  titan::testing::remove_scratch_dir(dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream lines(r.output);
+  int compared = 0;
+  for (const auto& c : shapes) {
+    std::string theirs;
+    ASSERT_TRUE(std::getline(lines, theirs)) << "torchtitan's script printed fewer lines than shapes";
+    if (theirs.rfind("error: ", 0) == 0) continue;
+    const std::string shape = std::to_string(c[0]) + " layers, " + std::to_string(c[1]) + " stages, weights " +
+                              std::to_string(c[2]) + "/" + std::to_string(c[3]) + ": " + theirs;
+    const titan::config::JobConfig cfg =
+        titan::config::parse_job_config({"--parallelism.module_fqns_per_model_part", theirs});
+    std::string named, split;
+    const std::string error = error_of([&] {
+      named = describe_split(titan::models::llama3::layers_of_model_parts(
+          cfg.experimental.module_fqns_per_model_part, c[0]));
+    });
+    EXPECT_TRUE(error.empty()) << shape << ": " << error;
+    EXPECT_EQ(named, describe_split(split_layers(c[0], c[1], c[2], c[3]))) << shape;
+    ++compared;
+  }
+  std::printf("%d of torchtitan's module lists read as the same stages\n", compared);
+  EXPECT_GT(compared, 300);
+}
+
+// Stages named by hand: uneven, an embeddings-only first stage, the layer
+// order inside a list free; each mistake is one line naming the key.
+TEST(PipelineSplit, HandPlacedStagesAndTheirMistakes) {
+  using titan::models::llama3::layers_of_model_parts;
+  EXPECT_EQ(describe_split(layers_of_model_parts({{"tok_embeddings"}, {"layers.1", "layers.0"},
+                                                  {"layers.2", "layers.3", "norm", "output"}}, 4)),
+            "none | 0-1 | 2-3");
+  EXPECT_EQ(describe_split(layers_of_model_parts({{"tok_embeddings", "layers.0", "layers.1", "norm", "output"}}, 2)),
+            "0-1");
+  const std::map<std::string, titan::config::StringLists> mistakes = {
+      {"'layers.1' is named by stage 0 and stage 1",
+       {{"tok_embeddings", "layers.0", "layers.1"}, {"layers.1", "norm", "output"}}},
+      {"stage 1 holds layers.2 where layers.1 comes next",
+       {{"tok_embeddings", "layers.0"}, {"layers.2"}, {"layers.1", "norm", "output"}}},
+      {"no stage holds layers.2 (the model has 3 layers)",
+       {{"tok_embeddings", "layers.0"}, {"layers.1", "norm", "output"}}},
+      {"'layers.3' is not a layer of the model (layers.0 .. layers.2)",
+       {{"tok_embeddings", "layers.0", "layers.1"}, {"layers.2", "layers.3", "norm", "output"}}},
+      {"'blocks.0' is not a module of the model",
+       {{"tok_embeddings", "blocks.0"}, {"layers.0", "layers.1", "layers.2", "norm", "output"}}},
+      {"'norm' is in stage 0 of 0..1; titan's last stage holds the norm and the output",
+       {{"tok_embeddings", "layers.0", "norm"}, {"layers.1", "layers.2", "output"}}},
+      {"'tok_embeddings' is in stage 1", {{"layers.0"}, {"tok_embeddings", "layers.1", "layers.2", "norm", "output"}}},
+      {"no stage holds 'output'", {{"tok_embeddings", "layers.0"}, {"layers.1", "layers.2", "norm"}}},
+      {"stage 1 names no module", {{"tok_embeddings", "layers.0"}, {}, {"layers.1", "layers.2", "norm", "output"}}},
+  };
+  for (const auto& [expected, parts] : mistakes) {
+    const std::string e = error_of([&] { layers_of_model_parts(parts, 3); });
+    EXPECT_NE(e.find("[parallelism] module_fqns_per_model_part: " + expected), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+  // Through the job's plan: the stages must spread over the pp ranks as the
+  // schedule needs, and only one way of cutting may be asked for.
+  titan::config::JobConfig cfg;
+  cfg.experimental.pipeline_parallel_degree = 2;
+  cfg.experimental.pipeline_parallel_schedule = "Interleaved1F1B";
+  cfg.experimental.module_fqns_per_model_part = {
+      {"tok_embeddings"}, {"layers.0", "layers.1"}, {"layers.2"}, {"layers.3", "norm", "output"}};
+  const auto plan = titan::models::llama3::plan_pipeline(cfg, 4, 4);
+  EXPECT_EQ(plan.spec.stages_per_rank, 2);
+  EXPECT_EQ(plan.describe().substr(plan.describe().find("layers")), "layers none | 0-1 | 2 | 3");
+  cfg.experimental.pipeline_parallel_schedule = "1F1B";
+  EXPECT_NE(error_of([&] { titan::models::llama3::plan_pipeline(cfg, 4, 4); }).find("one stage per rank, got 2"),
+            std::string::npos);
+  cfg.experimental.module_fqns_per_model_part.pop_back();
+  cfg.experimental.module_fqns_per_model_part.back().insert(cfg.experimental.module_fqns_per_model_part.back().end(),
+                                                            {"layers.3", "norm", "output"});
+  EXPECT_NE(error_of([&] { titan::models::llama3::plan_pipeline(cfg, 4, 4); })
+                .find("names 3 stages, which do not divide over pipeline_parallel_degree 2"),
+            std::string::npos);
+  cfg.experimental.pipeline_parallel_layers_per_stage = 2;
+  EXPECT_NE(error_of([&] { titan::models::llama3::plan_pipeline(cfg, 4, 4); }).find("set one of them"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -4,7 +4,10 @@
 Reads lines "n_layers num_stages input_weight output_weight" on stdin and
 prints, per line, the number of transformer layers each stage gets from
 torchtitan's generate_llm_fqn_per_model_part (torchtitan/distributed/
-pipeline_parallel.py), or "error: <its message>" where it raises.
+pipeline_parallel.py), or "error: <its message>" where it raises. With
+--names, the module names of each stage instead, as titan's command line
+spells a list of lists ("tok_embeddings,layers.0;layers.1,norm,output"):
+what torchtitan would put in module_fqns_per_model_part.
 
 The package is installed without its dependencies (scripts/setup.sh), so
 importing torchtitan.distributed would fail on them: the one function is
@@ -27,6 +30,7 @@ def load_split():
 
 
 def main():
+    names = sys.argv[1:] == ["--names"]
     split = load_split()
     for line in sys.stdin:
         if not line.strip():
@@ -37,7 +41,10 @@ def main():
         except ValueError as e:
             print("error: " + str(e).replace("\n", " "))
             continue
-        print(" ".join(str(sum(1 for m in part if m.startswith("layers."))) for part in parts))
+        if names:
+            print(";".join(",".join(part) for part in parts))
+        else:
+            print(" ".join(str(sum(1 for m in part if m.startswith("layers."))) for part in parts))
 
 
 if __name__ == "__main__":

@@ -533,6 +533,58 @@ TEST(TrainerPipelineParallel, FsdpDdpAndTpInsideStagesMatchReference) {
   expect_matches_reference(c, "PP 2 x TP 2 (SP, loss parallel, Interleaved1F1B)", pp_model(true), kPpWeightTol);
 }
 
+// torchtitan's module_fqns_per_model_part: stages named module by module.
+// On 2 ranks an uneven cut (1 | 3 layers, 1F1B); on 4, PP 2 x FSDP 2 with 4
+// stages, the first holding only the embeddings (Interleaved1F1B). Each
+// rank holds the modules named for its first stage, and the job trains as
+// the one process (PP's bounds, measured as the cuts above).
+TEST(TrainerPipelineParallel, HandPlacedStagesMatchReference) {
+  const int n = titan::testing::world().size();
+  titan::testing::ScratchDir dir("trainer_pp_named");
+  JobConfig c = base_config(dir);
+  c.training.steps = 3;
+  c.experimental.pipeline_parallel_degree = 2;
+  std::vector<std::string> first_stage;  // by pp rank: the modules its first stage holds, sorted
+  if (n == 2) {
+    c.training.batch_size = 4;
+    c.training.data_parallel_shard_degree = 1;
+    c.experimental.pipeline_parallel_schedule = "1F1B";
+    c.experimental.module_fqns_per_model_part = {{"tok_embeddings", "layers.0"},
+                                                 {"layers.1", "layers.2", "layers.3", "norm", "output"}};
+    first_stage = {"layers.0 tok_embeddings", "layers.1 layers.2 layers.3 norm output"};
+  } else if (n == 4) {
+    c.experimental.pipeline_parallel_schedule = "Interleaved1F1B";
+    c.experimental.module_fqns_per_model_part = {
+        {"tok_embeddings"}, {"layers.0", "layers.1"}, {"layers.2"}, {"layers.3", "norm", "output"}};
+    first_stage = {"tok_embeddings", "layers.0 layers.1"};
+  } else {
+    GTEST_SKIP() << "runs on 2 or 4 ranks";
+  }
+  {
+    TrainerOptions o;
+    o.model_args = pp_model();
+    o.console = false;
+    o.handle_signals = false;
+    o.peak_flops = 0;
+    JobConfig only_build = c;
+    only_build.job.dump_folder += "/build" + std::to_string(titan::testing::world().rank());
+    Trainer t(only_build, o);
+    std::set<std::string> modules;
+    for (const auto& item : t.model()->named_parameters()) {
+      const std::string& name = item.key();
+      const size_t dot = name.find('.');
+      modules.insert(name.rfind("layers.", 0) == 0 ? name.substr(0, name.find('.', dot + 1)) : name.substr(0, dot));
+    }
+    std::string held;
+    for (const std::string& m : modules) held += (held.empty() ? "" : " ") + m;
+    const int pp_rank = titan::testing::world().rank() / (n / 2);  // pp is the outermost mesh dimension
+    EXPECT_EQ(held, first_stage[static_cast<size_t>(pp_rank)]) << "pp rank " << pp_rank;
+  }
+  expect_matches_reference(c, n == 2 ? "PP 2, stages named 1 | 3 layers (1F1B)"
+                                     : "PP 2 x FSDP 2, 4 named stages none | 0-1 | 2 | 3 (Interleaved1F1B)",
+                           pp_model(), kPpWeightTol);
+}
+
 TEST(TrainerPipelineParallel, ThreeDimensionsMatchReference) {
   if (titan::testing::world().size() != 8) GTEST_SKIP() << "PP 2 x FSDP 2 x TP 2 needs 8 ranks";
   titan::testing::ScratchDir dir("trainer_pp_fsdp_tp");

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <optional>
 
+#include <nlohmann/json.hpp>
+
 #include "titan/config/load.hpp"
 #include "titan/config/schema.hpp"
 #include "titan/config/suggest.hpp"
@@ -26,6 +28,19 @@ std::optional<bool> parse_bool(const std::string& s) {
   if (l == "true" || l == "1") return true;
   if (l == "false" || l == "0") return false;
   return std::nullopt;
+}
+
+// "a,b,c" cut at `separator`; "" is the empty list.
+StringList split(const std::string& text, char separator) {
+  StringList out;
+  size_t start = 0;
+  while (!text.empty()) {
+    const size_t at = text.find(separator, start);
+    out.push_back(text.substr(start, at == std::string::npos ? std::string::npos : at - start));
+    if (at == std::string::npos) break;
+    start = at + 1;
+  }
+  return out;
 }
 
 // Text to the field's type, strictly: "12abc" is not an integer.
@@ -55,16 +70,28 @@ Value convert(const Field& f, const std::string& text, bool invert, const std::s
       return v;
     }
     case FieldType::String: return text;
-    case FieldType::StringList: {
-      // torchtitan's command line: a,b,c; "" is the empty list.
-      StringList out;
-      size_t start = 0;
-      while (!text.empty()) {
-        const size_t comma = text.find(',', start);
-        out.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
+    case FieldType::StringList: return split(text, ',');  // torchtitan's command line: a,b,c
+    case FieldType::StringLists: {
+      // Lists separated by ';', names by ','; or the Python literal a
+      // torchtitan user writes ([['a', 'b'], ['c']]). "" is the empty list.
+      StringLists out;
+      if (!text.empty() && text.front() == '[') {
+        std::string json = text;
+        for (char& ch : json) ch = ch == '\'' ? '"' : ch;
+        const nlohmann::json parsed = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+        if (!parsed.is_array()) throw fail();
+        for (const nlohmann::json& inner : parsed) {
+          if (!inner.is_array()) throw fail();
+          StringList names;
+          for (const nlohmann::json& name : inner) {
+            if (!name.is_string()) throw fail();
+            names.push_back(name.get<std::string>());
+          }
+          out.push_back(std::move(names));
+        }
+        return out;
       }
+      for (const std::string& part : split(text, ';')) out.push_back(split(part, ','));
       return out;
     }
   }

@@ -159,6 +159,10 @@ struct ExperimentalSection {
   /// (torchtitan's split, both 1 by default).
   int64_t pipeline_parallel_first_stage_less_layers = 1;
   int64_t pipeline_parallel_last_stage_less_layers = 1;
+  /// The modules of each pipeline stage, by name (torchtitan's
+  /// module_fqns_per_model_part): {{"tok_embeddings", "layers.0"},
+  /// {"layers.1", "norm", "output"}}; empty = split by the keys above.
+  StringLists module_fqns_per_model_part;
 };
 
 /// @brief [checkpoint]: distributed checkpointing.

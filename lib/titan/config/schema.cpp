@@ -24,9 +24,10 @@ constexpr FieldType type_of() {
   else if constexpr (std::is_same_v<T, int64_t>) return FieldType::Int;
   else if constexpr (std::is_same_v<T, double>) return FieldType::Float;
   else if constexpr (std::is_same_v<T, StringList>) return FieldType::StringList;
+  else if constexpr (std::is_same_v<T, StringLists>) return FieldType::StringLists;
   else {
     static_assert(std::is_same_v<T, std::string>,
-                  "config members are bool, int64_t, double, std::string or StringList");
+                  "config members are bool, int64_t, double, std::string, StringList or StringLists");
     return FieldType::String;
   }
 }
@@ -153,6 +154,9 @@ std::vector<Field> make_fields() {
                   "layers the first pipeline stage holds fewer (its embeddings count as that many; >= 0)"),
       TITAN_FIELD(experimental, pipeline_parallel_last_stage_less_layers,
                   "layers the last pipeline stage holds fewer (its norm and output count as that many; >= 0)"),
+      TITAN_FIELD(experimental, module_fqns_per_model_part,
+                  "the modules of each pipeline stage (tok_embeddings, layers.N, norm, output; consecutive layers, "
+                  "embeddings first, norm and output last); [] = split by layers_per_stage and the less_layers keys"),
 
       TITAN_FIELD(checkpoint, enable_checkpoint, "save and resume checkpoints"),
       TITAN_FIELD(checkpoint, folder, "checkpoint folder, under dump_folder"),
@@ -264,6 +268,7 @@ const char* type_phrase(FieldType t) {
     case FieldType::Float: return "a float";
     case FieldType::String: return "a string";
     case FieldType::StringList: return "a list of strings";
+    case FieldType::StringLists: return "a list of lists of strings";
   }
   return "?";
 }
@@ -281,6 +286,7 @@ Value Field::get(const JobConfig& c) const {
       case FieldType::Float: return 0.0;
       case FieldType::String: return std::string();
       case FieldType::StringList: return StringList{};
+      case FieldType::StringLists: return StringLists{};
     }
   }
   void* p = member(const_cast<JobConfig&>(c));  // read only
@@ -290,6 +296,7 @@ Value Field::get(const JobConfig& c) const {
     case FieldType::Float: return *static_cast<double*>(p);
     case FieldType::String: return *static_cast<std::string*>(p);
     case FieldType::StringList: return *static_cast<StringList*>(p);
+    case FieldType::StringLists: return *static_cast<StringLists*>(p);
   }
   return {};
 }
@@ -306,6 +313,7 @@ void Field::set(JobConfig& c, const Value& v) const {
     case FieldType::Float: *static_cast<double*>(p) = std::get<double>(v); break;
     case FieldType::String: *static_cast<std::string*>(p) = std::get<std::string>(v); break;
     case FieldType::StringList: *static_cast<StringList*>(p) = std::get<StringList>(v); break;
+    case FieldType::StringLists: *static_cast<StringLists*>(p) = std::get<StringLists>(v); break;
   }
 }
 
@@ -391,6 +399,11 @@ std::string to_toml_value(const Value& v) {
     for (size_t i = 0; i < l->size(); ++i) out += (i ? ", " : "") + to_toml_value(Value{(*l)[i]});
     return out + "]";
   }
+  if (const StringLists* ls = std::get_if<StringLists>(&v)) {
+    std::string out = "[";
+    for (size_t i = 0; i < ls->size(); ++i) out += (i ? ", " : "") + to_toml_value(Value{(*ls)[i]});
+    return out + "]";
+  }
   return "\"" + escape(std::get<std::string>(v)) + "\"";
 }
 
@@ -439,6 +452,7 @@ std::string markdown_reference() {
       case FieldType::Float: return "float";
       case FieldType::String: return "string";
       case FieldType::StringList: return "string list";
+      case FieldType::StringLists: return "list of string lists";
     }
     return "?";
   };

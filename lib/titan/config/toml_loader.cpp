@@ -71,6 +71,26 @@ Value convert(const Field& f, const toml::node& v, bool invert, const std::strin
         return out;
       }
       break;
+    case FieldType::StringLists:
+      if (auto a = v.as_array()) {
+        StringLists out;
+        for (const toml::node& inner : *a) {
+          const toml::array* list = inner.as_array();
+          if (!list)
+            throw Error(name + ": expected a list of lists of strings, got an array holding " + describe(inner) + " (" +
+                        at + ")");
+          StringList names;
+          for (const toml::node& e : *list) {
+            if (!e.is_string())
+              throw Error(name + ": expected a list of lists of strings, got an inner array holding " + describe(e) +
+                          " (" + at + ")");
+            names.push_back(std::string(*e.as_string()));
+          }
+          out.push_back(std::move(names));
+        }
+        return out;
+      }
+      break;
   }
   throw Error(name + ": expected " + type_phrase(f.type) + ", got " + describe(v) + " (" + at + ")");
 }

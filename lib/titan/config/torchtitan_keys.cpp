@@ -23,7 +23,7 @@ constexpr auto kDefault = TorchtitanStatus::DefaultOnly;
 constexpr auto kCosmetic = TorchtitanStatus::Cosmetic;
 constexpr auto kStr = FieldType::String;
 constexpr auto kInt = FieldType::Int;
-constexpr auto kList = FieldType::StringList;
+constexpr auto kLists = FieldType::StringLists;
 
 constexpr const char* kFt = "torchtitan.components.ft.config";
 constexpr const char* kAutoParallel = "torchtitan.experiments.autoparallel.job_config";
@@ -129,8 +129,7 @@ std::vector<TorchtitanKey> make_table() {
       row("parallelism", "disable_loss_parallel", B(false), kTitan),
       row("parallelism", "enable_async_tensor_parallel", B(false), kTitan),
       row("parallelism", "pipeline_parallel_degree", I(1), kTitan),
-      row("parallelism", "module_fqns_per_model_part", None(kList), kDefault,
-          "hand-placed pipeline stages (a list of lists in torchtitan); use pipeline_parallel_layers_per_stage"),
+      row("parallelism", "module_fqns_per_model_part", None(kLists), kTitan),
       row("parallelism", "pipeline_parallel_first_stage_less_layers", I(1), kTitan),
       row("parallelism", "pipeline_parallel_last_stage_less_layers", I(1), kTitan),
       row("parallelism", "pipeline_parallel_layers_per_stage", None(kInt), kTitan),

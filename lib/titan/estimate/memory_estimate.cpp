@@ -180,6 +180,7 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
 
   const std::map<std::string, UnitBytes> units = unit_sizes(args, dims.tp, shards);
   e.parameters = models::llama3::count_parameters(args);
+  e.param_dtype = cfg.training.dtype;
   e.tokens_per_step = batches.global_batch * cfg.training.seq_len;
   e.flops_per_token = models::llama3::flops_per_token(args, cfg.training.seq_len);
   e.flops_per_step = e.flops_per_token * static_cast<double>(e.tokens_per_step);
@@ -429,7 +430,8 @@ std::string format_estimate(const JobEstimate& e) {
   for (const std::string& n : e.notes) s += "note       " + n + "\n";
   const RankMemory& w = e.worst();
   // torchtitan's estimation.py lines (sizes in GiB, per rank where per rank).
-  s += "Estimated model size: " + gib(4.0 * static_cast<double>(e.parameters)) + " (fp32, whole model)\n";
+  s += "Estimated model size: " + gib(static_cast<double>(dtype_bytes(e.param_dtype) * e.parameters)) +
+       (e.param_dtype == "bfloat16" ? " (bf16, whole model)\n" : " (fp32, whole model)\n");
   s += "Estimated optimizer state size: " + gib(static_cast<double>(w.optimizer_state)) + " per rank\n";
   s += "Total estimated GPU memory: " + gib(static_cast<double>(w.peak)) + " per rank (peak, pp rank " +
        std::to_string(w.pp_rank) + ")\n";

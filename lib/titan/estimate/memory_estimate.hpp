@@ -67,6 +67,7 @@ struct JobEstimate {
   parallel::ParallelDims dims;
   std::string layout;            ///< "dp_shard=4, FSDP fp32 params, no AC, ..."
   int64_t parameters = 0;        ///< whole model
+  std::string param_dtype = "float32";  ///< what the parameters are stored in ([training] dtype)
   int64_t tokens_per_step = 0;   ///< global: batch · seq · data-parallel ranks · accumulation
   double flops_per_token = 0;    ///< training FLOPs per token (models/llama3/flops.hpp)
   double flops_per_step = 0;     ///< whole job, model FLOPs (recompute not counted, as MFU)

@@ -2,6 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+
 #include "titan/config/job_config.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/util/error.hpp"
@@ -38,11 +42,75 @@ PipelinePlan plan_pipeline(int64_t n_layers, pp::ScheduleKind kind, int pp_degre
   return plan;
 }
 
+std::vector<pp::LayerRange> layers_of_model_parts(const config::StringLists& parts, int64_t n_layers) {
+  const std::string key = "[parallelism] module_fqns_per_model_part: ";
+  TITAN_CHECK(!parts.empty(), key, "no stage given");
+  const int64_t last = static_cast<int64_t>(parts.size()) - 1;
+  std::map<std::string, int64_t> stage_of;  // module name -> the stage naming it
+  std::vector<pp::LayerRange> layers;
+  int64_t next = 0;  // the first layer the next stage must hold
+  for (int64_t s = 0; s <= last; ++s) {
+    const config::StringList& names = parts[static_cast<size_t>(s)];
+    TITAN_CHECK(!names.empty(), key, "stage ", s, " names no module");
+    std::vector<int64_t> held;
+    for (const std::string& name : names) {
+      const auto [it, fresh] = stage_of.emplace(name, s);
+      TITAN_CHECK(fresh, key, "'", name, "' is named by stage ", it->second, (it->second == s ? " twice" : ""),
+                  (it->second == s ? "" : " and stage " + std::to_string(s)));
+      if (name == "tok_embeddings") {
+        TITAN_CHECK(s == 0, key, "'tok_embeddings' is in stage ", s, "; titan's first stage holds the embeddings");
+      } else if (name == "norm" || name == "output") {
+        TITAN_CHECK(s == last, key, "'", name, "' is in stage ", s, " of 0..", last,
+                    "; titan's last stage holds the norm and the output");
+      } else {
+        const std::string digits = name.rfind("layers.", 0) == 0 ? name.substr(7) : std::string();
+        char* end = nullptr;
+        const long long layer = digits.empty() ? -1 : std::strtoll(digits.c_str(), &end, 10);
+        TITAN_CHECK(!digits.empty() && *end == '\0' && std::isdigit(static_cast<unsigned char>(digits[0])), key, "'",
+                    name, "' is not a module of the model (tok_embeddings, layers.N, norm, output)");
+        TITAN_CHECK(layer < n_layers, key, "'", name, "' is not a layer of the model (layers.0 .. layers.",
+                    n_layers - 1, ")");
+        held.push_back(layer);
+      }
+    }
+    std::sort(held.begin(), held.end());
+    for (size_t k = 0; k < held.size(); ++k)
+      TITAN_CHECK(held[k] == next + static_cast<int64_t>(k), key, "stage ", s, " holds layers.", held[k],
+                  " where layers.", next + static_cast<int64_t>(k),
+                  " comes next (each stage's layers consecutive, following the previous stage's)");
+    layers.push_back({next, next + static_cast<int64_t>(held.size())});
+    next += static_cast<int64_t>(held.size());
+  }
+  TITAN_CHECK(next == n_layers, key, "no stage holds layers.", next, " (the model has ", n_layers, " layers)");
+  for (const char* name : {"tok_embeddings", "norm", "output"})
+    TITAN_CHECK(stage_of.count(name), key, "no stage holds '", name, "'");
+  return layers;
+}
+
 PipelinePlan plan_pipeline(const config::JobConfig& cfg, int64_t n_layers, int64_t local_batch) {
   const auto& e = cfg.experimental;
   TITAN_CHECK(local_batch % e.pipeline_parallel_microbatch_size == 0, "[experimental] pipeline_parallel_microbatch_size ",
               e.pipeline_parallel_microbatch_size, " does not divide the local batch of ", local_batch, " sequences");
   const int m = static_cast<int>(local_batch / e.pipeline_parallel_microbatch_size);
+  if (!e.module_fqns_per_model_part.empty()) {
+    // The stages as named: as many as there are lists, spread over the pp
+    // ranks as the schedule places them (loop or V).
+    TITAN_CHECK(e.pipeline_parallel_layers_per_stage <= 0, "[parallelism] module_fqns_per_model_part and "
+                "pipeline_parallel_layers_per_stage = ", e.pipeline_parallel_layers_per_stage,
+                " both say how to cut the model: set one of them");
+    std::vector<pp::LayerRange> layers = layers_of_model_parts(e.module_fqns_per_model_part, n_layers);
+    const int64_t stages = static_cast<int64_t>(layers.size());
+    TITAN_CHECK(stages % e.pipeline_parallel_degree == 0, "[parallelism] module_fqns_per_model_part names ", stages,
+                " stages, which do not divide over pipeline_parallel_degree ", e.pipeline_parallel_degree);
+    PipelinePlan plan;
+    plan.spec.kind = pp::parse_schedule_kind(e.pipeline_parallel_schedule);
+    plan.spec.pp = static_cast<int>(e.pipeline_parallel_degree);
+    plan.spec.microbatches = m;
+    plan.spec.stages_per_rank = static_cast<int>(stages / e.pipeline_parallel_degree);
+    plan.spec.validate();
+    plan.layers = std::move(layers);
+    return plan;
+  }
   return plan_pipeline(n_layers, pp::parse_schedule_kind(e.pipeline_parallel_schedule),
                        static_cast<int>(e.pipeline_parallel_degree), m, e.pipeline_parallel_layers_per_stage,
                        e.pipeline_parallel_first_stage_less_layers, e.pipeline_parallel_last_stage_less_layers);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/config/value.hpp"
 #include "titan/models/llama3/transformer.hpp"
 #include "titan/parallel/pipeline/schedule.hpp"
 #include "titan/parallel/pipeline/split.hpp"
@@ -48,9 +49,18 @@ PipelinePlan plan_pipeline(int64_t n_layers, pp::ScheduleKind kind, int pp, int 
                            int64_t layers_per_stage = -1, int64_t first_stage_less_layers = 0,
                            int64_t last_stage_less_layers = 0);
 
+/// @brief The layers of each stage that torchtitan's
+/// module_fqns_per_model_part names, one list of module names per stage:
+/// "tok_embeddings" (in the first), "layers.N", "norm" and "output" (in the
+/// last). Every module once; each stage's layers consecutive and after the
+/// previous stage's (their order inside a list is free); a stage may hold
+/// no layer (["tok_embeddings"]). Throws one line naming the key and what
+/// is wrong.
+std::vector<pp::LayerRange> layers_of_model_parts(const config::StringLists& parts, int64_t n_layers);
+
 /// @brief The plan a job asks for ([experimental] pipeline_parallel_degree,
 /// _schedule, _microbatch_size, _layers_per_stage, _first_stage_less_layers,
-/// _last_stage_less_layers) with a local batch of
+/// _last_stage_less_layers, or module_fqns_per_model_part) with a local batch of
 /// `local_batch` sequences (micro-batches = local_batch / microbatch_size,
 /// which must divide). Throws one line naming the keys.
 PipelinePlan plan_pipeline(const config::JobConfig& cfg, int64_t n_layers, int64_t local_batch);
