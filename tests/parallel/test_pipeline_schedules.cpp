@@ -23,6 +23,7 @@
 #include "titan/models/llama3/pipeline.hpp"
 #include "titan/parallel/pipeline/microbatch.hpp"
 #include "titan/parallel/pipeline/schedule.hpp"
+#include "titan/parallel/pipeline/schedule_csv.hpp"
 #include "titan/parallel/pipeline/simulate.hpp"
 #include "titan/parallel/pipeline/split.hpp"
 #include "titan/util/error.hpp"
@@ -138,6 +139,72 @@ TEST(PipelineSchedules, ABrokenOrderIsCaught) {
   a = compute_actions(spec);
   a[0][0].stage = 1;  // stage 1 lives on rank 1
   EXPECT_NE(error_of([&] { simulate(spec, a); }).find("runs on rank 1"), std::string::npos);
+}
+
+// torchtitan's pipeline_parallel_schedule_csv reads torch's "compute_only"
+// CSV: a row of actions per rank in torch's spelling, an empty cell an idle
+// step. Every schedule titan generates, written out and read back, is the
+// same list; torch's spellings (spaces, quotes, idle cells, a trailing
+// newline, Windows line ends) read; each mistake is one line naming the
+// file, row and cell, and what simulate() catches (a missing backward, a
+// deadlock) is caught before a job would start.
+TEST(PipelineScheduleCsv, ReadsWhatItWritesAndTorchsSpelling) {
+  const std::string dir = titan::testing::scratch_dir("pp_csv");
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    return dir + "/" + name;
+  };
+  int compared = 0;
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved1F1B,
+                            ScheduleKind::LoopedBFS, ScheduleKind::InterleavedZeroBubble, ScheduleKind::ZBVZeroBubble})
+    for (int pp : {2, 4}) {
+      ScheduleSpec spec{kind, pp, is_multi_stage(kind) ? 2 : 1, 2 * pp};
+      const auto own = compute_actions(spec);
+      EXPECT_EQ(read_schedule_csv(write("own.csv", schedule_csv(own)), spec), own) << spec.describe();
+      ++compared;
+    }
+  std::printf("%d schedules written as CSV and read back unchanged\n", compared);
+  EXPECT_EQ(parse_action(" 12SEND_B3 ").str(), "12SEND_B3");
+
+  const ScheduleSpec spec{ScheduleKind::OneFOneB, 2, 1, 2};
+  const auto gpipe_order = read_schedule_csv(write("torch.csv", "0F0, \"0F1\",,0B0,0B1\r\n,1F0,1B0,1F1,1B1\n\n"), spec);
+  ASSERT_EQ(gpipe_order.size(), 2u);
+  EXPECT_EQ(schedule_csv(gpipe_order), "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n");
+  EXPECT_NO_THROW(simulate(spec, gpipe_order));
+
+  const std::map<std::string, std::string> mistakes = {
+      {"0F0,0B0,0F1,0B1\n1F0,1B0,1X1,1B1\n", "row 2 (rank 1) cell 3: '1X1' is not an action"},
+      {"0F0,0B0,0F1,0B1\n1F0,1B0,1F,1B1\n", "row 2 (rank 1) cell 3: '1F' is not an action"},
+      {"0F0,0SEND_F0,0B0,0F1,0B1\n1F0,1B0,1F1,1B1\n", "cell 2: '0SEND_F0' is a send or receive"},
+      {"0UNSHARD,0F0,0B0,0F1,0B1\n1F0,1B0,1F1,1B1\n", "cell 1: '0UNSHARD' is torch's FSDP action UNSHARD"},
+      {"0F0,0B0,1F1,0B1\n1F0,1B0,1F1,1B1\n", "row 1 (rank 0) cell 3: '1F1' is stage 1's, which runs on rank 1"},
+      {"0F0,0B0,0F2,0B1\n1F0,1B0,1F1,1B1\n", "'0F2' names micro-batch 2 of a step of 2"},
+      {"0F0,0B0,0F1,0B1\n1F0,1B0,1F1,1B1\n1F0\n", "row 3: the pipeline has 2 ranks"},
+      {"0F0,0B0,0F1,0B1\n", ": 1 row(s) for a pipeline of 2 ranks"},
+  };
+  for (const auto& [text, expected] : mistakes) {
+    const std::string path = write("bad.csv", text);
+    const std::string e = error_of([&] { read_schedule_csv(path, spec); });
+    EXPECT_NE(e.find("pipeline schedule " + path), std::string::npos) << e;
+    EXPECT_NE(e.find(expected), std::string::npos) << text << " -> " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of([&] { read_schedule_csv(dir + "/absent.csv", spec); }).find("cannot open"), std::string::npos);
+
+  // Through the job's plan: read and simulated before anything runs.
+  titan::config::JobConfig cfg;
+  cfg.experimental.pipeline_parallel_degree = 2;
+  cfg.experimental.pipeline_parallel_schedule_csv = write("missing_b.csv", "0F0,0F1,0B0\n1F0,1B0,1F1,1B1\n");
+  const std::string e = error_of([&] { titan::models::llama3::plan_pipeline(cfg, 2, 2); });
+  EXPECT_NE(e.find("[parallelism] pipeline_parallel_schedule_csv: "), std::string::npos) << e;
+  EXPECT_NE(e.find("must be one B"), std::string::npos) << e;
+  cfg.experimental.pipeline_parallel_schedule_csv = write("deadlock.csv", "0F0,0B0,0F1,0B1\n1B0,1F0,1F1,1B1\n");
+  EXPECT_NE(error_of([&] { titan::models::llama3::plan_pipeline(cfg, 2, 2); }).find("deadlocks"), std::string::npos);
+  cfg.experimental.pipeline_parallel_schedule_csv = write("gpipe.csv", schedule_csv(gpipe_order));
+  const auto plan = titan::models::llama3::plan_pipeline(cfg, 2, 2);
+  EXPECT_EQ(plan.compute_actions, gpipe_order);
+  EXPECT_NE(plan.describe().find("order from " + dir + "/gpipe.csv"), std::string::npos) << plan.describe();
+  titan::testing::remove_scratch_dir(dir);
 }
 
 // NCCL pairs two ranks' point-to-point messages in the order each posts

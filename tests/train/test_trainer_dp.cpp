@@ -32,12 +32,14 @@
 #include <torch/optim/adamw.h>
 
 #include "support/dist_test.hpp"
+#include "support/error_of.hpp"
 #include "titan/config/load.hpp"
 #include "titan/data/dataloader.hpp"
 #include "titan/data/tokenizer.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/models/llama3/parallelize.hpp"
 #include "titan/parallel/pipeline/schedule.hpp"
+#include "titan/parallel/pipeline/schedule_csv.hpp"
 #include "titan/train/trainer.hpp"
 #include "titan/verify/reference_trainer.hpp"
 #include "train_test_util.hpp"
@@ -583,6 +585,53 @@ TEST(TrainerPipelineParallel, HandPlacedStagesMatchReference) {
   expect_matches_reference(c, n == 2 ? "PP 2, stages named 1 | 3 layers (1F1B)"
                                      : "PP 2 x FSDP 2, 4 named stages none | 0-1 | 2 | 3 (Interleaved1F1B)",
                            pp_model(), kPpWeightTol);
+}
+
+// torchtitan's pipeline_parallel_schedule_csv: the ranks' compute actions
+// from a file, on the stages the schedule's name places. On 2 ranks GPipe's
+// order (every forward, then every backward) on 1F1B's stages; on 4, PP 2 x
+// FSDP 2 running InterleavedZeroBubble's lists (split I and W backwards) on
+// Interleaved1F1B's stages. Both train as the one process; a file that
+// leaves out a backward stops every rank before the first step, naming it.
+TEST(TrainerPipelineParallel, ScheduleFromCsvMatchesReference) {
+  const int n = titan::testing::world().size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "runs on 2 or 4 ranks";
+  titan::testing::ScratchDir dir("trainer_pp_csv");
+  JobConfig c = base_config(dir);
+  c.training.steps = 3;
+  c.experimental.pipeline_parallel_degree = 2;
+  titan::pp::ScheduleSpec order;  // the schedule whose order the file holds
+  if (n == 2) {
+    c.training.batch_size = 4;
+    c.training.data_parallel_shard_degree = 1;
+    c.experimental.pipeline_parallel_schedule = "1F1B";
+    order = {titan::pp::ScheduleKind::GPipe, 2, 1, 4};
+  } else {
+    c.experimental.pipeline_parallel_schedule = "Interleaved1F1B";
+    order = {titan::pp::ScheduleKind::InterleavedZeroBubble, 2, 2, 2};
+  }
+  const std::string csv = titan::pp::schedule_csv(titan::pp::compute_actions(order));
+  const std::string mine = "schedule_rank" + std::to_string(titan::testing::world().rank()) + ".csv";
+  c.experimental.pipeline_parallel_schedule_csv = dir.write(mine, csv);
+  expect_matches_reference(c, "PP 2" + std::string(n == 4 ? " x FSDP 2" : "") + ", " +
+                                  titan::pp::schedule_name(order.kind) + "'s order from a CSV on " +
+                                  c.experimental.pipeline_parallel_schedule + "'s stages",
+                           pp_model(), kPpWeightTol);
+  c.experimental.pipeline_parallel_schedule_csv = dir.write(mine, csv.substr(0, csv.rfind(',')) + "\n");
+  TrainerOptions o;
+  o.model_args = pp_model();
+  o.console = false;
+  o.peak_flops = 0;
+  const std::string e = titan::testing::error_of([&] { Trainer t(c, o); });
+  EXPECT_NE(e.find("[parallelism] pipeline_parallel_schedule_csv: "), std::string::npos) << e;
+  if (n == 4) {
+    // Split backwards from a file are refused with activation checkpointing,
+    // as the zero-bubble schedules are.
+    c.experimental.pipeline_parallel_schedule_csv = dir.write(mine, csv);
+    c.activation_checkpoint.mode = "full";
+    const std::string ac = titan::testing::error_of([&] { Trainer t(c, o); });
+    EXPECT_NE(ac.find("splits backward into input and weight steps"), std::string::npos) << ac;
+  }
 }
 
 TEST(TrainerPipelineParallel, ThreeDimensionsMatchReference) {

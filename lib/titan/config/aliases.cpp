@@ -23,6 +23,8 @@ const std::vector<Alias>& aliases() {
        "torchtitan v0.2"},
       {"parallelism", "pipeline_parallel_layers_per_stage", "experimental.pipeline_parallel_layers_per_stage", false,
        "torchtitan v0.2"},
+      {"parallelism", "pipeline_parallel_schedule_csv", "experimental.pipeline_parallel_schedule_csv", false,
+       "torchtitan v0.2"},
       {"parallelism", "module_fqns_per_model_part", "experimental.module_fqns_per_model_part", false,
        "torchtitan v0.2"},
       {"parallelism", "pipeline_parallel_first_stage_less_layers",

@@ -163,6 +163,10 @@ struct ExperimentalSection {
   /// module_fqns_per_model_part): {{"tok_embeddings", "layers.0"},
   /// {"layers.1", "norm", "output"}}; empty = split by the keys above.
   StringLists module_fqns_per_model_part;
+  /// A CSV of every pipeline rank's compute actions in torch's spelling
+  /// (torchtitan's pipeline_parallel_schedule_csv); "" = the schedule's own
+  /// order. The schedule's name still places the stages on the ranks.
+  std::string pipeline_parallel_schedule_csv;
 };
 
 /// @brief [checkpoint]: distributed checkpointing.

@@ -154,6 +154,9 @@ std::vector<Field> make_fields() {
                   "layers the first pipeline stage holds fewer (its embeddings count as that many; >= 0)"),
       TITAN_FIELD(experimental, pipeline_parallel_last_stage_less_layers,
                   "layers the last pipeline stage holds fewer (its norm and output count as that many; >= 0)"),
+      TITAN_FIELD(experimental, pipeline_parallel_schedule_csv,
+                  "CSV of each pipeline rank's compute actions (torch's spelling: 0F0,0B0,...; one row per rank) to "
+                  "run instead of the schedule's own order; the schedule still places the stages; \"\" = none"),
       TITAN_FIELD(experimental, module_fqns_per_model_part,
                   "the modules of each pipeline stage (tok_embeddings, layers.N, norm, output; consecutive layers, "
                   "embeddings first, norm and output last); [] = split by layers_per_stage and the less_layers keys"),

@@ -134,7 +134,7 @@ std::vector<TorchtitanKey> make_table() {
       row("parallelism", "pipeline_parallel_last_stage_less_layers", I(1), kTitan),
       row("parallelism", "pipeline_parallel_layers_per_stage", None(kInt), kTitan),
       row("parallelism", "pipeline_parallel_schedule", S("1F1B"), kTitan),
-      row("parallelism", "pipeline_parallel_schedule_csv", S(""), kDefault, "schedules read from a CSV file"),
+      row("parallelism", "pipeline_parallel_schedule_csv", S(""), kTitan),
       row("parallelism", "pipeline_parallel_microbatch_size", I(1), kTitan),
       row("parallelism", "pipeline_parallel_expert_parallel_overlap", B(true), kDefault, "mixture of experts"),
       row("parallelism", "context_parallel_degree", I(1), kTitan),

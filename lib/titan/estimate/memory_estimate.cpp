@@ -95,14 +95,14 @@ RootShare root_share(const ModelArgs& args, const UnitBytes& root, int64_t tp, i
 
 // The most micro-batches whose forward ran and whose backward has not, per
 // stage, in the schedule's own order of actions.
-std::map<int, int64_t> microbatches_in_flight(const pp::ScheduleSpec& spec, int rank) {
+std::map<int, int64_t> microbatches_in_flight(const models::llama3::PipelinePlan& plan, int rank) {
   std::map<int, int64_t> live, most;
-  const bool split = pp::splits_backward(spec.kind);
-  const std::vector<pp::RankActions> actions = pp::compute_actions(spec);
+  const std::vector<pp::RankActions> actions = plan.actions();
   for (const pp::Action& a : actions.at(static_cast<size_t>(rank))) {
     if (a.type == pp::ActionType::Forward) most[a.stage] = std::max(most[a.stage], ++live[a.stage]);
-    // Zero-bubble schedules free a micro-batch's inputs only at its W.
-    const bool frees = split ? a.type == pp::ActionType::BackwardWeight : a.type == pp::ActionType::Backward;
+    // A micro-batch's inputs are freed by its whole backward, or (zero
+    // bubble) only by its W.
+    const bool frees = a.type == pp::ActionType::Backward || a.type == pp::ActionType::BackwardWeight;
     if (frees) --live[a.stage];
   }
   return most;
@@ -169,9 +169,10 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
   // Pipeline: the schedule's stages and micro-batches (the trainer's plan).
   std::vector<pp::LayerRange> stage_layers{{0, args.n_layers}};
   pp::ScheduleSpec spec;
+  models::llama3::PipelinePlan plan;
   int64_t micro_tokens = batches.local_batch * cfg.training.seq_len;
   if (pipelined) {
-    const models::llama3::PipelinePlan plan = models::llama3::plan_pipeline(cfg, args.n_layers, batches.local_batch);
+    plan = models::llama3::plan_pipeline(cfg, args.n_layers, batches.local_batch);
     stage_layers = plan.layers;
     spec = plan.spec;
     micro_tokens = cfg.experimental.pipeline_parallel_microbatch_size * cfg.training.seq_len;
@@ -208,7 +209,7 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
     r.pp_rank = pr;
     r.stages = pipelined ? spec.stages_of_rank(pr) : std::vector<int>{0};
     const std::map<int, int64_t> in_flight =
-        pipelined ? microbatches_in_flight(spec, pr) : std::map<int, int64_t>{{0, 1}};
+        pipelined ? microbatches_in_flight(plan, pr) : std::map<int, int64_t>{{0, 1}};
 
     // Units this rank holds, in forward order, and the root's share.
     struct Block {
@@ -379,7 +380,7 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
   if (amp) l += ", autocast " + cfg.training.mixed_precision_param;
   if (storage_bytes != 4) l += ", " + cfg.training.dtype + " weights and optimizer state";
   if (dims.tp > 1) l += layout.sequence_parallel ? ", TP+SP" : ", TP";
-  if (pipelined) l += ", " + spec.describe();
+  if (pipelined) l += ", " + spec.describe() + (plan.schedule_csv.empty() ? "" : ", order from " + plan.schedule_csv);
   l += ", AC " + cfg.activation_checkpoint.mode;
   if (cfg.activation_checkpoint.mode == "selective") l += " (" + cfg.activation_checkpoint.selective_ac_option + ")";
   l += ", attention " + cfg.model.attn_type;

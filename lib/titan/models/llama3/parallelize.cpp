@@ -255,7 +255,9 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
   setup.device = dist::world().device();  // the compute device (shards may be offloaded to the CPU)
   setup.loss_fn = parts.front().loss_fn;
   const auto stages = pipeline_stages(r.pipeline_parts, plan, pp_rank, setup, before_weight_backward);
-  r.pipeline = std::make_shared<pp::PipelineRuntime>(plan.spec, stages, mesh->group("pp"));
+  pp::RuntimeOptions runtime;
+  runtime.compute_actions = plan.compute_actions;  // [parallelism] pipeline_parallel_schedule_csv, or none
+  r.pipeline = std::make_shared<pp::PipelineRuntime>(plan.spec, stages, mesh->group("pp"), runtime);
   // Every part was parallelised alike, so the first one's groups serve
   // all; each pp rank holds different parameters, so the norm also sums
   // over pp.

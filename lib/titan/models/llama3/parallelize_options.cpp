@@ -82,8 +82,8 @@ ParallelizeOptions parallelize_options(const config::JobConfig& cfg, const paral
     // (torch's reentrant checkpoint), so a zero-bubble schedule's
     // input-gradient step would already produce the weight gradients that
     // its W step then produces again.
-    TITAN_CHECK(!pp::splits_backward(o.pipeline->spec.kind) || a.mode == "none", "pipeline schedule ",
-                pp::schedule_name(o.pipeline->spec.kind),
+    TITAN_CHECK(!o.pipeline->splits_backward() || a.mode == "none", "pipeline schedule ",
+                o.pipeline->schedule_csv.empty() ? pp::schedule_name(o.pipeline->spec.kind) : o.pipeline->schedule_csv,
                 " splits backward into input and weight steps, which activation checkpointing ([activation_checkpoint] "
                 "mode = \"", a.mode, "\") does not support yet: use 1F1B or Interleaved1F1B with it");
     TITAN_CHECK(!dims.fsdp_enabled() || o.fsdp.reshard != ReshardAfterForward::Always,

@@ -8,12 +8,29 @@
 
 #include "titan/config/job_config.hpp"
 #include "titan/dist/process_group.hpp"
+#include "titan/parallel/pipeline/schedule_csv.hpp"
+#include "titan/parallel/pipeline/simulate.hpp"
 #include "titan/util/error.hpp"
 #include "titan/util/internal_assert.hpp"
 
 namespace titan::models::llama3 {
 
-std::string PipelinePlan::describe() const { return spec.describe() + "; layers " + pp::describe_split(layers); }
+std::string PipelinePlan::describe() const {
+  return spec.describe() + (schedule_csv.empty() ? "" : ", order from " + schedule_csv) + "; layers " +
+         pp::describe_split(layers);
+}
+
+std::vector<pp::RankActions> PipelinePlan::actions() const {
+  return compute_actions.empty() ? pp::compute_actions(spec) : compute_actions;
+}
+
+bool PipelinePlan::splits_backward() const {
+  if (compute_actions.empty()) return pp::splits_backward(spec.kind);
+  for (const pp::RankActions& rank : compute_actions)
+    for (const pp::Action& a : rank)
+      if (a.type == pp::ActionType::BackwardInput || a.type == pp::ActionType::BackwardWeight) return true;
+  return false;
+}
 
 PipelinePlan plan_pipeline(int64_t n_layers, pp::ScheduleKind kind, int pp_degree, int microbatches,
                            int64_t layers_per_stage, int64_t first_stage_less_layers, int64_t last_stage_less_layers) {
@@ -87,7 +104,10 @@ std::vector<pp::LayerRange> layers_of_model_parts(const config::StringLists& par
   return layers;
 }
 
-PipelinePlan plan_pipeline(const config::JobConfig& cfg, int64_t n_layers, int64_t local_batch) {
+namespace {
+
+// The cut and the schedule's shape, before any order from a file.
+PipelinePlan plan_stages(const config::JobConfig& cfg, int64_t n_layers, int64_t local_batch) {
   const auto& e = cfg.experimental;
   TITAN_CHECK(local_batch % e.pipeline_parallel_microbatch_size == 0, "[experimental] pipeline_parallel_microbatch_size ",
               e.pipeline_parallel_microbatch_size, " does not divide the local batch of ", local_batch, " sequences");
@@ -114,6 +134,27 @@ PipelinePlan plan_pipeline(const config::JobConfig& cfg, int64_t n_layers, int64
   return plan_pipeline(n_layers, pp::parse_schedule_kind(e.pipeline_parallel_schedule),
                        static_cast<int>(e.pipeline_parallel_degree), m, e.pipeline_parallel_layers_per_stage,
                        e.pipeline_parallel_first_stage_less_layers, e.pipeline_parallel_last_stage_less_layers);
+}
+
+}  // namespace
+
+PipelinePlan plan_pipeline(const config::JobConfig& cfg, int64_t n_layers, int64_t local_batch) {
+  PipelinePlan plan = plan_stages(cfg, n_layers, local_batch);
+  const std::string& csv = cfg.experimental.pipeline_parallel_schedule_csv;
+  if (csv.empty()) return plan;
+  // torchtitan's pipeline_parallel_schedule_csv: the order of every rank's
+  // compute actions from a file, on the stages the schedule's name placed.
+  // Checked here, on every rank alike, before the job starts: a file that
+  // misses an action or deadlocks is one line, not a hang.
+  const std::string key = "[parallelism] pipeline_parallel_schedule_csv: ";
+  try {
+    plan.compute_actions = pp::read_schedule_csv(csv, plan.spec);
+    pp::simulate(plan.spec, plan.compute_actions);
+  } catch (const Error& e) {
+    throw Error(key + e.what());
+  }
+  plan.schedule_csv = csv;
+  return plan;
 }
 
 Transformer pipeline_part(const Transformer& model, const PipelinePlan& plan, int stage) {

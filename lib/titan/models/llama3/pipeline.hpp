@@ -33,8 +33,17 @@ namespace titan::models::llama3 {
 struct PipelinePlan {
   pp::ScheduleSpec spec;              ///< kind, ranks, stages per rank, micro-batches
   std::vector<pp::LayerRange> layers; ///< per global stage
+  /// Every rank's compute actions read from [parallelism]
+  /// pipeline_parallel_schedule_csv (checked by pp::simulate), run instead
+  /// of pp::compute_actions(spec); empty = the schedule's own order.
+  std::vector<pp::RankActions> compute_actions;
+  std::string schedule_csv;  ///< the file they came from
   /// "Interleaved1F1B, 4 ranks x 2 stages, 8 micro-batches; layers 0-4 | 5-9 | ..."
   std::string describe() const;
+  /// The compute actions the runtime will run: compute_actions, or the schedule's own.
+  std::vector<pp::RankActions> actions() const;
+  /// Whether some backward is split into I and W steps.
+  bool splits_backward() const;
 };
 
 /// @brief The plan for `n_layers` layers, as torchtitan's pipeline_llm
@@ -60,7 +69,8 @@ std::vector<pp::LayerRange> layers_of_model_parts(const config::StringLists& par
 
 /// @brief The plan a job asks for ([experimental] pipeline_parallel_degree,
 /// _schedule, _microbatch_size, _layers_per_stage, _first_stage_less_layers,
-/// _last_stage_less_layers, or module_fqns_per_model_part) with a local batch of
+/// _last_stage_less_layers, or module_fqns_per_model_part; the order from
+/// pipeline_parallel_schedule_csv when given) with a local batch of
 /// `local_batch` sequences (micro-batches = local_batch / microbatch_size,
 /// which must divide). Throws one line naming the keys.
 PipelinePlan plan_pipeline(const config::JobConfig& cfg, int64_t n_layers, int64_t local_batch);

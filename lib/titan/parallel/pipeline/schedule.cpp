@@ -210,6 +210,30 @@ std::vector<RankActions> zero_bubble(const ScheduleSpec& spec) {
 
 std::string Action::str() const { return std::to_string(stage) + action_code(type) + std::to_string(microbatch); }
 
+Action parse_action(const std::string& text) {
+  const size_t b = text.find_first_not_of(" \t"), e = text.find_last_not_of(" \t");
+  const std::string t = b == std::string::npos ? std::string() : text.substr(b, e - b + 1);
+  size_t i = 0;
+  while (i < t.size() && std::isdigit(static_cast<unsigned char>(t[i]))) ++i;
+  size_t j = t.size();
+  while (j > i && std::isdigit(static_cast<unsigned char>(t[j - 1]))) --j;
+  const std::string code = t.substr(i, j - i);
+  for (const char* fsdp : {"UNSHARD", "RESHARD", "REDUCE_GRAD"})
+    TITAN_CHECK(code != fsdp, "'", t, "' is torch's FSDP action ", fsdp,
+                ", which titan's stages do on their own: leave it out of the schedule");
+  const ActionType types[] = {ActionType::Forward,      ActionType::Backward,       ActionType::BackwardInput,
+                              ActionType::BackwardWeight, ActionType::SendForward,  ActionType::RecvForward,
+                              ActionType::SendBackward, ActionType::RecvBackward};
+  for (ActionType type : types) {
+    if (code != action_code(type)) continue;
+    TITAN_CHECK(i > 0 && j < t.size() && i <= 9 && t.size() - j <= 9, "'", t,
+                "' is not an action: torch's spelling is <stage><type><micro-batch>, e.g. 2F0");
+    return Action{type, std::stoi(t.substr(0, i)), std::stoi(t.substr(j))};
+  }
+  throw Error("'" + t + "' is not an action: torch's spelling is <stage><type><micro-batch> with type F, B, I, W, "
+              "SEND_F, RECV_F, SEND_B or RECV_B, e.g. 2F0");
+}
+
 bool Action::is_compute() const {
   return type == ActionType::Forward || type == ActionType::Backward || type == ActionType::BackwardInput ||
          type == ActionType::BackwardWeight;

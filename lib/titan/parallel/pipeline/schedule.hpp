@@ -48,6 +48,12 @@ struct Action {
   }
 };
 
+/// @brief The action `text` names in torch's spelling ("2F0", "1B3",
+/// "0SEND_F1"; surrounding spaces ignored). titan::Error for anything else,
+/// and for torch's FSDP actions (UNSHARD, RESHARD, REDUCE_GRAD), which
+/// titan's stages do on their own.
+Action parse_action(const std::string& text);
+
 /// @brief One rank's actions for a step, in order.
 using RankActions = std::vector<Action>;
 
