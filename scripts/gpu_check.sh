@@ -281,6 +281,11 @@ if [ "${GPUS:-1}" -ge 2 ]; then
       --job.dump_folder "$WORK/float8_ag_$ag"
   done
 fi
+# Pure bf16 ([training] dtype = "bfloat16"): weights, gradients and AdamW
+# state in bf16 on the GPU (the fused AdamW, the gradient norm and the flash
+# kernel take the bf16 weights as they are); its loss beside float8_off's.
+step train_pure_bf16 45 "$LOSS" "${TRAIN[@]}" --training.dtype bfloat16 --model.attn_type flash --training.steps 30 \
+  --metrics.log_freq 10 --job.dump_folder "$WORK/pure_bf16"
 # 7. An async_with_pinned_mem checkpoint and the resume from it; a CUDA
 #    Kineto trace and the allocator's memory snapshot (docs/checkpoint.md,
 #    docs/profiling.md).

@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "support/run_command.hpp"
+#include "titan/launch/local_launcher.hpp"
 #include "titan/launch/options.hpp"
 #include "titan/util/error.hpp"
 
@@ -157,3 +159,25 @@ TEST(OptionParser, BadRegistrationIsAnError) {
 }
 
 }  // namespace
+
+// The rendezvous port `titan run` picks lies outside the kernel's ephemeral
+// range, where outgoing connections (other jobs' Gloo pairs) take their
+// ports: a port picked inside it was once taken by another test's
+// connection between the pick and rank 0's bind ("already in use"). It is
+// free when picked, and two picks rarely agree.
+TEST(LocalLauncher, PicksTheStorePortOutsideTheEphemeralRange) {
+  int lo = 32768, hi = 60999;
+  if (std::FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    ASSERT_EQ(std::fscanf(f, "%d %d", &lo, &hi), 2);
+    std::fclose(f);
+  }
+  std::set<int> seen;
+  for (int i = 0; i < 20; ++i) {
+    const int port = titan::launch::pick_free_port();
+    EXPECT_TRUE(port < lo || port > hi) << port << " is in the ephemeral range " << lo << "-" << hi;
+    EXPECT_GE(port, 1024);
+    seen.insert(port);
+  }
+  std::printf("20 picks: %zu distinct ports, ephemeral range %d-%d\n", seen.size(), lo, hi);
+  EXPECT_GE(seen.size(), 15u);
+}

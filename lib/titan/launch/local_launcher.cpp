@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 #include <thread>
 
@@ -72,21 +73,49 @@ int exit_code_of(int status) {
 
 }  // namespace
 
-int pick_free_port() {
+namespace {
+
+// Whether `port` (0: any) on 127.0.0.1 can be bound now; the bound port.
+int try_bind(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  TITAN_CHECK(fd >= 0, "titan run: cannot open a socket to find a free port");
+  if (fd < 0) return -1;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(fd);
-    throw Error("titan run: cannot find a free port on 127.0.0.1");
-  }
-  int port = ntohs(addr.sin_port);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
   close(fd);
+  return ok ? ntohs(addr.sin_port) : -1;
+}
+
+}  // namespace
+
+int pick_free_port() {
+  // The kernel hands out its ephemeral ports (ip_local_port_range, 32768-
+  // 60999 by default) to every socket bound to port 0 and to every outgoing
+  // connection, Gloo's pairs among them: a port picked there can be taken
+  // by another job's connection in the seconds before rank 0 binds it for
+  // the store ("port ... is already in use"). A port below that range is
+  // taken only by an explicit bind, so the store's port is drawn there.
+  int lo = 32768, hi = 60999;
+  if (std::FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768, hi = 60999;
+    std::fclose(f);
+  }
+  const bool below = lo - 1024 >= 4096;  // room under the range; else above it
+  const int first = below ? std::max(1024, lo - 16384) : hi + 1, last = below ? lo - 1 : 65535;
+  if (last - first >= 64) {
+    std::mt19937 pick(std::random_device{}());
+    std::uniform_int_distribution<int> in_window(first, last);
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      const int port = try_bind(in_window(pick));
+      if (port > 0) return port;
+    }
+  }
+  const int port = try_bind(0);
+  TITAN_CHECK(port > 0, "titan run: cannot find a free port on 127.0.0.1");
   return port;
 }
 

@@ -31,7 +31,9 @@ struct LaunchOptions {
 /// status (128+signal for a signal), or 1.
 int launch_local(const LaunchOptions& options);
 
-/// @brief A TCP port on 127.0.0.1 that was free a moment ago.
+/// @brief A TCP port on 127.0.0.1 that was free a moment ago, drawn below
+/// the kernel's ephemeral range (ip_local_port_range) so that no outgoing
+/// connection takes it before the job binds it.
 int pick_free_port();
 
 }  // namespace titan::launch
