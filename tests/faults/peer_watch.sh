@@ -28,7 +28,7 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PORT=$("$PY" "$(dirname "$0")/../support/free_port.py")
 START=$(date +%s%N)
 TITAN_PEER_WATCH=1 "$PY" -m torch.distributed.run --nnodes=1 --nproc_per_node=4 --rdzv-backend=c10d \
   --rdzv-endpoint="127.0.0.1:$PORT" --no-python "$PROGRAM" "$MODE" 2 10 > "$WORK/job.log" 2>&1 &

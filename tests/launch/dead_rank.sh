@@ -19,11 +19,11 @@ fail() { echo "FAIL ($MODE): $*"; echo "--- job output"; grep -v "step:" "$WORK"
 ARGS=(train --job.config_file "$SRC/train_configs/debug_model.toml" --job.dump_folder "$WORK/out"
       --training.device cpu --training.seq_len 16 --training.batch_size 4 --training.steps 2000
       --metrics.log_freq 1 --comm.timeout_seconds 10)
-# A port nothing uses now, from the kernel (bind to port 0). A random pick
-# could land on a port another test's connection holds (the ephemeral range
-# starts at 32768): torchrun's agent then cannot host its store, falls back
-# to joining one there and waits 60 s.
-PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# A port nothing uses now, below the kernel's ephemeral range (a port
+# there could go to another test's connection before torchrun binds it: its
+# agent then cannot host its store, falls back to joining one there and
+# waits 60 s).
+PORT=$("$PY" "$(dirname "$0")/../support/free_port.py")
 # A mark in the job's environment that only this run's ranks carry: under
 # `ctest -j`, the torchrun and Slurm runs of this test (and other tests'
 # jobs) have titan processes with RANK=2 of their own, which are not ours
