@@ -95,10 +95,9 @@ RootShare root_share(const ModelArgs& args, const UnitBytes& root, int64_t tp, i
 
 // The most micro-batches whose forward ran and whose backward has not, per
 // stage, in the schedule's own order of actions.
-std::map<int, int64_t> microbatches_in_flight(const models::llama3::PipelinePlan& plan, int rank) {
+std::map<int, int64_t> microbatches_in_flight(const pp::RankActions& actions) {
   std::map<int, int64_t> live, most;
-  const std::vector<pp::RankActions> actions = plan.actions();
-  for (const pp::Action& a : actions.at(static_cast<size_t>(rank))) {
+  for (const pp::Action& a : actions) {
     if (a.type == pp::ActionType::Forward) most[a.stage] = std::max(most[a.stage], ++live[a.stage]);
     // A micro-batch's inputs are freed by its whole backward, or (zero
     // bubble) only by its W.
@@ -204,12 +203,15 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
       recompute_per_token * static_cast<double>(wrapped_count) * static_cast<double>(e.tokens_per_step);
 
   const int num_stages = static_cast<int>(stage_layers.size());
+  // Every rank's compute actions, made once (the zero-bubble lists come
+  // from list scheduling over all ranks).
+  const std::vector<pp::RankActions> actions = pipelined ? plan.actions() : std::vector<pp::RankActions>{};
   for (int pr = 0; pr < static_cast<int>(dims.pp); ++pr) {
     RankMemory r;
     r.pp_rank = pr;
     r.stages = pipelined ? spec.stages_of_rank(pr) : std::vector<int>{0};
     const std::map<int, int64_t> in_flight =
-        pipelined ? microbatches_in_flight(plan, pr) : std::map<int, int64_t>{{0, 1}};
+        pipelined ? microbatches_in_flight(actions.at(static_cast<size_t>(pr))) : std::map<int, int64_t>{{0, 1}};
 
     // Units this rank holds, in forward order, and the root's share.
     struct Block {
