@@ -16,6 +16,7 @@
 
 #include "titan/metrics/cpu_peak.hpp"
 #include "titan/metrics/memory.hpp"
+#include "titan/metrics/rank_peak.hpp"
 
 using namespace titan::metrics;
 
@@ -302,6 +303,29 @@ TEST(CpuPeak, ContendedFigureIsNotCached) {
   EXPECT_LT(p.cpu_share, 0.9);
   EXPECT_GT(p.flops, 1e8);
   EXPECT_FALSE(exists(cache)) << "a contended figure must not be cached";
+}
+
+// A job's CPU peak is the GEMM of the dtype its matmuls run in: FSDP's
+// bf16 mixed precision (titan's default) or pure bf16 runs bf16 GEMMs, which
+// CPUs with bf16 vector instructions run ~2x faster than fp32's, so an fp32
+// peak overstated their MFU (and a run "beating" it invalidated the fp32
+// calibration). Each dtype is its own cache entry.
+TEST(CpuPeak, AJobIsJudgedAgainstTheGemmOfItsComputeDtype) {
+  TempDir dir;
+  ::setenv("TITAN_CPU_PEAK_CACHE", dir.file("cpu_peak.json").c_str(), 1);
+  RankPeakInputs in;
+  in.compute_dtype = at::kBFloat16;
+  const RankPeak bf16 = resolve_rank_peak(in);
+  in.compute_dtype = at::kFloat;
+  const RankPeak fp32 = resolve_rank_peak(in);
+  ::unsetenv("TITAN_CPU_PEAK_CACHE");
+  std::printf("bf16: %.3g FLOP/s (%s), fp32: %.3g FLOP/s (%s)\n", bf16.flops, bf16.source.c_str(), fp32.flops,
+              fp32.source.c_str());
+  EXPECT_NE(bf16.cache_key.find("|BFloat16|"), std::string::npos) << bf16.cache_key;
+  EXPECT_NE(fp32.cache_key.find("|Float|"), std::string::npos) << fp32.cache_key;
+  EXPECT_EQ(bf16.source.rfind("measured CPU bfloat16 GEMM peak, ", 0), 0u) << bf16.source;
+  EXPECT_EQ(fp32.source.rfind("measured CPU GEMM peak, ", 0), 0u) << fp32.source;
+  EXPECT_EQ(read_json(dir.file("cpu_peak.json"))["entries"].size(), 2u);
 }
 
 TEST(CpuPeak, DefaultCachePathFollowsEnvironment) {
