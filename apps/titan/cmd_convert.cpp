@@ -3,7 +3,8 @@
 // scripts/convert_checkpoint.py. The direction follows the input: a folder
 // with config.json is HF (HF → titan), anything else a titan step-N folder.
 // Checkpoints are read with titan's names (torchtitan 0.2's) or torchtitan
-// 0.3's, and written with either (--naming).
+// 0.3's, and written with either (--naming). Every direction reads one
+// tensor at a time (checkpoint/tensor_stream.hpp): no step holds the model.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "titan/checkpoint/hf_config.hpp"
 #include "titan/checkpoint/hf_folder.hpp"
 #include "titan/models/llama3/state_dict_adapter.hpp"
+#include "titan/checkpoint/tensor_stream.hpp"
 #include "titan/checkpoint/torchtitan_v03.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/models/llama3/model_args.hpp"
@@ -89,11 +91,12 @@ Options parse(int argc, char** argv) {
 }
 
 // The tensors must have the flavor's shapes: converting with the wrong
-// flavor would write a config that does not describe the weights.
-void check_flavor(const checkpoint::StateDict& state, const models::llama3::ModelArgs& flavor,
+// flavor would write a config that does not describe the weights. Checked
+// on the layout, before any value is read.
+void check_flavor(const checkpoint::TensorStream& state, const models::llama3::ModelArgs& flavor,
                   const Options& o) {
   try {
-    models::llama3::check_titan_state(state, flavor, o.checkpoint_path);
+    models::llama3::check_titan_state(state.layout, flavor, o.checkpoint_path);
   } catch (const Error& e) {
     throw Error("titan convert: --model_flavor " + o.model_flavor + " does not match the checkpoint: " + e.what());
   }
@@ -120,16 +123,11 @@ void note_config_differences(const models::llama3::ModelArgs& config, const mode
                  o.checkpoint_path.c_str(), config.norm_eps, o.model_flavor.c_str(), flavor.norm_eps);
 }
 
-int64_t param_count(const checkpoint::StateDict& state) {
-  int64_t n = 0;
-  for (const auto& [name, t] : state) n += t.numel();
-  return n;
-}
-
-// A checkpoint's tensors under titan's names, whichever naming it was written with.
-checkpoint::StateDict read_checkpoint_titan_names(const Options& o, const models::llama3::ModelArgs& flavor) {
-  checkpoint::StateDict state = checkpoint::read_model_tensors(o.checkpoint_path);
-  if (!checkpoint::has_torchtitan_v03_names(state)) return state;
+// A checkpoint's model tensors under titan's names, whichever naming it was
+// written with, each read when asked for.
+checkpoint::TensorStream checkpoint_titan_names(const Options& o, const models::llama3::ModelArgs& flavor) {
+  checkpoint::TensorStream state = checkpoint::checkpoint_stream(checkpoint::open_checkpoint(o.checkpoint_path));
+  if (!checkpoint::has_torchtitan_v03_names(state.layout)) return state;
   try {
     return checkpoint::from_torchtitan_v03(state, flavor);
   } catch (const Error& e) {
@@ -138,12 +136,15 @@ checkpoint::StateDict read_checkpoint_titan_names(const Options& o, const models
   }
 }
 
-// Writes a step-0 checkpoint in the naming asked for.
-void write_checkpoint_named(const Options& o, const checkpoint::StateDict& titan_state,
-                            const models::llama3::ModelArgs& flavor) {
+// Writes a step-0 checkpoint in the naming and dtype asked for, one tensor at a time.
+void write_checkpoint_named(const Options& o, const checkpoint::TensorStream& titan_state,
+                            const models::llama3::ModelArgs& flavor, at::ScalarType dtype) {
   checkpoint::write_model_checkpoint(
       o.output_path,
-      o.naming == "torchtitan-0.3" ? checkpoint::to_torchtitan_v03(titan_state, flavor, o.fuse_qkv) : titan_state,
+      checkpoint::cast_stream(o.naming == "torchtitan-0.3"
+                                  ? checkpoint::to_torchtitan_v03(titan_state, flavor, o.fuse_qkv)
+                                  : titan_state,
+                              dtype),
       /*step=*/0);
 }
 
@@ -152,42 +153,45 @@ std::string naming_note(const Options& o) {
 }
 
 int hf_to_titan(const Options& o, const models::llama3::ModelArgs& flavor, at::ScalarType dtype) {
-  checkpoint::HfCheckpoint hf = checkpoint::read_hf_folder(o.checkpoint_path);
+  checkpoint::HfFolderStream hf = checkpoint::open_hf_folder(o.checkpoint_path);
+  checkpoint::TensorStream& state = hf.tensors;
   if (!hf.tied_embeddings && flavor.tie_word_embeddings) {
     models::llama3::ModelArgs untied = flavor;
     untied.tie_word_embeddings = false;
-    check_flavor(hf.titan_state, untied, o);  // wrong shapes are the clearer message
+    check_flavor(state, untied, o);  // wrong shapes are the clearer message
     throw Error("titan convert: " + o.checkpoint_path + " has its own lm_head.weight (tie_word_embeddings false) " +
                 "but flavor " + o.model_flavor + " ties the output to the embedding; titan does not merge two " +
                 "weights into one");
   }
   std::string tie_note;
   if (hf.tied_embeddings && !flavor.tie_word_embeddings) {
-    // The flavor keeps a separate output: it starts as a copy of the shared weight.
-    hf.titan_state["output.weight"] = hf.titan_state.at("tok_embeddings.weight").clone();
+    // The flavor keeps a separate output: it starts as a copy of the shared
+    // weight (read again from the folder when its turn comes).
+    state.layout["output.weight"] = state.layout.at("tok_embeddings.weight");
+    state.read = [read = std::move(state.read)](const std::string& name) {
+      return read(name == "output.weight" ? "tok_embeddings.weight" : name);
+    };
     tie_note = "; tied embeddings untied for this flavor (output.weight copied from the embedding)";
   } else if (hf.tied_embeddings) {
     tie_note = "; tied embeddings (one tensor, no output.weight)";
   }
-  check_flavor(hf.titan_state, flavor, o);
+  check_flavor(state, flavor, o);
   note_config_differences(hf.args, flavor, o);
-  for (auto& [name, t] : hf.titan_state) t = t.to(dtype);
-  write_checkpoint_named(o, hf.titan_state, flavor);
+  write_checkpoint_named(o, state, flavor, dtype);
   std::printf("converted HF folder %s -> titan checkpoint %s (llama3 %s, %zu tensors, %lld parameters, %s)%s%s\n",
-              o.checkpoint_path.c_str(), o.output_path.c_str(), o.model_flavor.c_str(), hf.titan_state.size(),
-              static_cast<long long>(param_count(hf.titan_state)), checkpoint::hf_dtype_name(dtype).c_str(),
-              tie_note.c_str(), naming_note(o).c_str());
+              o.checkpoint_path.c_str(), o.output_path.c_str(), o.model_flavor.c_str(), state.layout.size(),
+              static_cast<long long>(state.numel()), checkpoint::hf_dtype_name(dtype).c_str(), tie_note.c_str(),
+              naming_note(o).c_str());
   return 0;
 }
 
 int titan_to_titan(const Options& o, const models::llama3::ModelArgs& flavor, at::ScalarType dtype) {
-  checkpoint::StateDict state = read_checkpoint_titan_names(o, flavor);
+  const checkpoint::TensorStream state = checkpoint_titan_names(o, flavor);
   check_flavor(state, flavor, o);
-  for (auto& [name, t] : state) t = t.to(dtype);
-  write_checkpoint_named(o, state, flavor);
+  write_checkpoint_named(o, state, flavor, dtype);
   std::printf("converted titan checkpoint %s -> titan checkpoint %s (llama3 %s, %zu tensors, %lld parameters, %s)%s\n",
-              o.checkpoint_path.c_str(), o.output_path.c_str(), o.model_flavor.c_str(), state.size(),
-              static_cast<long long>(param_count(state)), checkpoint::hf_dtype_name(dtype).c_str(),
+              o.checkpoint_path.c_str(), o.output_path.c_str(), o.model_flavor.c_str(), state.layout.size(),
+              static_cast<long long>(state.numel()), checkpoint::hf_dtype_name(dtype).c_str(),
               o.naming == "titan" ? "; titan names" : naming_note(o).c_str());
   return 0;
 }
@@ -203,24 +207,12 @@ int titan_to_hf(const Options& o, const models::llama3::ModelArgs& flavor, at::S
   if (args.rope_scaling.enabled)
     args.max_seq_len = std::max(args.max_seq_len, static_cast<int64_t>(args.rope_scaling.original_max_position *
                                                                        args.rope_scaling.factor));
-  const checkpoint::CheckpointInfo ckpt = checkpoint::open_checkpoint(o.checkpoint_path);
-  checkpoint::StateDict state;  // names and shapes (meta tensors) of what the checkpoint holds
-  for (const auto& [name, saved] : checkpoint::model_tensor_index(ckpt))
-    state[name] = at::empty(saved.shape, at::TensorOptions().device(at::kMeta));
-  if (checkpoint::has_torchtitan_v03_names(state)) {
-    // torchtitan 0.3's names (a fused wqkv among them) are renamed and
-    // split on the whole state: the model in memory.
-    state = read_checkpoint_titan_names(o, flavor);
-    check_flavor(state, flavor, o);
-    checkpoint::write_hf_folder(o.output_path, state, args, dtype);
-  } else {
-    // titan's names: one tensor in memory at a time, whatever the model's size.
-    check_flavor(state, flavor, o);
-    checkpoint::write_hf_folder_from_checkpoint(ckpt, o.output_path, args, dtype);
-  }
+  const checkpoint::TensorStream state = checkpoint_titan_names(o, flavor);
+  check_flavor(state, flavor, o);
+  checkpoint::write_hf_folder(o.output_path, state, args, dtype);
   std::printf("converted titan checkpoint %s -> HF folder %s (llama3 %s, %zu tensors, %lld parameters, %s)\n",
-              o.checkpoint_path.c_str(), o.output_path.c_str(), o.model_flavor.c_str(), state.size(),
-              static_cast<long long>(param_count(state)), checkpoint::hf_dtype_name(dtype).c_str());
+              o.checkpoint_path.c_str(), o.output_path.c_str(), o.model_flavor.c_str(), state.layout.size(),
+              static_cast<long long>(state.numel()), checkpoint::hf_dtype_name(dtype).c_str());
   return 0;
 }
 

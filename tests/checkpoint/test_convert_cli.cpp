@@ -135,6 +135,26 @@ TEST(ConvertCli, TorchtitanV03NamingRoundTripIsBitwise) {
   expect_one_line_error(run_command(convert(io + " --naming hf")), "--naming 'hf'");
 }
 
+// A tied HF folder (as Llama 3.2 1B and 3B are saved) into an untied
+// flavor: the output starts as a copy of the embedding, read from the
+// folder again when its turn comes.
+TEST(ConvertCli, TiedFolderIntoAnUntiedFlavorCopiesTheEmbedding) {
+  Scratch s;
+  auto tied = titan::models::llama3::flavor_args("debugmodel");
+  tied.tie_word_embeddings = true;
+  StateDict state = debug_state();
+  state.erase("output.weight");
+  write_hf_folder(s.dir + "/hf", state, tied, at::kFloat);
+  auto r = run_command(convert("--checkpoint_path " + s.dir + "/hf --output_path " + s.dir +
+                               "/step-0 --model_flavor debugmodel --export_dtype bfloat16"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "tied embeddings untied for this flavor (output.weight copied from the embedding)");
+  state["output.weight"] = state.at("tok_embeddings.weight");
+  StateDict want;
+  for (const auto& [name, t] : state) want[name] = t.to(at::kBFloat16);
+  titan::testing::expect_bitwise_equal(read_model_tensors(s.dir + "/step-0"), want);
+}
+
 TEST(ConvertCli, ExportDtypeAndFlavorMismatch) {
   Scratch s;
   const StateDict state = debug_state();

@@ -16,6 +16,8 @@
 #include "titan/checkpoint/hf_folder.hpp"
 #include "titan/checkpoint/hf_sharded_load.hpp"
 #include "titan/checkpoint/safetensors.hpp"
+#include "titan/checkpoint/tensor_stream.hpp"
+#include "titan/checkpoint/torchtitan_v03.hpp"
 #include "titan/metrics/tensor_memory.hpp"
 #include "titan/util/files.hpp"
 #include "titan/util/error.hpp"
@@ -305,7 +307,7 @@ TEST(HfFolder, CheckpointExportsOneTensorAtATime) {
   const c10::Device cpu(c10::kCPU);
   const int64_t before = titan::metrics::tensor_memory(cpu).current_bytes;
   titan::metrics::reset_tensor_memory_peak(cpu);
-  write_hf_folder_from_checkpoint(open_checkpoint(step), f.dir + "/streamed", f.args, at::kBFloat16, limit);
+  write_hf_folder(f.dir + "/streamed", checkpoint_stream(open_checkpoint(step)), f.args, at::kBFloat16, limit);
   const int64_t streamed_peak = titan::metrics::tensor_memory(cpu).peak_bytes - before;
   titan::metrics::reset_tensor_memory_peak(cpu);
   write_hf_folder(f.dir + "/whole", read_model_tensors(step), f.args, at::kBFloat16, limit);
@@ -327,10 +329,81 @@ TEST(HfFolder, CheckpointExportsOneTensorAtATime) {
   titan::models::llama3::ModelArgs other = f.args;
   other.n_layers = 2;
   try {
-    write_hf_folder_from_checkpoint(open_checkpoint(step), f.dir + "/other", other, at::kFloat);
+    write_hf_folder(f.dir + "/other", checkpoint_stream(open_checkpoint(step)), other, at::kFloat);
     ADD_FAILURE() << "a 4-layer checkpoint exported as 2 layers";
   } catch (const titan::Error& e) {
     EXPECT_NE(std::string(e.what()).find("unexpected tensor 'layers.2."), std::string::npos) << e.what();
   }
   EXPECT_FALSE(files::exists(f.dir + "/other"));
+}
+
+// The other direction, and the renames: an HF folder imported as a titan
+// checkpoint, and a checkpoint renamed to torchtitan 0.3's fused names and
+// back, each one tensor at a time (as `titan convert` does): the same files
+// as from the whole state, while the CPU tensors held at once stay within
+// two of the largest tensor (a fused wqkv holds its three projections).
+TEST(HfFolder, ImportsAndRenamesOneTensorAtATime) {
+  Fixture f;
+  f.args.n_layers = 4;
+  f.model = titan::testing::seeded_model(f.args, 29);
+  f.state = titan::testing::state_of(f.model);
+  const std::string hf = f.dir + "/hf";
+  write_hf_folder(hf, f.state, f.args, at::kFloat, /*max_shard_bytes=*/20'000);  // several files
+  int64_t largest = 0, model_bytes = 0;
+  for (const auto& [name, t] : f.state) {
+    largest = std::max(largest, t.numel() * 4);
+    model_bytes += t.numel() * 4;
+  }
+  titan::metrics::track_cpu_tensor_memory();
+  const c10::Device cpu(c10::kCPU);
+  const int64_t before = titan::metrics::tensor_memory(cpu).current_bytes;
+  auto peak_of = [&](const std::function<void()>& work) {
+    titan::metrics::reset_tensor_memory_peak(cpu);
+    work();
+    return titan::metrics::tensor_memory(cpu).peak_bytes - before;
+  };
+  const int64_t import_peak =
+      peak_of([&] { write_model_checkpoint(f.dir + "/streamed/step-0", open_hf_folder(hf).tensors, 0); });
+  const int64_t fuse_peak = peak_of([&] {
+    write_model_checkpoint(f.dir + "/fused/step-0",
+                           to_torchtitan_v03(checkpoint_stream(open_checkpoint(f.dir + "/streamed/step-0")), f.args,
+                                             /*fused=*/true),
+                           0);
+  });
+  const int64_t split_peak = peak_of([&] {
+    write_model_checkpoint(f.dir + "/back/step-0",
+                           from_torchtitan_v03(checkpoint_stream(open_checkpoint(f.dir + "/fused/step-0")), f.args), 0);
+  });
+  const int64_t whole_peak =
+      peak_of([&] { write_model_checkpoint(f.dir + "/whole/step-0", read_hf_folder(hf).titan_state, 0); });
+
+  const std::string rank0 = "/step-0/" + rank_file_name(0);
+  EXPECT_EQ(read_text(f.dir + "/streamed" + rank0), read_text(f.dir + "/whole" + rank0));
+  EXPECT_EQ(read_text(f.dir + "/back" + rank0), read_text(f.dir + "/whole" + rank0));
+  titan::testing::expect_bitwise_equal(read_model_tensors(f.dir + "/streamed/step-0"), f.state);
+  titan::testing::expect_bitwise_equal(read_model_tensors(f.dir + "/fused/step-0"),
+                                       to_torchtitan_v03(f.state, f.args, /*fused=*/true));
+  std::printf("model %lld bytes (fp32), largest tensor %lld: CPU tensor peak tensor by tensor %lld (HF import), "
+              "%lld (fusing wqkv), %lld (splitting it); %lld reading the model whole\n",
+              static_cast<long long>(model_bytes), static_cast<long long>(largest),
+              static_cast<long long>(import_peak), static_cast<long long>(fuse_peak),
+              static_cast<long long>(split_peak), static_cast<long long>(whole_peak));
+  EXPECT_GT(model_bytes, 4 * 2 * largest);
+  EXPECT_LE(import_peak, 2 * largest);
+  EXPECT_LE(fuse_peak, 2 * largest);
+  EXPECT_LE(split_peak, 2 * largest);
+  EXPECT_GE(whole_peak, model_bytes);
+
+  // The checks come first: a folder of another flavor is refused before a value is read.
+  titan::models::llama3::ModelArgs other = f.args;
+  other.n_layers = 2;
+  const int64_t refused_peak = peak_of([&] {
+    try {
+      to_torchtitan_v03(open_hf_folder(hf).tensors, other, /*fused=*/false);
+      ADD_FAILURE() << "a 4-layer folder renamed as 2 layers";
+    } catch (const titan::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("unexpected tensor 'layers.2."), std::string::npos) << e.what();
+    }
+  });
+  EXPECT_EQ(refused_peak, 0);
 }

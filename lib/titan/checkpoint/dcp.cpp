@@ -12,10 +12,12 @@
 
 #include "titan/checkpoint/file_io.hpp"
 #include "titan/checkpoint/safetensors.hpp"
+#include "titan/checkpoint/tensor_stream.hpp"
 #include "titan/util/files.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/internal_assert.hpp"
 #include "titan/util/strings.hpp"
 
 namespace titan::checkpoint {
@@ -100,8 +102,13 @@ RankFile RankFile::from_json(const nlohmann::json& j) {
   return r;
 }
 
-RankFile write_rank_file(const std::string& dir, int rank, const ShardedState& shards,
-                         std::optional<at::ScalarType> dtype) {
+namespace {
+
+// write_rank_file with each primary box's values from `value_of(box)`
+// (its sizes; any device and dtype), asked for when its turn comes.
+RankFile write_rank_file_of(const std::string& dir, int rank, const ShardedState& shards,
+                            std::optional<at::ScalarType> dtype,
+                            const std::function<at::Tensor(const TensorShard&)>& value_of) {
   RankFile result;
   result.rank = rank;
   // The header from dtypes and shapes (meta tensors), then each box copied
@@ -127,11 +134,18 @@ RankFile write_rank_file(const std::string& dir, int rank, const ShardedState& s
   result.file = rank_file_name(rank);
   const SafetensorsWritten written =
       write_safetensors_streamed(dir + "/" + result.file, layout,
-                                 [&](size_t i) { return saved[i]->local.detach().to(at::kCPU, layout[i].second.scalar_type()); },
+                                 [&](size_t i) { return value_of(*saved[i]).to(at::kCPU, layout[i].second.scalar_type()); },
                                  {{"format", "pt"}, {"DCP_SHARDING_INFO", sharding.dump()}});
   result.bytes = written.bytes;
   result.crc32 = written.crc32;
   return result;
+}
+
+}  // namespace
+
+RankFile write_rank_file(const std::string& dir, int rank, const ShardedState& shards,
+                         std::optional<at::ScalarType> dtype) {
+  return write_rank_file_of(dir, rank, shards, dtype, [](const TensorShard& s) { return s.local.detach(); });
 }
 
 void finalize_checkpoint(const std::string& partial_dir, const std::string& final_dir, int64_t step,
@@ -496,19 +510,19 @@ at::Tensor read_model_tensor(const CheckpointInfo& ckpt, const std::string& fqn,
 }
 
 std::map<std::string, at::Tensor> read_model_tensors(const std::string& dir) {
-  const CheckpointInfo ckpt = open_checkpoint(dir);
-  check_checkpoint_files(ckpt);
-  std::map<std::string, at::Tensor> out;
-  for (const auto& [fqn, saved] : model_tensor_index(ckpt)) out.emplace(fqn, read_model_tensor(ckpt, fqn, saved));
-  return out;
+  return checkpoint_stream(open_checkpoint(dir)).read_all();
 }
 
 void write_model_checkpoint(const std::string& dir, const std::map<std::string, at::Tensor>& tensors, int64_t step) {
+  write_model_checkpoint(dir, stream_of(tensors), step);
+}
+
+void write_model_checkpoint(const std::string& dir, const TensorStream& tensors, int64_t step) {
   const std::string partial = dir + ".partial";
   files::remove_all(partial);
   TITAN_CHECK(files::make_directories(partial), "checkpoint: cannot create ", partial);
-  ShardedState shards;
-  for (const auto& [fqn, t] : tensors) {
+  ShardedState shards;  // whole boxes of meta tensors: the header's shapes and dtypes
+  for (const auto& [fqn, t] : tensors.layout) {
     TensorShard s;
     s.fqn = fqn;
     s.local = t;
@@ -516,7 +530,12 @@ void write_model_checkpoint(const std::string& dir, const std::map<std::string, 
     s.offsets.assign(s.global_shape.size(), 0);
     shards.push_back(std::move(s));
   }
-  const RankFile file = write_rank_file(partial, 0, shards);
+  const RankFile file = write_rank_file_of(partial, 0, shards, std::nullopt, [&](const TensorShard& s) {
+    at::Tensor value = tensors.read(s.fqn);
+    TITAN_INTERNAL_ASSERT(value.sizes() == s.local.sizes(), "checkpoint: ", s.fqn, " was read with shape ",
+                          value.sizes(), ", its layout says ", s.local.sizes());
+    return value;
+  });
   nlohmann::json state = {{"content", "model"}, {"train_state", {{"step", step}}}};
   finalize_checkpoint(partial, dir, step, {file}, state);
 }

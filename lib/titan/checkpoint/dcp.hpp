@@ -44,6 +44,8 @@ class ProcessGroup;
 
 namespace titan::checkpoint {
 
+struct TensorStream;
+
 /// Version of metadata.json's layout; loads refuse other versions.
 inline constexpr int kFormatVersion = 1;
 /// The file whose presence marks a complete checkpoint.
@@ -166,8 +168,8 @@ at::Tensor read_model_tensor(const CheckpointInfo& ckpt, const std::string& fqn,
 
 /// @brief The whole model tensors (names not starting with "optimizer.")
 /// of the checkpoint in `dir`, assembled from all boxes, in their saved
-/// dtype on the CPU. For conversion and inspection, on one process (the
-/// whole model in memory: titan convert to HF reads tensor by tensor).
+/// dtype on the CPU: the whole model in memory, for small models and
+/// inspection (checkpoint_stream reads one tensor at a time).
 std::map<std::string, at::Tensor> read_model_tensors(const std::string& dir);
 
 /// @brief Writes `tensors` (whole tensors, torchtitan names) as a
@@ -175,5 +177,10 @@ std::map<std::string, at::Tensor> read_model_tensors(const std::string& dir);
 /// a seed checkpoint or a converted Hugging Face model), crash-safe as
 /// any save. Existing `dir` is replaced.
 void write_model_checkpoint(const std::string& dir, const std::map<std::string, at::Tensor>& tensors, int64_t step);
+
+/// @brief write_model_checkpoint with each tensor read from `tensors` when
+/// its turn comes and dropped after it is written: one tensor in memory
+/// at a time (how `titan convert` writes a checkpoint of any size).
+void write_model_checkpoint(const std::string& dir, const TensorStream& tensors, int64_t step);
 
 }  // namespace titan::checkpoint

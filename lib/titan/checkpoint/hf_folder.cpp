@@ -9,6 +9,7 @@
 #include "titan/checkpoint/hf_config.hpp"
 #include "titan/checkpoint/hf_sharded_save.hpp"
 #include "titan/checkpoint/safetensors.hpp"
+#include "titan/checkpoint/tensor_stream.hpp"
 #include "titan/util/files.hpp"
 #include "titan/util/error.hpp"
 #include "titan/models/llama3/state_dict_adapter.hpp"
@@ -35,28 +36,20 @@ bool is_hf_folder(const std::string& folder) { return files::is_regular_file(fol
 
 void write_hf_folder(const std::string& folder, const StateDict& titan_state,
                      const models::llama3::ModelArgs& args, at::ScalarType dtype, int64_t max_shard_bytes) {
-  models::llama3::check_titan_state(titan_state, args, "hf export");
-  ShardedState whole;
-  for (const auto& [name, t] : titan_state)
-    whole.push_back({name, t, t.sizes().vec(), std::vector<int64_t>(static_cast<size_t>(t.dim()), 0)});
-  save_hf_shards(folder, whole, args, dtype, /*group=*/nullptr, max_shard_bytes);
+  write_hf_folder(folder, stream_of(titan_state), args, dtype, max_shard_bytes);
 }
 
-void write_hf_folder_from_checkpoint(const CheckpointInfo& ckpt, const std::string& folder,
-                                     const models::llama3::ModelArgs& args, at::ScalarType dtype,
-                                     int64_t max_shard_bytes) {
-  const std::map<std::string, SavedTensor> saved = model_tensor_index(ckpt);
-  StateDict shapes;  // meta tensors: names and shapes, no data
-  for (const auto& [name, t] : saved) shapes[name] = at::empty(t.shape, at::TensorOptions().device(at::kMeta));
-  models::llama3::check_titan_state(shapes, args, ckpt.dir);
-  check_checkpoint_files(ckpt);
-  // Model order, the order of the files' bytes: the writes go front to back.
+void write_hf_folder(const std::string& folder, const TensorStream& titan_state,
+                     const models::llama3::ModelArgs& args, at::ScalarType dtype, int64_t max_shard_bytes) {
+  models::llama3::check_titan_state(titan_state.layout, args, "hf export");
+  // Model order, the order of the files' bytes: the writes go front to
+  // back, each tensor a whole box of one process.
   std::vector<HfBox> boxes;
   for (const auto& [name, shape] : models::llama3::titan_llama_shapes(args))
     boxes.push_back({name, shape, std::vector<int64_t>(shape.size(), 0), shape, true});
   save_hf_boxes(
-      folder, boxes, [&](size_t i) { return read_model_tensor(ckpt, boxes[i].fqn, saved.at(boxes[i].fqn)); }, args,
-      dtype, /*group=*/nullptr, max_shard_bytes);
+      folder, boxes, [&](size_t i) { return titan_state.read(boxes[i].fqn); }, args, dtype, /*group=*/nullptr,
+      max_shard_bytes);
 }
 
 HfLlamaConfig read_hf_folder_config(const std::string& folder) {
@@ -92,33 +85,54 @@ std::map<std::string, std::string> hf_weight_files(const std::string& folder) {
   return out;
 }
 
-HfCheckpoint read_hf_folder(const std::string& folder) {
-  HfLlamaConfig config = read_hf_folder_config(folder);
-  // Each file once, however many tensors it holds.
-  std::map<std::string, std::vector<std::string>> by_file;
-  for (const auto& [name, path] : hf_weight_files(folder)) by_file[path].push_back(name);
-  StateDict hf;
-  for (const auto& [path, names] : by_file) {
-    SafetensorsFile f = load_safetensors(path);
-    for (const auto& name : names) {
-      TITAN_CHECK(f.contains(name), "hf: tensor '", name, "' is listed in ", kHfIndexFile, " but not in ", path);
-      hf[name] = f.at(name);
-    }
+HfFolderStream open_hf_folder(const std::string& folder) {
+  const HfLlamaConfig config = read_hf_folder_config(folder);
+  // Where each HF tensor lies, each file's header read once.
+  struct Place {
+    std::string path;
+    SafetensorsEntry entry;
+  };
+  std::map<std::string, Place> places;
+  std::map<std::string, SafetensorsHeader> headers;
+  for (const auto& [name, path] : hf_weight_files(folder)) {
+    auto h = headers.find(path);
+    if (h == headers.end()) h = headers.emplace(path, read_safetensors_header(path)).first;
+    auto e = h->second.entries.find(name);
+    TITAN_CHECK(e != h->second.entries.end(), "hf: tensor '", name, "' is listed in ", kHfIndexFile, " but not in ",
+                path);
+    places.emplace(name, Place{path, e->second});
   }
-
-  HfCheckpoint out;
-  out.args = config.args;
-  out.tied_embeddings = config.tie_word_embeddings;
   // A tied model has one weight, the embedding's; save_pretrained drops the
   // duplicate lm_head, and where a file still has one, transformers ties
   // over it on load: so does titan (args.tie_word_embeddings: no output.weight).
-  if (config.tie_word_embeddings) hf.erase("lm_head.weight");
+  if (config.tie_word_embeddings) places.erase("lm_head.weight");
+
+  HfFolderStream out;
+  out.args = config.args;
+  out.tied_embeddings = config.tie_word_embeddings;
+  // The names mapped and the shapes checked on meta tensors: nothing is read
+  // before the whole folder is known to be this model.
+  StateDict hf_layout;
+  for (const auto& [name, place] : places)
+    hf_layout.emplace(name, at::empty(place.entry.shape,
+                                      at::TensorOptions().dtype(place.entry.dtype).device(at::kMeta)));
   try {
-    out.titan_state = from_hf_state(hf, out.args);
+    out.tensors.layout = from_hf_state(hf_layout, out.args);
   } catch (const Error& e) {
     throw Error(folder + ": " + e.what());
   }
+  out.tensors.read = [places = std::move(places), args = out.args](const std::string& name) {
+    const Place& p = places.at(models::llama3::hf_name(name));
+    at::Tensor t = read_safetensors_tensor(p.path, p.entry);
+    const int64_t heads = models::llama3::rope_permuted_heads(name, args);
+    return heads > 0 ? models::llama3::half_to_interleaved(t, heads) : t;
+  };
   return out;
+}
+
+HfCheckpoint read_hf_folder(const std::string& folder) {
+  HfFolderStream hf = open_hf_folder(folder);
+  return HfCheckpoint{hf.tensors.read_all(), hf.args, hf.tied_embeddings};
 }
 
 }  // namespace titan::checkpoint

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "titan/checkpoint/hf_config.hpp"
+#include "titan/checkpoint/tensor_stream.hpp"
 #include "titan/models/llama3/state_dict_adapter.hpp"
 #include "titan/models/llama3/model_args.hpp"
 
@@ -36,23 +37,19 @@ inline constexpr const char* kHfIndexFile = "model.safetensors.index.json";
 /// {"metadata": {"total_size": bytes}, "weight_map": {name: file}}.
 /// config.json is written last, so a folder that has one is complete; the
 /// other layout's stale index or single file is removed. Creates `folder`.
-/// One process's save_hf_shards, every tensor a whole box: one tensor's
-/// cast copy at a time.
+/// One process's save_hf_shards, every tensor a whole box.
 void write_hf_folder(const std::string& folder, const StateDict& titan_state,
                      const models::llama3::ModelArgs& args, at::ScalarType dtype,
                      int64_t max_shard_bytes = kHfDefaultShardBytes);
 
-struct CheckpointInfo;
-
-/// @brief Writes the model of the titan checkpoint `ckpt` (torchtitan
-/// names, checked against `args`: a missing, unexpected or mis-shaped
-/// tensor is a one-line titan::Error before anything is written) as the HF
-/// folder `folder`, as write_hf_folder does, reading one tensor at a time:
-/// a 405B checkpoint converts on a machine that holds its largest tensor,
-/// not the model. Every file is checked (size, CRC-32) first.
-void write_hf_folder_from_checkpoint(const CheckpointInfo& ckpt, const std::string& folder,
-                                     const models::llama3::ModelArgs& args, at::ScalarType dtype,
-                                     int64_t max_shard_bytes = kHfDefaultShardBytes);
+/// @brief write_hf_folder with each tensor read from `titan_state` when the
+/// writer reaches it and dropped after: one tensor (and its cast copy) in
+/// memory at a time, so a 405B checkpoint (checkpoint_stream) converts on
+/// a machine that holds its largest tensor, not the model. The names and
+/// shapes are checked against `args` before anything is written.
+void write_hf_folder(const std::string& folder, const TensorStream& titan_state,
+                     const models::llama3::ModelArgs& args, at::ScalarType dtype,
+                     int64_t max_shard_bytes = kHfDefaultShardBytes);
 
 /// @brief A Llama 3 read back from an HF folder.
 struct HfCheckpoint {
@@ -68,6 +65,22 @@ struct HfCheckpoint {
 /// unexpected tensor or a config titan cannot represent is a one-line
 /// titan::Error naming it.
 HfCheckpoint read_hf_folder(const std::string& folder);
+
+/// @brief An HF Llama folder opened for reading one tensor at a time.
+struct HfFolderStream {
+  /// torchtitan names and layout (q/k rows back in interleaved RoPE pairs
+  /// when read), the files' dtypes; tied embeddings stay tied as in
+  /// read_hf_folder.
+  TensorStream tensors;
+  models::llama3::ModelArgs args;  ///< from config.json (see parse_hf_config)
+  bool tied_embeddings = false;    ///< config.json ties lm_head to the embedding
+};
+
+/// @brief Opens an HF Llama folder (single file or sharded through the
+/// index): config.json and every file's header are read and every tensor's
+/// name and shape checked against the config (the errors of
+/// read_hf_folder); the values are read when asked for.
+HfFolderStream open_hf_folder(const std::string& folder);
 
 /// @brief config.json of the HF folder `folder`, parsed (parse_hf_config);
 /// a missing folder or file is a one-line titan::Error naming it.

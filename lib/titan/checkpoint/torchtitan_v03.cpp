@@ -2,7 +2,9 @@
 
 #include <sstream>
 
+#include "titan/checkpoint/tensor_stream.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/internal_assert.hpp"
 #include "titan/util/strings.hpp"
 #include "titan/models/llama3/state_dict_adapter.hpp"
 
@@ -69,12 +71,61 @@ bool has_torchtitan_v03_names(const StateDict& state) {
   return false;
 }
 
-StateDict to_torchtitan_v03(const StateDict& titan_state, const models::llama3::ModelArgs& args, bool fused) {
-  check_titan_state(titan_state, args, "torchtitan 0.3 export");
-  StateDict out;
-  for (const auto& [name, t] : titan_state) {
+namespace {
+
+// How one tensor of a renamed state is made from the tensors of the other
+// naming: renamed as it is, fused from a layer's wq, wk, wv, or cut from
+// a fused wqkv (its `part`: 0 = wq, 1 = wk, 2 = wv).
+struct Recipe {
+  enum class Kind { Rename, Fuse, Split } kind = Kind::Rename;
+  std::vector<std::string> inputs;
+  int part = 0;
+};
+
+at::Tensor make(const Recipe& r, const std::vector<at::Tensor>& in, const models::llama3::ModelArgs& args) {
+  switch (r.kind) {
+    case Recipe::Kind::Rename:
+      return in[0];
+    case Recipe::Kind::Fuse:
+      return fuse_qkv(in[0], in[1], in[2], args.n_heads, args.kv_heads());
+    case Recipe::Kind::Split:
+      return split_qkv(in[0], args.n_heads, args.kv_heads())[static_cast<size_t>(r.part)];
+  }
+  TITAN_INTERNAL_ASSERT(false, "unknown recipe kind");
+}
+
+// The renamed stream: the layout made from the input's meta tensors (so a
+// shape that does not fit fails before any value is read), each value from
+// the inputs its recipe names, read when asked for.
+TensorStream renamed(const TensorStream& in, std::map<std::string, Recipe> recipes,
+                     const models::llama3::ModelArgs& args, const std::string& what) {
+  TensorStream out;
+  for (const auto& [name, r] : recipes) {
+    std::vector<at::Tensor> metas;
+    for (const std::string& i : r.inputs) metas.push_back(in.layout.at(i));
+    try {
+      out.layout.emplace(name, make(r, metas, args));
+    } catch (const Error& e) {
+      throw Error(what + ": " + r.inputs[0] + ": " + e.what());
+    }
+  }
+  out.read = [read = in.read, recipes = std::move(recipes), args](const std::string& name) {
+    const Recipe& r = recipes.at(name);
+    std::vector<at::Tensor> values;
+    for (const std::string& i : r.inputs) values.push_back(read(i));
+    return make(r, values, args);
+  };
+  return out;
+}
+
+}  // namespace
+
+TensorStream to_torchtitan_v03(const TensorStream& titan_state, const models::llama3::ModelArgs& args, bool fused) {
+  check_titan_state(titan_state.layout, args, "torchtitan 0.3 export");
+  std::map<std::string, Recipe> recipes;
+  for (const auto& [name, t] : titan_state.layout) {
     if (name == "output.weight") {
-      out.emplace("lm_head.weight", t);
+      recipes["lm_head.weight"] = {Recipe::Kind::Rename, {name}};
       continue;
     }
     const std::string p = layer_prefix(name);
@@ -82,27 +133,27 @@ StateDict to_torchtitan_v03(const StateDict& titan_state, const models::llama3::
     for (const char* w : kQkv)
       if (!p.empty() && name == p + "attention." + w + ".weight") {
         qkv = true;
-        if (!fused) out.emplace(p + "attention.qkv_linear." + w + ".weight", t);
+        if (!fused) recipes[p + "attention.qkv_linear." + w + ".weight"] = {Recipe::Kind::Rename, {name}};
       }
     if (qkv) {
       if (fused && ends_with(name, ".attention.wq.weight"))
-        out.emplace(p + "attention.qkv_linear.wqkv.weight",
-                    fuse_qkv(t, titan_state.at(p + "attention.wk.weight"), titan_state.at(p + "attention.wv.weight"),
-                             args.n_heads, args.kv_heads()));
+        recipes[p + "attention.qkv_linear.wqkv.weight"] = {
+            Recipe::Kind::Fuse, {name, p + "attention.wk.weight", p + "attention.wv.weight"}};
       continue;
     }
-    out.emplace(name, t);
+    recipes[name] = {Recipe::Kind::Rename, {name}};
   }
   // Tied, torchtitan 0.3's state_dict() names the one parameter twice.
-  if (args.tie_word_embeddings) out.emplace("lm_head.weight", titan_state.at("tok_embeddings.weight"));
-  return out;
+  if (args.tie_word_embeddings) recipes["lm_head.weight"] = {Recipe::Kind::Rename, {"tok_embeddings.weight"}};
+  return renamed(titan_state, std::move(recipes), args, "torchtitan 0.3 export");
 }
 
-StateDict from_torchtitan_v03(const StateDict& v03, const models::llama3::ModelArgs& args) {
-  StateDict out;
+TensorStream from_torchtitan_v03(const TensorStream& v03_state, const models::llama3::ModelArgs& args) {
+  const StateDict& v03 = v03_state.layout;
+  std::map<std::string, Recipe> recipes;
   for (const auto& [name, t] : v03) {
     if (name == "lm_head.weight") {
-      if (!args.tie_word_embeddings) out.emplace("output.weight", t);
+      if (!args.tie_word_embeddings) recipes["output.weight"] = {Recipe::Kind::Rename, {name}};
       continue;
     }
     const std::string p = layer_prefix(name);
@@ -110,32 +161,43 @@ StateDict from_torchtitan_v03(const StateDict& v03, const models::llama3::ModelA
       for (const char* w : kQkv)
         TITAN_CHECK(!v03.count(p + "attention.qkv_linear." + w + ".weight"), "torchtitan 0.3 import: ", p,
                     "attention has both a fused wqkv and a separate ", w);
-      std::vector<at::Tensor> parts;
-      try {
-        parts = split_qkv(t, args.n_heads, args.kv_heads());
-      } catch (const Error& e) {
-        throw Error("torchtitan 0.3 import: " + name + ": " + e.what());
-      }
-      for (int i = 0; i < 3; ++i) out.emplace(p + "attention." + kQkv[i] + ".weight", parts[static_cast<size_t>(i)]);
+      for (int i = 0; i < 3; ++i) recipes[p + "attention." + kQkv[i] + ".weight"] = {Recipe::Kind::Split, {name}, i};
       continue;
     }
     bool mapped = false;
     for (const char* w : kQkv)
       if (!p.empty() && name == p + "attention.qkv_linear." + w + ".weight") {
-        out.emplace(p + "attention." + w + ".weight", t);
+        recipes[p + "attention." + w + ".weight"] = {Recipe::Kind::Rename, {name}};
         mapped = true;
       }
     if (mapped) continue;
     TITAN_CHECK(name != "output.weight" && name.find(".attention.wq.") == std::string::npos &&
                     name.find(".attention.wk.") == std::string::npos && name.find(".attention.wv.") == std::string::npos,
                 "torchtitan 0.3 import: '", name, "' is a titan (torchtitan 0.2) name, mixed with 0.3 names");
-    out.emplace(name, t);
+    recipes[name] = {Recipe::Kind::Rename, {name}};
   }
-  if (args.tie_word_embeddings && v03.count("lm_head.weight") && v03.count("tok_embeddings.weight"))
-    TITAN_CHECK(at::equal(v03.at("lm_head.weight"), v03.at("tok_embeddings.weight")),
-                "torchtitan 0.3 import: the model ties lm_head to tok_embeddings but the two tensors differ");
-  check_titan_state(out, args, "torchtitan 0.3 import");
+  TensorStream out = renamed(v03_state, std::move(recipes), args, "torchtitan 0.3 import");
+  check_titan_state(out.layout, args, "torchtitan 0.3 import");
+  if (args.tie_word_embeddings && v03.count("lm_head.weight") && v03.count("tok_embeddings.weight")) {
+    // The two names of one tied parameter must hold one value: checked
+    // when the embedding is read (the two tensors in memory at once).
+    out.read = [read = std::move(out.read), source = v03_state.read](const std::string& name) {
+      at::Tensor t = read(name);
+      if (name == "tok_embeddings.weight")
+        TITAN_CHECK(at::equal(source("lm_head.weight"), t),
+                    "torchtitan 0.3 import: the model ties lm_head to tok_embeddings but the two tensors differ");
+      return t;
+    };
+  }
   return out;
+}
+
+StateDict to_torchtitan_v03(const StateDict& titan_state, const models::llama3::ModelArgs& args, bool fused) {
+  return to_torchtitan_v03(stream_of(titan_state), args, fused).read_all();
+}
+
+StateDict from_torchtitan_v03(const StateDict& v03_state, const models::llama3::ModelArgs& args) {
+  return from_torchtitan_v03(stream_of(v03_state), args).read_all();
 }
 
 }  // namespace titan::checkpoint

@@ -16,6 +16,7 @@
 /// qkv_linear.wq/wk/wv on save, so its checkpoints hold the split names;
 /// wqkv appears only in a dump of the module's parameters.
 
+#include "titan/checkpoint/tensor_stream.hpp"
 #include "titan/models/llama3/state_dict_adapter.hpp"
 #include "titan/models/llama3/model_args.hpp"
 
@@ -50,5 +51,16 @@ StateDict to_torchtitan_v03(const StateDict& titan_state, const models::llama3::
 /// or a shape that does not fit is a one-line titan::Error; the result is
 /// checked against `args`.
 StateDict from_torchtitan_v03(const StateDict& v03_state, const models::llama3::ModelArgs& args);
+
+/// @brief to_torchtitan_v03 on a stream: the names and shapes are checked
+/// and renamed at once (on the layout), each value made when it is read
+/// (a fused wqkv from its layer's three projections).
+TensorStream to_torchtitan_v03(const TensorStream& titan_state, const models::llama3::ModelArgs& args, bool fused);
+
+/// @brief from_torchtitan_v03 on a stream: the same checks on the layout
+/// before any value is read; each value made when read (a wq, wk or wv cut
+/// from its fused wqkv); with tied args the embedding's read also reads
+/// `lm_head.weight` and checks the two are equal.
+TensorStream from_torchtitan_v03(const TensorStream& v03_state, const models::llama3::ModelArgs& args);
 
 }  // namespace titan::checkpoint
