@@ -272,6 +272,11 @@ step float8_tensorwise 45 "$F8" "${TRAIN[@]}" --float8.enable_float8_linear --tr
   --job.dump_folder "$WORK/float8_tensorwise"
 step float8_rowwise 45 "$F8" "${TRAIN[@]}" --float8.enable_float8_linear --float8.recipe_name rowwise --training.steps 30 \
   --metrics.log_freq 10 --job.dump_folder "$WORK/float8_rowwise"
+# Emulated float8 GEMMs ([float8] emulate: the CPU's arithmetic on the GPU,
+# for GPUs below sm_89): the loss beside float8_tensorwise's (same casts,
+# fp32 instead of the tensor cores' accumulation).
+step float8_emulated 45 "$F8" "${TRAIN[@]}" --float8.enable_float8_linear --float8.emulate --training.steps 30 \
+  --metrics.log_freq 10 --job.dump_folder "$WORK/float8_emulated"
 if [ "${GPUS:-1}" -ge 2 ]; then
   # The float8 FSDP all-gather needs one GPU per rank: losses must be equal.
   for ag in false true; do

@@ -406,7 +406,7 @@ TEST(TorchtitanConfig, TurningOnAFeatureTitanLacksIsOneLineNamingTheKey) {
   EXPECT_NE(e.find("[compile] enable = true"), std::string::npos) << e;
   EXPECT_EQ(e.find('\n'), std::string::npos) << e;
   for (const char* text : {"[fault_tolerance]\nenable = true\n", "[metrics]\nenable_wandb = true\n",
-                           "[checkpoint]\nenable = true\ninitial_load_in_hf_quantized = true\n", "[quantize.linear.float8]\nemulate = true\n",
+                           "[checkpoint]\nenable = true\ninitial_load_in_hf_quantized = true\n",
                            "[parallelism]\nexpert_parallel_degree = 2\n", "[debug]\nmoe_force_load_balance = true\n",
                            "[job]\ncustom_config_module = \"my_project.config\"\n", "[model]\nconverters = [\"mx\"]\n"}) {
     const std::string m = required_error_of([&] { check_supported(load_text(text)); });
@@ -451,9 +451,11 @@ TEST(TorchtitanConfig, CosmeticKeysAndHonouredAlternativesPass) {
       "[job]\nprint_config = true\ncustom_config_module = \"torchtitan.components.ft.config\"\n"
       "[metrics]\ndisable_color_printing = true\n[experimental]\ncustom_import = \"my.models\"\n"
       "[training.dataloader]\nnum_workers = 4\npin_memory = true\n[comm]\ntrace_buf_size = 0\n"
-      "[quantize.linear.float8]\nrecipe_name = \"tensorwise\"\n");
+      "[quantize.linear.float8]\nrecipe_name = \"tensorwise\"\nemulate = true\n");
   EXPECT_NO_THROW(check_supported(c)) << required_error_of([&] { check_supported(c); });
   EXPECT_EQ(std::get<int64_t>(resolve("training.dataloader", "num_workers").field->get(c)), 4);
+  EXPECT_TRUE(c.float8.emulate);
+  EXPECT_TRUE(parse_job_config({"--quantize.linear.float8.emulate"}).float8.emulate);
 }
 
 TEST(TorchtitanConfig, StringListsFromTomlAndCommandLine) {

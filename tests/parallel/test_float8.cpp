@@ -233,6 +233,49 @@ TEST(Float8Rowwise, RecipeNamesAndCombinationsAreChecked) {
 // multiple of 16; the float8 Linear says so in one line naming a batch x seq
 // that fits, instead of failing inside cuBLAS in backward. (The check runs on
 // CUDA only; its message is pure arithmetic, tested here.)
+// A GPU below compute capability 8.9 (an A100 is 8.0) has no float8 tensor
+// cores: the trainer refuses it in one line naming [float8] emulate, which
+// lifts the refusal; Ada (8.9) and Hopper (9.0) pass.
+TEST(Float8, GpusWithoutFloat8TensorCoresNeedEmulate) {
+  using titan::float8::float8_gpu_error;
+  const std::string e = float8_gpu_error("NVIDIA A100-SXM4-80GB", 8, 0, /*emulate=*/false);
+  EXPECT_NE(e.find("compute capability 8.9 or later"), std::string::npos) << e;
+  EXPECT_NE(e.find("NVIDIA A100-SXM4-80GB is 8.0"), std::string::npos) << e;
+  EXPECT_NE(e.find("[float8] emulate = true"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  EXPECT_EQ(float8_gpu_error("NVIDIA A100-SXM4-80GB", 8, 0, /*emulate=*/true), "");
+  EXPECT_EQ(float8_gpu_error("NVIDIA L4", 8, 9, false), "");
+  EXPECT_EQ(float8_gpu_error("NVIDIA H200", 9, 0, false), "");
+  EXPECT_EQ(float8_gpu_error("NVIDIA B200", 10, 0, false), "");
+}
+
+// [float8] emulate reaches the GEMMs: the conversion sets the process-wide
+// switch from its options. On the CPU the GEMMs are the emulation already,
+// so values and gradients are bitwise those without it (on a GPU the
+// difference is the tensor cores' accumulation: scripts/gpu_check.sh's
+// float8_emulated step).
+TEST(Float8, EmulateIsSetByTheConversionAndIsTheCpuPath) {
+  using titan::float8::emulated_gemms;
+  titan::verify::RunSpec spec;
+  titan::float8::Float8Options o;
+  o.emulate = true;
+  titan::float8::convert_to_float8_training(*titan::verify::build_model(spec, 1), o);
+  EXPECT_TRUE(emulated_gemms());
+  const at::Tensor x = randn(5, {32, 64}), w = randn(6, {48, 64});
+  auto run = [&] {
+    const at::Tensor xg = x.clone().requires_grad_(), wg = w.clone().requires_grad_();
+    const at::Tensor y = float8_linear(xg, wg);
+    y.backward(randn(7, {32, 48}));
+    return std::vector<at::Tensor>{y.detach(), xg.grad(), wg.grad()};
+  };
+  const std::vector<at::Tensor> emulated = run();
+  titan::float8::set_emulated_gemms(false);
+  const std::vector<at::Tensor> plain = run();
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(emulated[i].equal(plain[i])) << i;
+  titan::float8::convert_to_float8_training(*titan::verify::build_model(spec, 1), titan::float8::Float8Options{});
+  EXPECT_FALSE(emulated_gemms());
+}
+
 TEST(Float8, TokenCountNotAMultipleOf16IsOneLineNamingAFit) {
   using titan::float8::float8_token_count_error;
   EXPECT_EQ(float8_token_count_error({2, 2048, 256}), "");

@@ -49,6 +49,7 @@ const std::vector<Alias>& aliases() {
       {"quantize.linear.float8", "precompute_float8_dynamic_scale_for_fsdp",
        "float8.precompute_float8_dynamic_scale_for_fsdp", false, "torchtitan v0.2"},
       {"quantize.linear.float8", "recipe_name", "float8.recipe_name", false, "torchtitan v0.2"},
+      {"quantize.linear.float8", "emulate", "float8.emulate", false, "torchtitan v0.2"},
       {"debug", "seed", "training.seed", false, "torchtitan v0.2"},
       {"debug", "deterministic", "training.deterministic", false, "torchtitan v0.2"},
       {"debug", "deterministic_warn_only", "training.deterministic_warn_only", false, "torchtitan v0.2"},

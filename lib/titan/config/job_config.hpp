@@ -221,6 +221,11 @@ struct Float8Section {
   bool precompute_float8_dynamic_scale_for_fsdp = false;
   /// torchao's scaling recipe: "tensorwise" or "rowwise".
   std::string recipe_name = "tensorwise";
+  /// On GPUs, the float8 GEMMs computed as the CPU computes them (operands
+  /// upcast, an fp32 matmul) instead of by float8 tensor cores: for GPUs
+  /// below compute capability 8.9 (torchtitan's [quantize.linear.float8]
+  /// emulate, torchao's Float8LinearConfig.emulate). The CPU always emulates.
+  bool emulate = false;
 };
 
 /// @brief [validation]: the loss on a held-out split every `freq` steps,

@@ -205,6 +205,9 @@ std::vector<Field> make_fields() {
                   "float8 scaling: one scale per tensor, or per row along each GEMM's inner dimension (torchao's "
                   "recipes)",
                   "tensorwise", "rowwise"),
+      TITAN_FIELD(float8, emulate,
+                  "on GPUs, compute the float8 GEMMs as the CPU does (operands upcast, an fp32 matmul) instead of "
+                  "with float8 tensor cores: for GPUs below compute capability 8.9"),
 
       TITAN_FIELD(validation, enable, "after step 1 and every freq steps, the loss on a held-out split"),
       TITAN_FIELD(validation, dataset, "as [training] dataset: a file, folder or name (c4_validation, ...)"),

@@ -184,7 +184,7 @@ std::vector<TorchtitanKey> make_table() {
       row("quantize.linear.float8", "precompute_float8_dynamic_scale_for_fsdp", B(false), kTitan),
       row("quantize.linear.float8", "recipe_name", None(kStr), kTitan),
       row("quantize.linear.float8", "filter_fqns", L({}), kTitan),
-      row("quantize.linear.float8", "emulate", B(false), kDefault, "float8 emulation on GPUs"),
+      row("quantize.linear.float8", "emulate", B(false), kTitan),
       row("quantize.linear.mx", "mxfp8_dim1_cast_kernel_choice", S("triton"), kDefault, "MX formats"),
       row("quantize.linear.mx", "recipe_name", S("mxfp8_cublas"), kDefault, "MX formats"),
       row("quantize.linear.mx", "filter_fqns", L({"output"}), kDefault, "MX formats"),

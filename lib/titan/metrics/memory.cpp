@@ -128,6 +128,14 @@ int64_t host_available_bytes() {
   return kb > 0 ? kb * 1024 : 0;
 }
 
+std::pair<int, int> compute_capability(const c10::Device& device) {
+#ifdef TITAN_HAS_CUDA
+  if (device.is_cuda()) return detail::cuda_compute_capability(device.has_index() ? device.index() : 0);
+#endif
+  (void)device;
+  return {0, 0};
+}
+
 std::string device_name(const c10::Device& device) {
 #ifdef TITAN_HAS_CUDA
   if (device.is_cuda()) return detail::cuda_device_name(device.has_index() ? device.index() : 0);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace titan::metrics {
 
@@ -59,6 +60,10 @@ int64_t host_available_bytes();
 /// @brief The device's name: CUDA's (e.g. "NVIDIA H100 80GB HBM3"), or the
 /// CPU model for CPU devices.
 std::string device_name(const c10::Device& device);
+
+/// @brief A CUDA device's compute capability {major, minor} (9.0 for
+/// Hopper); {0, 0} for other devices.
+std::pair<int, int> compute_capability(const c10::Device& device);
 
 namespace detail {
 /// Reads "VmRSS", "VmHWM"... (kB) from a `/proc/<pid>/status` text; -1 if absent.

@@ -32,4 +32,9 @@ std::string cuda_device_name(int index) {
   return at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(index))->name;
 }
 
+std::pair<int, int> cuda_compute_capability(int index) {
+  const cudaDeviceProp* p = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(index));
+  return {p->major, p->minor};
+}
+
 }  // namespace titan::metrics::detail

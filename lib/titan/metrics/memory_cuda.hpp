@@ -4,6 +4,7 @@
 /// built only when TITAN_HAS_CUDA (so CPU builds need no CUDA headers).
 
 #include <string>
+#include <utility>
 
 #include "titan/metrics/memory.hpp"
 
@@ -16,6 +17,8 @@ MemoryStats cuda_memory_stats(int index);
 void cuda_reset_peak_memory(int index);
 /// CUDA's name for GPU `index` (cudaDeviceProp::name).
 std::string cuda_device_name(int index);
+/// Compute capability {major, minor} of GPU `index`.
+std::pair<int, int> cuda_compute_capability(int index);
 #endif
 
 }  // namespace titan::metrics::detail

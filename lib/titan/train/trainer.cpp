@@ -31,6 +31,7 @@
 #include "titan/models/llama3/flops.hpp"
 #include "titan/models/materialize.hpp"
 #include "titan/parallel/context_parallel/batch_shard.hpp"
+#include "titan/parallel/float8/float8_linear.hpp"
 #include "titan/ops/cross_entropy.hpp"
 #include "titan/parallel/pipeline/runtime.hpp"
 #include "titan/profiling/memory_snapshot.hpp"
@@ -103,6 +104,14 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   }
   plan_ = config::plan_batches(cfg_, single ? options_.single_process->degree : dims_.dp_degree());
   device_ = resolve_device(cfg_.training.device, env);
+  // Float8 GEMMs need float8 tensor cores (or emulation): refused here, in
+  // one line, rather than deep in cuBLAS at the first forward.
+  if (cfg_.float8.enable_float8_linear && device_.is_cuda()) {
+    const auto [major, minor] = metrics::compute_capability(device_);
+    const std::string problem =
+        float8::float8_gpu_error(metrics::device_name(device_), major, minor, cfg_.float8.emulate);
+    TITAN_CHECK(problem.empty(), problem);
+  }
   // Mixed precision without FSDP: torchtitan's AMP for one device and DDP.
   autocast_ = autocast_dtype(dims_, cfg_.training.mixed_precision_param, device_, options_.autocast_on_cpu);
 

@@ -150,9 +150,11 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
     if (dims.tp_enabled() && mesh) f8.tp_group = mesh->group("tp");
     f8.fsdp_float8_all_gather = o.float8.fsdp_float8_all_gather;
     f8.recipe = o.float8.recipe;
+    f8.emulate = o.float8.emulate;
     const auto converted = float8::convert_to_float8_training(*model, f8);
     f8_description = "float8 linear (" + std::to_string(converted.size()) + " layers, " +
                      float8::to_string(o.float8.recipe) + " scaling";
+    if (f8.emulate) f8_description += ", emulated GEMMs";
     if (f8.fsdp_float8_all_gather) {
       f8_description += ", float8 all-gather";
       if (o.float8.precompute_scales) {

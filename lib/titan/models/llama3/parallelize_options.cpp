@@ -68,6 +68,7 @@ ParallelizeOptions parallelize_options(const config::JobConfig& cfg, const paral
 
   o.float8.enable = cfg.float8.enable_float8_linear;
   o.float8.filter_fqns = cfg.float8.filter_fqns;
+  o.float8.emulate = cfg.float8.emulate;
   if (o.float8.enable) o.float8.recipe = float8::recipe_from_name(cfg.float8.recipe_name);
   // As torchtitan: the float8 all-gather only where FSDP shards, and the
   // precomputed scales only with it.

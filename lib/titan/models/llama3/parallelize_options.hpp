@@ -67,6 +67,7 @@ struct Float8JobOptions {
   float8::Recipe recipe = float8::Recipe::Tensorwise;
   bool fsdp_float8_all_gather = false;
   bool precompute_scales = false;
+  bool emulate = false;  ///< emulated GEMMs on GPUs (float8::set_emulated_gemms)
 };
 
 /// @brief What parallelize_llama applies, besides the degrees themselves.

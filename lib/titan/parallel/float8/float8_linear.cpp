@@ -5,6 +5,7 @@
 #include <torch/nn/module.h>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <memory>
 
@@ -51,7 +52,7 @@ at::Tensor cast_scaled(const at::Tensor& x, const at::Tensor& scale, at::ScalarT
 // seq that is not would fail deep in cuBLAS, in backward. Checked up front
 // on CUDA (the CPU kernel has no such limit, and tests use small shapes).
 void check_tokens_fit(const at::Tensor& x) {
-  if (!x.is_cuda()) return;
+  if (!x.is_cuda() || emulated_gemms()) return;
   const std::string problem = float8_token_count_error(x.sizes());
   TITAN_CHECK(problem.empty(), problem);
 }
@@ -103,9 +104,11 @@ struct Float8Matmul : public torch::autograd::Function<Float8Matmul> {
 // defaults for every recipe).
 at::Tensor rowwise_mm(const Scaled& a, const Scaled& b, at::ScalarType out, bool fast_accum) {
   const at::Tensor inv_a = a.scale.reciprocal(), inv_b = b.scale.reciprocal();
-  if (a.data.is_cuda()) return at::_scaled_mm(a.data, b.data, inv_a, inv_b, {}, {}, out, fast_accum);
+  if (a.data.is_cuda() && !emulated_gemms())
+    return at::_scaled_mm(a.data, b.data, inv_a, inv_b, {}, {}, out, fast_accum);
   // ATen 2.11's CPU kernel asserts per-tensor scales: the same arithmetic
-  // by hand (fp32 products of the float8 values, then the scales).
+  // by hand (fp32 products of the float8 values, then the scales); also
+  // what an emulating GPU computes.
   return (at::mm(a.data.to(at::kFloat), b.data.to(at::kFloat)) * inv_a * inv_b).to(out);
 }
 
@@ -272,8 +275,24 @@ at::Tensor column_major(const at::Tensor& m) { return m.t().contiguous().t(); }
 
 at::Tensor scaled_mm(const Scaled& a, const Scaled& b_colmajor, at::ScalarType out, bool fast_accum) {
   const at::Tensor inv_a = a.scale.reciprocal(), inv_b = b_colmajor.scale.reciprocal();
-  if (a.data.is_cuda()) return at::_scaled_mm(a.data, b_colmajor.data, inv_a, inv_b, {}, {}, out, fast_accum);
+  if (a.data.is_cuda() && !emulated_gemms())
+    return at::_scaled_mm(a.data, b_colmajor.data, inv_a, inv_b, {}, {}, out, fast_accum);
   return at::matmul(a.data.to(at::kFloat) * inv_a, b_colmajor.data.contiguous().to(at::kFloat) * inv_b).to(out);
+}
+
+namespace {
+std::atomic<bool> g_emulated_gemms{false};
+}  // namespace
+
+void set_emulated_gemms(bool on) { g_emulated_gemms.store(on); }
+
+bool emulated_gemms() { return g_emulated_gemms.load(); }
+
+std::string float8_gpu_error(const std::string& device_name, int major, int minor, bool emulate) {
+  if (emulate || major > 8 || (major == 8 && minor >= 9)) return "";
+  return "float8 training needs a GPU of compute capability 8.9 or later (Ada, Hopper) for its float8 GEMMs; " +
+         device_name + " is " + std::to_string(major) + "." + std::to_string(minor) +
+         ": set [float8] emulate = true to test float8's numerics on it (emulated GEMMs, no speed-up)";
 }
 
 Scaled scale_tensorwise(const at::Tensor& x, at::ScalarType dtype, const dist::ProcessGroup* amax_group) {
@@ -350,6 +369,7 @@ std::optional<Float8LinearOperands> float8_operands(ops::LinearImpl& linear) {
 }
 
 std::vector<std::string> convert_to_float8_training(torch::nn::Module& root, const Float8Options& options) {
+  set_emulated_gemms(options.emulate);
   TITAN_CHECK(options.recipe == Recipe::Tensorwise || !options.fsdp_float8_all_gather,
               "float8: the float8 FSDP all-gather needs recipe_name \"tensorwise\" (torchao gathers tensorwise-scaled "
               "weights only); turn one of them off");

@@ -74,6 +74,24 @@ at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& w, const dist::P
 /// ones (CUDA only; the CPU has one exact fp32 way).
 at::Tensor scaled_mm(const Scaled& a, const Scaled& b_colmajor, at::ScalarType out, bool fast_accum);
 
+/// @brief Whether float8 GEMMs on CUDA are emulated: computed as on the CPU
+/// (the float8 operands upcast, each times its dequantising scale, one
+/// fp32 matmul) instead of by at::_scaled_mm on float8 tensor cores, which
+/// need compute capability 8.9 (Ada, Hopper) or later. torchao's
+/// Float8LinearConfig.emulate, for testing float8's numerics on older GPUs;
+/// same values as the CPU path, none of the speed. Process-wide, like
+/// LibTorch's TF32 switch (convert_to_float8_training sets it from
+/// Float8Options::emulate); off by default. The CPU always emulates.
+void set_emulated_gemms(bool on);
+/// @brief The current set_emulated_gemms setting.
+bool emulated_gemms();
+
+/// @brief Why float8 training cannot run on a GPU of compute capability
+/// `major`.`minor` named `device_name`, or "" when it can: _scaled_mm needs
+/// 8.9 or later unless the GEMMs are emulated (torchtitan refuses the same
+/// way before converting the model).
+std::string float8_gpu_error(const std::string& device_name, int major, int minor, bool emulate);
+
 /// @brief `m` [K, N] with the same values laid out column-major (the
 /// layout scaled_mm's second operand needs).
 at::Tensor column_major(const at::Tensor& m);
@@ -154,6 +172,8 @@ struct Float8Options {
   /// Scaling recipe. Rowwise takes neither tp_group nor the float8
   /// all-gather (titan::Error; torchao's all-gather is tensorwise only).
   Recipe recipe = Recipe::Tensorwise;
+  /// Emulated float8 GEMMs on GPUs (set_emulated_gemms, process-wide).
+  bool emulate = false;
 };
 
 /// @brief Makes every ops::Linear under `root` compute with float8_linear,
