@@ -325,7 +325,11 @@ TEST(CpuPeak, AJobIsJudgedAgainstTheGemmOfItsComputeDtype) {
   EXPECT_NE(fp32.cache_key.find("|Float|"), std::string::npos) << fp32.cache_key;
   EXPECT_EQ(bf16.source.rfind("measured CPU bfloat16 GEMM peak, ", 0), 0u) << bf16.source;
   EXPECT_EQ(fp32.source.rfind("measured CPU GEMM peak, ", 0), 0u) << fp32.source;
-  EXPECT_EQ(read_json(dir.file("cpu_peak.json"))["entries"].size(), 2u);
+  // A calibration measured on a busy machine is used but not cached
+  // (ContendedFigureIsNotCached); clean ones are two entries, one per dtype.
+  const bool cached = bf16.source.find("not cached") == std::string::npos &&
+                      fp32.source.find("not cached") == std::string::npos;
+  if (cached) EXPECT_EQ(read_json(dir.file("cpu_peak.json"))["entries"].size(), 2u);
 }
 
 TEST(CpuPeak, DefaultCachePathFollowsEnvironment) {
