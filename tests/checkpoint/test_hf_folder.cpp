@@ -341,7 +341,8 @@ TEST(HfFolder, CheckpointExportsOneTensorAtATime) {
 // checkpoint, and a checkpoint renamed to torchtitan 0.3's fused names and
 // back, each one tensor at a time (as `titan convert` does): the same files
 // as from the whole state, while the CPU tensors held at once stay within
-// two of the largest tensor (a fused wqkv holds its three projections).
+// the largest tensor for the import and two of it for the renames (a fused
+// wqkv beside its three projections).
 TEST(HfFolder, ImportsAndRenamesOneTensorAtATime) {
   Fixture f;
   f.args.n_layers = 4;
@@ -389,7 +390,7 @@ TEST(HfFolder, ImportsAndRenamesOneTensorAtATime) {
               static_cast<long long>(import_peak), static_cast<long long>(fuse_peak),
               static_cast<long long>(split_peak), static_cast<long long>(whole_peak));
   EXPECT_GT(model_bytes, 4 * 2 * largest);
-  EXPECT_LE(import_peak, 2 * largest);
+  EXPECT_LE(import_peak, largest);  // each tensor read into its own memory once
   EXPECT_LE(fuse_peak, 2 * largest);
   EXPECT_LE(split_peak, 2 * largest);
   EXPECT_GE(whole_peak, model_bytes);

@@ -500,6 +500,20 @@ void check_checkpoint_files(const CheckpointInfo& ckpt) {
 }
 
 at::Tensor read_model_tensor(const CheckpointInfo& ckpt, const std::string& fqn, const SavedTensor& saved) {
+  // Saved whole by one rank (a seed, a converted or a one-process
+  // checkpoint): the saved tensor is the answer, read once, with no target
+  // to copy it into (which would hold it twice).
+  const nlohmann::json& chunks = ckpt.metadata.at("tensors").at(fqn).at("chunks");
+  if (chunks.size() == 1 && chunks[0].at("lengths").get<std::vector<int64_t>>() == saved.shape) {
+    const std::string file = chunks[0].at("file").get<std::string>();
+    auto h = ckpt.headers->find(file);
+    if (h == ckpt.headers->end()) h = ckpt.headers->emplace(file, read_safetensors_header(ckpt.dir + "/" + file)).first;
+    auto e = h->second.entries.find(fqn);
+    TITAN_CHECK(e != h->second.entries.end(), "checkpoint: ", ckpt.dir, "/", file, " has no tensor ", fqn);
+    TITAN_CHECK(e->second.shape == saved.shape && e->second.dtype == saved.dtype, "checkpoint: ", ckpt.dir, "/",
+                file, ": ", fqn, " is not what metadata.json says it is (shape or dtype)");
+    return read_safetensors_tensor(ckpt.dir + "/" + file, e->second);
+  }
   ShardedState target(1);
   target[0].fqn = fqn;
   target[0].global_shape = saved.shape;
