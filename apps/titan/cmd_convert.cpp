@@ -18,6 +18,7 @@
 #include "titan/checkpoint/tensor_stream.hpp"
 #include "titan/checkpoint/torchtitan_v03.hpp"
 #include "titan/launch/program.hpp"
+#include "titan/metrics/format.hpp"
 #include "titan/models/llama3/model_args.hpp"
 #include "titan/util/error.hpp"
 
@@ -136,15 +137,28 @@ checkpoint::TensorStream checkpoint_titan_names(const Options& o, const models::
   }
 }
 
+// A large model converts for minutes (a 405B one writes 1.6 TB in fp32):
+// every 10 s, a line on stderr says how far the writer has come.
+checkpoint::TensorStream reporting_progress(checkpoint::TensorStream stream) {
+  return checkpoint::with_progress(std::move(stream), /*interval_s=*/10, [](const checkpoint::StreamProgress& p) {
+    std::fprintf(stderr, "titan convert: %lld of %lld tensors, %s of %s (%.0f%%), %s\n",
+                 static_cast<long long>(p.tensors_read), static_cast<long long>(p.tensors),
+                 metrics::human_bytes(static_cast<double>(p.bytes_read)).c_str(),
+                 metrics::human_bytes(static_cast<double>(p.bytes)).c_str(),
+                 100.0 * static_cast<double>(p.bytes_read) / static_cast<double>(std::max<int64_t>(p.bytes, 1)),
+                 metrics::duration(p.seconds).c_str());
+  });
+}
+
 // Writes a step-0 checkpoint in the naming and dtype asked for, one tensor at a time.
 void write_checkpoint_named(const Options& o, const checkpoint::TensorStream& titan_state,
                             const models::llama3::ModelArgs& flavor, at::ScalarType dtype) {
   checkpoint::write_model_checkpoint(
       o.output_path,
-      checkpoint::cast_stream(o.naming == "torchtitan-0.3"
-                                  ? checkpoint::to_torchtitan_v03(titan_state, flavor, o.fuse_qkv)
-                                  : titan_state,
-                              dtype),
+      reporting_progress(checkpoint::cast_stream(o.naming == "torchtitan-0.3"
+                                                     ? checkpoint::to_torchtitan_v03(titan_state, flavor, o.fuse_qkv)
+                                                     : titan_state,
+                                                 dtype)),
       /*step=*/0);
 }
 
@@ -209,7 +223,7 @@ int titan_to_hf(const Options& o, const models::llama3::ModelArgs& flavor, at::S
                                                                        args.rope_scaling.factor));
   const checkpoint::TensorStream state = checkpoint_titan_names(o, flavor);
   check_flavor(state, flavor, o);
-  checkpoint::write_hf_folder(o.output_path, state, args, dtype);
+  checkpoint::write_hf_folder(o.output_path, reporting_progress(state), args, dtype);
   std::printf("converted titan checkpoint %s -> HF folder %s (llama3 %s, %zu tensors, %lld parameters, %s)\n",
               o.checkpoint_path.c_str(), o.output_path.c_str(), o.model_flavor.c_str(), state.layout.size(),
               static_cast<long long>(state.numel()), checkpoint::hf_dtype_name(dtype).c_str());

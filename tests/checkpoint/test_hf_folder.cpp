@@ -408,3 +408,31 @@ TEST(HfFolder, ImportsAndRenamesOneTensorAtATime) {
   });
   EXPECT_EQ(refused_peak, 0);
 }
+
+// A long conversion says how far it is: the wrapped stream reports after a
+// read once the interval has passed (0: after every read), counting the
+// tensors and bytes read, and passes the values through unchanged.
+TEST(TensorStream, ProgressCountsTensorsAndBytesRead) {
+  Fixture f;
+  std::vector<StreamProgress> reports;
+  const TensorStream every = with_progress(stream_of(f.state), 0.0, [&](const StreamProgress& p) {
+    reports.push_back(p);
+  });
+  titan::testing::expect_bitwise_equal(every.read_all(), f.state);
+  int64_t bytes = 0;
+  for (const auto& [name, t] : f.state) bytes += t.numel() * 4;
+  ASSERT_EQ(reports.size(), f.state.size());
+  for (size_t i = 0; i < reports.size(); ++i) {
+    EXPECT_EQ(reports[i].tensors_read, static_cast<int64_t>(i + 1));
+    EXPECT_EQ(reports[i].tensors, static_cast<int64_t>(f.state.size()));
+    EXPECT_EQ(reports[i].bytes, bytes);
+    if (i > 0) EXPECT_GT(reports[i].bytes_read, reports[i - 1].bytes_read);
+  }
+  EXPECT_EQ(reports.back().bytes_read, bytes);
+  reports.clear();
+  // A read-through shorter than the interval says nothing.
+  with_progress(cast_stream(stream_of(f.state), at::kBFloat16), 3600.0, [&](const StreamProgress& p) {
+    reports.push_back(p);
+  }).read_all();
+  EXPECT_TRUE(reports.empty());
+}

@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <chrono>
+#include <memory>
+
 #include "titan/checkpoint/dcp.hpp"
 #include "titan/util/error.hpp"
 
@@ -44,6 +47,36 @@ TensorStream checkpoint_stream(const CheckpointInfo& ckpt) {
 TensorStream cast_stream(TensorStream stream, at::ScalarType dtype) {
   for (auto& [name, t] : stream.layout) t = t.to(dtype);
   stream.read = [read = std::move(stream.read), dtype](const std::string& name) { return read(name).to(dtype); };
+  return stream;
+}
+
+TensorStream with_progress(TensorStream stream, double interval_s,
+                           std::function<void(const StreamProgress&)> report) {
+  using Clock = std::chrono::steady_clock;
+  struct State {
+    StreamProgress progress;
+    Clock::time_point start = Clock::now(), last = start;
+  };
+  auto state = std::make_shared<State>();
+  for (const auto& [name, t] : stream.layout) {
+    ++state->progress.tensors;
+    state->progress.bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  }
+  stream.read = [read = std::move(stream.read), state, interval_s, report = std::move(report),
+                 layout = stream.layout](const std::string& name) {
+    at::Tensor value = read(name);
+    const at::Tensor& t = layout.at(name);
+    StreamProgress& p = state->progress;
+    ++p.tensors_read;
+    p.bytes_read += t.numel() * static_cast<int64_t>(t.element_size());
+    const Clock::time_point now = Clock::now();
+    if (std::chrono::duration<double>(now - state->last).count() >= interval_s) {
+      state->last = now;
+      p.seconds = std::chrono::duration<double>(now - state->start).count();
+      report(p);
+    }
+    return value;
+  };
   return stream;
 }
 

@@ -48,4 +48,18 @@ TensorStream checkpoint_stream(const CheckpointInfo& ckpt);
 /// @brief `stream` with every tensor cast to `dtype` (layout and values).
 TensorStream cast_stream(TensorStream stream, at::ScalarType dtype);
 
+/// @brief How far a reader of a stream has come.
+struct StreamProgress {
+  int64_t tensors_read = 0, tensors = 0;  ///< read so far, in the layout
+  int64_t bytes_read = 0, bytes = 0;      ///< their bytes (layout dtypes)
+  double seconds = 0;                     ///< since the stream was wrapped
+};
+
+/// @brief `stream` whose reads call `report` after a read when at least
+/// `interval_s` seconds passed since the wrapping or the last report (a
+/// conversion of a 405B model writes 1.6 TB: minutes to say how far it is).
+/// A stream read through in less than `interval_s` reports nothing.
+TensorStream with_progress(TensorStream stream, double interval_s,
+                           std::function<void(const StreamProgress&)> report);
+
 }  // namespace titan::checkpoint
