@@ -21,9 +21,12 @@
 #include "titan/metrics/format.hpp"
 #include "titan/models/llama3/model_args.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/files.hpp"
 
 namespace titan::cli {
 namespace {
+
+namespace files = titan::files;
 
 constexpr const char* kConvertUsage =
     "usage: titan convert --checkpoint_path P --output_path O --model_flavor F\n"
@@ -88,6 +91,13 @@ Options parse(int argc, char** argv) {
   TITAN_CHECK(o.naming == "titan" || o.naming == "torchtitan-0.3", "titan convert: --naming '", o.naming,
               "' is not titan or torchtitan-0.3");
   TITAN_CHECK(!o.fuse_qkv || o.naming == "torchtitan-0.3", "titan convert: --fuse_qkv needs --naming torchtitan-0.3");
+  // A conversion writes a new model; it never replaces one already saved
+  // (a checkpoint written over by a bf16 export's values, an HF folder by
+  // another flavor's). An empty folder made for it is fine.
+  TITAN_CHECK(!files::exists(o.output_path) || (files::is_directory(o.output_path) &&
+                                                 files::list_files(o.output_path).empty()),
+              "titan convert: --output_path ", o.output_path, " already exists and is not empty; titan convert does "
+              "not replace a saved model (remove it or choose another path)");
   return o;
 }
 

@@ -11,6 +11,7 @@
 #include "titan/models/llama3/model_args.hpp"
 
 #include "titan/checkpoint/dcp.hpp"
+#include "titan/util/files.hpp"
 
 using namespace titan::checkpoint;
 using titan::testing::bin_path;
@@ -103,26 +104,27 @@ TEST(ConvertCli, TorchtitanV03NamingRoundTripIsBitwise) {
   write_model_checkpoint(s.dir + "/step-5", state, 5);
   for (const std::string fuse : {"", " --fuse_qkv"}) {
     SCOPED_TRACE(fuse);
-    auto r = run_command(convert("--checkpoint_path " + s.dir + "/step-5 --output_path " + s.dir +
+    const std::string out = s.dir + (fuse.empty() ? "/split" : "/fused");  // each conversion a new folder
+    auto r = run_command(convert("--checkpoint_path " + s.dir + "/step-5 --output_path " + out +
                                  "/v03 --model_flavor debugmodel --output_format checkpoint --naming torchtitan-0.3" +
                                  fuse));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_HAS(r.output, "torchtitan-0.3 names");
-    const StateDict v03 = read_model_tensors(s.dir + "/v03");
+    const StateDict v03 = read_model_tensors(out + "/v03");
     EXPECT_EQ(v03.count("lm_head.weight"), 1u);
     EXPECT_EQ(v03.count("output.weight"), 0u);
     EXPECT_EQ(v03.count("layers.5.attention.qkv_linear.wqkv.weight"), fuse.empty() ? 0u : 1u);
     EXPECT_EQ(v03.count("layers.5.attention.qkv_linear.wq.weight"), fuse.empty() ? 1u : 0u);
-    r = run_command(convert("--checkpoint_path " + s.dir + "/v03 --output_path " + s.dir +
+    r = run_command(convert("--checkpoint_path " + out + "/v03 --output_path " + out +
                             "/back --model_flavor debugmodel --output_format checkpoint"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    titan::testing::expect_bitwise_equal(read_model_tensors(s.dir + "/back"), state);
-    r = run_command(convert("--checkpoint_path " + s.dir + "/v03 --output_path " + s.dir +
+    titan::testing::expect_bitwise_equal(read_model_tensors(out + "/back"), state);
+    r = run_command(convert("--checkpoint_path " + out + "/v03 --output_path " + out +
                             "/hf --model_flavor debugmodel"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    titan::testing::expect_bitwise_equal(read_hf_folder(s.dir + "/hf").titan_state, state);
+    titan::testing::expect_bitwise_equal(read_hf_folder(out + "/hf").titan_state, state);
   }
-  auto r = run_command(convert("--checkpoint_path " + s.dir + "/hf --output_path " + s.dir +
+  auto r = run_command(convert("--checkpoint_path " + s.dir + "/fused/hf --output_path " + s.dir +
                                "/v03_from_hf --model_flavor debugmodel --naming torchtitan-0.3"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   titan::testing::expect_bitwise_equal(read_model_tensors(s.dir + "/v03_from_hf"),
@@ -153,6 +155,30 @@ TEST(ConvertCli, TiedFolderIntoAnUntiedFlavorCopiesTheEmbedding) {
   StateDict want;
   for (const auto& [name, t] : state) want[name] = t.to(at::kBFloat16);
   titan::testing::expect_bitwise_equal(read_model_tensors(s.dir + "/step-0"), want);
+}
+
+// A conversion never replaces a saved model: an output folder that holds
+// anything is refused before anything is read or written, and what it
+// held is intact; an empty folder made for the output is used.
+TEST(ConvertCli, AnOutputThatExistsIsRefusedAndKept) {
+  Scratch s;
+  const StateDict state = debug_state();
+  write_model_checkpoint(s.dir + "/step-3", state, 3);
+  auto r = run_command(convert("--checkpoint_path " + s.dir + "/step-3 --output_path " + s.dir + "/hf --model_flavor "
+                               "debugmodel --export_dtype bfloat16"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_one_line_error(run_command(convert("--checkpoint_path " + s.dir + "/hf --output_path " + s.dir +
+                                            "/step-3 --model_flavor debugmodel")),
+                        "--output_path " + s.dir + "/step-3 already exists and is not empty");
+  titan::testing::expect_bitwise_equal(read_model_tensors(s.dir + "/step-3"), state);  // not the bf16 values
+  expect_one_line_error(run_command(convert("--checkpoint_path " + s.dir + "/step-3 --output_path " + s.dir +
+                                            "/hf --model_flavor debugmodel")),
+                        "does not replace a saved model");
+  EXPECT_TRUE(read_hf_folder(s.dir + "/hf").titan_state.at("tok_embeddings.weight").scalar_type() == at::kBFloat16);
+  ASSERT_TRUE(titan::files::make_directories(s.dir + "/empty"));
+  r = run_command(convert("--checkpoint_path " + s.dir + "/step-3 --output_path " + s.dir +
+                          "/empty --model_flavor debugmodel"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 TEST(ConvertCli, ExportDtypeAndFlavorMismatch) {

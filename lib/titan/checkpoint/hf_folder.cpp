@@ -5,7 +5,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "titan/checkpoint/dcp.hpp"
 #include "titan/checkpoint/hf_config.hpp"
 #include "titan/checkpoint/hf_sharded_save.hpp"
 #include "titan/checkpoint/safetensors.hpp"
