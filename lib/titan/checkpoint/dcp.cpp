@@ -104,6 +104,16 @@ RankFile RankFile::from_json(const nlohmann::json& j) {
 
 namespace {
 
+// Where `fqn` lies in the checkpoint's `file`: the file's header parsed once
+// per CheckpointInfo (and its copies), however many tensors are read from it.
+const SafetensorsEntry& saved_entry(const CheckpointInfo& ckpt, const std::string& file, const std::string& fqn) {
+  auto h = ckpt.headers->find(file);
+  if (h == ckpt.headers->end()) h = ckpt.headers->emplace(file, read_safetensors_header(ckpt.dir + "/" + file)).first;
+  auto e = h->second.entries.find(fqn);
+  TITAN_CHECK(e != h->second.entries.end(), "checkpoint: ", ckpt.dir, "/", file, " has no tensor ", fqn);
+  return e->second;
+}
+
 // write_rank_file with each primary box's values from `value_of(box)`
 // (its sizes; any device and dtype), asked for when its turn comes.
 RankFile write_rank_file_of(const std::string& dir, int rank, const ShardedState& shards,
@@ -439,13 +449,9 @@ void load_shards(const CheckpointInfo& ckpt, ShardedState& targets, const dist::
 
   try {
     at::NoGradGuard no_grad;
-    std::map<std::string, SafetensorsHeader>& headers = *ckpt.headers;
     for (const Piece& p : pieces) {
       const std::string path = ckpt.dir + "/" + p.file;
-      auto h = headers.find(p.file);
-      if (h == headers.end()) h = headers.emplace(p.file, read_safetensors_header(path)).first;
-      auto e = h->second.entries.find(p.fqn);
-      TITAN_CHECK(e != h->second.entries.end(), "checkpoint: ", path, " has no tensor ", p.fqn);
+      const SafetensorsEntry& entry = saved_entry(ckpt, p.file, p.fqn);
       // Only the rows of the saved box this piece needs are read (one
       // contiguous span): a rank loading its shard of a checkpoint saved by
       // fewer ranks (a one-process seed: whole tensors) holds its own rows,
@@ -455,9 +461,9 @@ void load_shards(const CheckpointInfo& ckpt, ShardedState& targets, const dist::
       std::vector<int64_t> rows_offsets = p.offsets;
       at::Tensor saved;
       if (p.box.empty()) {
-        saved = read_safetensors_tensor(path, e->second);
+        saved = read_safetensors_tensor(path, entry);
       } else {
-        saved = read_safetensors_rows(path, e->second, p.box[0].first - p.offsets[0], p.box[0].second);
+        saved = read_safetensors_rows(path, entry, p.box[0].first - p.offsets[0], p.box[0].second);
         rows_offsets[0] = p.box[0].first;
       }
       TensorShard& t = targets[p.target];
@@ -506,13 +512,10 @@ at::Tensor read_model_tensor(const CheckpointInfo& ckpt, const std::string& fqn,
   const nlohmann::json& chunks = ckpt.metadata.at("tensors").at(fqn).at("chunks");
   if (chunks.size() == 1 && chunks[0].at("lengths").get<std::vector<int64_t>>() == saved.shape) {
     const std::string file = chunks[0].at("file").get<std::string>();
-    auto h = ckpt.headers->find(file);
-    if (h == ckpt.headers->end()) h = ckpt.headers->emplace(file, read_safetensors_header(ckpt.dir + "/" + file)).first;
-    auto e = h->second.entries.find(fqn);
-    TITAN_CHECK(e != h->second.entries.end(), "checkpoint: ", ckpt.dir, "/", file, " has no tensor ", fqn);
-    TITAN_CHECK(e->second.shape == saved.shape && e->second.dtype == saved.dtype, "checkpoint: ", ckpt.dir, "/",
-                file, ": ", fqn, " is not what metadata.json says it is (shape or dtype)");
-    return read_safetensors_tensor(ckpt.dir + "/" + file, e->second);
+    const SafetensorsEntry& entry = saved_entry(ckpt, file, fqn);
+    TITAN_CHECK(entry.shape == saved.shape && entry.dtype == saved.dtype, "checkpoint: ", ckpt.dir, "/", file, ": ",
+                fqn, " is not what metadata.json says it is (shape or dtype)");
+    return read_safetensors_tensor(ckpt.dir + "/" + file, entry);
   }
   ShardedState target(1);
   target[0].fqn = fqn;

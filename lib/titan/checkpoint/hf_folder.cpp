@@ -84,14 +84,8 @@ std::map<std::string, std::string> hf_weight_files(const std::string& folder) {
   return out;
 }
 
-HfFolderStream open_hf_folder(const std::string& folder) {
-  const HfLlamaConfig config = read_hf_folder_config(folder);
-  // Where each HF tensor lies, each file's header read once.
-  struct Place {
-    std::string path;
-    SafetensorsEntry entry;
-  };
-  std::map<std::string, Place> places;
+std::map<std::string, HfTensorPlace> hf_tensor_places(const std::string& folder) {
+  std::map<std::string, HfTensorPlace> places;
   std::map<std::string, SafetensorsHeader> headers;
   for (const auto& [name, path] : hf_weight_files(folder)) {
     auto h = headers.find(path);
@@ -99,8 +93,14 @@ HfFolderStream open_hf_folder(const std::string& folder) {
     auto e = h->second.entries.find(name);
     TITAN_CHECK(e != h->second.entries.end(), "hf: tensor '", name, "' is listed in ", kHfIndexFile, " but not in ",
                 path);
-    places.emplace(name, Place{path, e->second});
+    places.emplace(name, HfTensorPlace{path, e->second});
   }
+  return places;
+}
+
+HfFolderStream open_hf_folder(const std::string& folder) {
+  const HfLlamaConfig config = read_hf_folder_config(folder);
+  std::map<std::string, HfTensorPlace> places = hf_tensor_places(folder);
   // A tied model has one weight, the embedding's; save_pretrained drops the
   // duplicate lm_head, and where a file still has one, transformers ties
   // over it on load: so does titan (args.tie_word_embeddings: no output.weight).
@@ -121,7 +121,7 @@ HfFolderStream open_hf_folder(const std::string& folder) {
     throw Error(folder + ": " + e.what());
   }
   out.tensors.read = [places = std::move(places), args = out.args](const std::string& name) {
-    const Place& p = places.at(models::llama3::hf_name(name));
+    const HfTensorPlace& p = places.at(models::llama3::hf_name(name));
     at::Tensor t = read_safetensors_tensor(p.path, p.entry);
     const int64_t heads = models::llama3::rope_permuted_heads(name, args);
     return heads > 0 ? models::llama3::half_to_interleaved(t, heads) : t;

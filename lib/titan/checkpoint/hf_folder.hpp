@@ -12,6 +12,7 @@
 #include <string>
 
 #include "titan/checkpoint/hf_config.hpp"
+#include "titan/checkpoint/safetensors.hpp"
 #include "titan/checkpoint/tensor_stream.hpp"
 #include "titan/models/llama3/state_dict_adapter.hpp"
 #include "titan/models/llama3/model_args.hpp"
@@ -91,6 +92,17 @@ HfLlamaConfig read_hf_folder_config(const std::string& folder);
 /// model.safetensors (its header only is read). A folder with neither, a bad
 /// index or a listed shard that is missing is a one-line titan::Error.
 std::map<std::string, std::string> hf_weight_files(const std::string& folder);
+
+/// @brief Where one tensor of an HF folder lies.
+struct HfTensorPlace {
+  std::string path;        ///< the safetensors file
+  SafetensorsEntry entry;  ///< its place in that file
+};
+
+/// @brief Every tensor of the HF folder `folder` (HF name → place), each
+/// file's header read once: hf_weight_files with the headers checked. A
+/// tensor the index lists but its file lacks is a one-line titan::Error.
+std::map<std::string, HfTensorPlace> hf_tensor_places(const std::string& folder);
 
 /// @brief True when `folder` has a config.json (how `titan convert` tells an
 /// HF folder from a titan checkpoint).

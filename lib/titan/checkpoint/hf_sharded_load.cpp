@@ -23,9 +23,8 @@ namespace {
 // One target box and where its values are.
 struct Piece {
   size_t target;
-  std::string path;    // the safetensors file
-  std::string hf;      // the tensor's name there
-  int64_t heads = 0;   // > 0: a q/k projection stored rotate-half over this many heads
+  HfTensorPlace place;  // the tensor's file and its place there
+  int64_t heads = 0;    // > 0: a q/k projection stored rotate-half over this many heads
 };
 
 // The rows [begin, begin + n) of `entry`, in titan's layout: q/k rows are
@@ -44,7 +43,6 @@ at::Tensor read_rows_in_titan_order(const std::string& path, const SafetensorsEn
 void load_hf_shards(const std::string& folder, ShardedState& targets, const models::llama3::ModelArgs& args,
                     const dist::ProcessGroup* group) {
   std::vector<Piece> pieces;
-  std::map<std::string, SafetensorsHeader> headers;
   std::string error;
   try {
     const HfLlamaConfig config = read_hf_folder_config(folder);
@@ -56,22 +54,18 @@ void load_hf_shards(const std::string& folder, ShardedState& targets, const mode
                 config.tie_word_embeddings ? " ties lm_head to the embedding, the model does not"
                                            : " has its own lm_head, the model ties its output to the embedding",
                 " (tie_word_embeddings; another flavor?)");
-    const std::map<std::string, std::string> files = hf_weight_files(folder);
+    const std::map<std::string, HfTensorPlace> places = hf_tensor_places(folder);
     for (size_t i = 0; i < targets.size(); ++i) {
       const TensorShard& t = targets[i];
       const std::string hf = hf_name(t.fqn);
-      auto f = files.find(hf);
-      TITAN_CHECK(f != files.end(), "hf: ", folder, " has no tensor ", hf, " (titan's ", t.fqn, ")");
-      auto h = headers.find(f->second);
-      if (h == headers.end()) h = headers.emplace(f->second, read_safetensors_header(f->second)).first;
-      auto e = h->second.entries.find(hf);
-      TITAN_CHECK(e != h->second.entries.end(), "hf: tensor ", hf, " is listed in ", folder,
-                  "'s index but not in ", f->second);
-      TITAN_CHECK(e->second.shape == t.global_shape, "hf: ", f->second, ": ", hf, " has shape ",
-                  shape_text(e->second.shape), ", the model's ", t.fqn, " ", shape_text(t.global_shape),
+      auto f = places.find(hf);
+      TITAN_CHECK(f != places.end(), "hf: ", folder, " has no tensor ", hf, " (titan's ", t.fqn, ")");
+      const HfTensorPlace& place = f->second;
+      TITAN_CHECK(place.entry.shape == t.global_shape, "hf: ", place.path, ": ", hf, " has shape ",
+                  shape_text(place.entry.shape), ", the model's ", t.fqn, " ", shape_text(t.global_shape),
                   " (another flavor?)");
       if (t.numel() == 0) continue;
-      pieces.push_back({i, f->second, hf, models::llama3::rope_permuted_heads(t.fqn, args)});
+      pieces.push_back({i, place, models::llama3::rope_permuted_heads(t.fqn, args)});
     }
   } catch (const std::exception& e) {
     error = e.what();
@@ -82,10 +76,10 @@ void load_hf_shards(const std::string& folder, ShardedState& targets, const mode
     at::NoGradGuard no_grad;
     for (const Piece& p : pieces) {
       TensorShard& t = targets[p.target];
-      const SafetensorsEntry& entry = headers.at(p.path).entries.at(p.hf);
       // Rows along dim 0, then the box's cut along the others (TP's
       // column-wise wo and w2): whole rows of the box are read.
-      at::Tensor src = read_rows_in_titan_order(p.path, entry, t.offsets.at(0), t.local.size(0), p.heads);
+      at::Tensor src =
+          read_rows_in_titan_order(p.place.path, p.place.entry, t.offsets.at(0), t.local.size(0), p.heads);
       for (int64_t d = 1; d < t.local.dim(); ++d) src = src.narrow(d, t.offsets[d], t.local.size(d));
       t.local.copy_(src);
     }
