@@ -63,8 +63,20 @@ TEST(CheckpointCli, Fsdp4ResumedAsFsdp2TrainsAsItsReference) {
   ASSERT_EQ(two.exit_code, 0) << two.output;
   EXPECT_HAS(two.output, "checkpoint: resumed from " + dump + "/checkpoint/step-3 (step 3); saved with 4 "
                          "data-parallel ranks, now 2: the data streams start over");
+  // The summary numbers the steps this run ran, not steps 1-6.
+  EXPECT_HAS(two.output, "training done: 6/6 steps in ");
+  EXPECT_HAS(two.output, " (3 in this run, resumed from the checkpoint of step 3)");
+  EXPECT_HAS(two.output, " (step 4) -> ");
+  EXPECT_HAS(two.output, " (step 6)");
+  EXPECT_HAS(two.output, "(mean of steps 5-6)");
   const std::vector<double> resumed = jsonl_losses(dump + "/metrics.jsonl");
   ASSERT_EQ(resumed.size(), 3u) << two.output;
+  // Run again: the checkpoint of step 6 is the last step; nothing is left to
+  // train, which is said and is not an error (a requeued finished job).
+  auto done = run_command(command(job_args(dump), "--nproc 2 --training.batch_size 4"));
+  ASSERT_EQ(done.exit_code, 0) << done.output;
+  EXPECT_HAS(done.output, "training done: nothing to run, the checkpoint of step 6 is at [training] steps = 6\n");
+  EXPECT_EQ(done.output.find("nan"), std::string::npos) << done.output;
 
   // The single-process reference of 2 data-parallel ranks resumed from the
   // same (FSDP 4) checkpoint.

@@ -58,6 +58,23 @@ TEST(TrainCli, ShortRunLogsAndSummarises) {
   }
 }
 
+// The debug config's [validation] runs as it stands, pipeline included:
+// its batches are the training's shape and its data the built-in corpus
+// (torchtitan's defaults, seq_len 2048 and local_batch_size 8 on
+// c4_validation, are refused at the debug model's 128 tokens).
+TEST(TrainCli, DebugConfigValidatesWithOneFlag) {
+  ScratchDir dir("train_cli_validate");
+  const std::string cmd = bin_path("titan") + " train --job.config_file " +
+                          source_path("train_configs/debug_model.toml") + " --job.dump_folder " + dir.path() +
+                          "/out --training.steps 2 --validation.enable --validation.steps 1";
+  auto one = run_command(cmd);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NE(one.output.find("validate step:  1"), std::string::npos) << one.output;
+  auto pp = run_command(cmd + " --nproc 2 --experimental.pipeline_parallel_degree 2");
+  ASSERT_EQ(pp.exit_code, 0) << pp.output;
+  EXPECT_NE(pp.output.find("validate step:  1"), std::string::npos) << pp.output;
+}
+
 TEST(TrainCli, HugeLearningRateStopsOnNonFiniteLoss) {
   ScratchDir dir("train_cli_nan");
   auto r = run_command(debug_run(dir) + " --training.steps 30 --optimizer.lr 1e6 --lr_scheduler.warmup_steps 1" +

@@ -18,17 +18,28 @@ double TrainSummary::last_loss() const {
 }
 
 std::string format_summary(const TrainSummary& s) {
-  const auto n = static_cast<long long>(s.steps_done);
-  std::string out = strprintf("training %s: %lld/%lld steps in %s\n", s.interrupted ? "stopped" : "done", n,
-                              static_cast<long long>(s.steps_planned), metrics::duration(s.wall_seconds).c_str());
-  if (s.steps_done == 0) return out;
-  out += strprintf("  loss      %.4f (step 1) -> %.4f (step %lld)\n", s.first_loss(), s.last_loss(), n);
+  const auto done = static_cast<long long>(s.steps_done);
+  const auto planned = static_cast<long long>(s.steps_planned);
+  const auto resumed = static_cast<long long>(s.resumed_from);
+  if (s.losses.empty() && s.resumed_from > 0) {
+    return strprintf("training done: nothing to run, the checkpoint of step %lld is at [training] steps = %lld%s\n",
+                     resumed, planned, resumed > planned ? " or past it" : "");
+  }
+  std::string out = strprintf("training %s: %lld/%lld steps in %s", s.interrupted ? "stopped" : "done", done, planned,
+                              metrics::duration(s.wall_seconds).c_str());
+  if (s.resumed_from > 0)
+    out += strprintf(" (%zu in this run, resumed from the checkpoint of step %lld)", s.losses.size(), resumed);
+  out += "\n";
+  if (s.losses.empty()) return out;
+  const auto first = static_cast<long long>(s.first_step());
+  out += strprintf("  loss      %.4f (step %lld) -> %.4f (step %lld)\n", s.first_loss(), first, s.last_loss(), done);
   if (!s.validation_losses.empty())
     out += strprintf("  val loss  %.4f (step %lld) -> %.4f (step %lld)\n", s.validation_losses.front().second,
                      static_cast<long long>(s.validation_losses.front().first), s.validation_losses.back().second,
                      static_cast<long long>(s.validation_losses.back().first));
   out += "  tokens/s  " + metrics::with_thousands(s.mean_tps) + " per rank";
-  out += s.steps_done > 1 ? strprintf(" (mean of steps 2-%lld)\n", n) : std::string(" (step 1 only)\n");
+  out += s.losses.size() > 1 ? strprintf(" (mean of steps %lld-%lld)\n", first + 1, done)
+                             : strprintf(" (step %lld only)\n", first);
   if (s.mean_tflops > 0) {
     out += strprintf("  compute   %.3f TFLOP/s", s.mean_tflops);
     if (s.mfu_pct > 0) {

@@ -14,8 +14,11 @@ namespace titan::train {
 struct TrainSummary {
   int64_t steps_done = 0;       ///< optimizer steps completed
   int64_t steps_planned = 0;    ///< [training] steps
+  /// The checkpoint step this run resumed from (0: it started at step 1);
+  /// `losses` then begins with step resumed_from + 1.
+  int64_t resumed_from = 0;
   bool interrupted = false;     ///< stopped early by Ctrl-C / SIGTERM
-  std::vector<double> losses;   ///< the loss of every step, in order
+  std::vector<double> losses;   ///< the loss of every step this run ran, in order
   /// [validation]: (step, loss) of every validation, in order.
   std::vector<std::pair<int64_t, double>> validation_losses;
   double wall_seconds = 0;      ///< the loop's wall time, first step to last
@@ -30,8 +33,11 @@ struct TrainSummary {
   std::string jsonl_path;       ///< the JSON Lines metrics file ("" = none)
   std::string tensorboard_dir;  ///< the TensorBoard event folder ("" = none)
 
-  /// @brief Loss of step 1 (NaN when no step ran).
+  /// @brief Loss of the first step this run ran (NaN when none ran).
   double first_loss() const;
+  /// @brief The first step this run ran: 1, or the step after the
+  /// checkpoint it resumed from.
+  int64_t first_step() const { return resumed_from + 1; }
   /// @brief Loss of the last step (NaN when no step ran).
   double last_loss() const;
 };
@@ -45,6 +51,9 @@ struct TrainSummary {
 ///   metrics   ./outputs/metrics.jsonl
 ///   tensorboard ./outputs/tb/20260101-1200 (when [metrics] enable_tensorboard)
 /// @endcode
+/// A resumed run says so and numbers the steps it ran ("loss 5.1 (step 501)
+/// -> 4.9 (step 1000)", "mean of steps 502-1000"); one resumed at or past
+/// [training] steps says that nothing was left to run.
 std::string format_summary(const TrainSummary& s);
 
 }  // namespace titan::train

@@ -87,6 +87,24 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model,
   return r;
 }
 
+std::vector<data::Batch> cut_into_microbatches(std::vector<data::Batch> batches, int64_t microbatch_size) {
+  TITAN_CHECK(microbatch_size >= 1, "micro-batches need at least 1 sequence each, got ", microbatch_size);
+  std::vector<data::Batch> out;
+  for (data::Batch& b : batches) {
+    const int64_t size = b.inputs.size(0);
+    TITAN_CHECK(size % microbatch_size == 0, "a micro-batch size of ", microbatch_size,
+                " sequences does not divide the batch of ", size);
+    for (int64_t start = 0; start < size; start += microbatch_size) {
+      data::Batch m;
+      m.inputs = b.inputs.narrow(0, start, microbatch_size);
+      m.labels = b.labels.narrow(0, start, microbatch_size);
+      if (b.doc_start.defined()) m.doc_start = b.doc_start.narrow(0, start, microbatch_size);
+      out.push_back(std::move(m));
+    }
+  }
+  return out;
+}
+
 AccumulationResult accumulate_pipeline_gradients(pp::PipelineRuntime& schedule,
                                                  const std::vector<data::Batch>& batches, double loss_scale,
                                                  const c10::Device& device) {

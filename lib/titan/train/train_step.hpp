@@ -73,6 +73,13 @@ struct AccumulationResult {
   double data_seconds = 0;
 };
 
+/// @brief Each batch cut along the batch into micro-batches of
+/// `microbatch_size` sequences, in order (a batch's rows [0, size), [size,
+/// 2·size), ...), as a pipeline's schedule cuts it; inputs, labels and
+/// doc_start (when defined) alike. `microbatch_size` must divide every
+/// batch's size: a one-line titan::Error otherwise.
+std::vector<data::Batch> cut_into_microbatches(std::vector<data::Batch> batches, int64_t microbatch_size);
+
 /// @brief Runs the step's `micro_batches` through `model`: each one
 /// forward, `loss_fn` (the sum over its targets; default: ops::cross_entropy
 /// summed) and backward of that sum times `loss_scale`

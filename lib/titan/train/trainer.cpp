@@ -88,6 +88,8 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
     for (int64_t r : reads->ranks)
       TITAN_CHECK(r >= 0 && r < reads->degree, "single_process: data-parallel rank ", r, " is outside [0, ",
                   reads->degree, ")");
+    TITAN_CHECK(reads->microbatch_size >= 0, "single_process: microbatch_size must be >= 0, got ",
+                reads->microbatch_size);
   }
   // A single-process run (a reference) is one process whatever launched
   // it: tests run it on every rank of a parallel job to compare against.
@@ -405,6 +407,8 @@ StepResult Trainer::train_step() {
       local_targets += ops::counted_targets(b.labels);
       batches.push_back(std::move(b));
     }
+    if (options_.single_process && options_.single_process->microbatch_size > 0)
+      batches = cut_into_microbatches(std::move(batches), options_.single_process->microbatch_size);
   }
   const double read_seconds = seconds_since(read_t0);
   const LossNormalizer normalizer = normalize_over_global_batch(local_targets, loss_group_.get(), device_);
@@ -516,6 +520,7 @@ TrainSummary Trainer::train() {
     return s;
   }
 
+  s.resumed_from = step_;  // > 0 when a checkpoint was loaded
   std::optional<StopSignal> stop;
   if (options_.handle_signals) stop.emplace();
   double timed_seconds = 0;  // steps after the first: the steady-state rate

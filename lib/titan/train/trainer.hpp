@@ -74,6 +74,12 @@ struct StepResult {
 struct DataParallelReads {
   int64_t degree = 1;                ///< the data-parallel degree the data is cut for
   std::vector<int64_t> ranks = {0};  ///< the ranks read (each in [0, degree)), one loader each
+  /// Sequences per micro-batch: each batch read is cut along the batch into
+  /// micro-batches of this many, run one after the other (0 = whole). The
+  /// reference of a pipeline layout cuts as the pipeline does, so that what
+  /// depends on a micro-batch's extent (float8's tensorwise scale of an
+  /// activation) is computed over the same sequences on both sides.
+  int64_t microbatch_size = 0;
 };
 
 /// @brief Knobs that are not part of a job's config: for tests, benches and
