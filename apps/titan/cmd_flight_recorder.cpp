@@ -23,6 +23,6 @@ static int cmd_flight_recorder(int argc, char** argv) {
 }
 
 TITAN_COMMAND("flight-recorder", cmd_flight_recorder,
-              "flight-recorder FOLDER: the first collective where the ranks' flight-recorder dumps disagree");
+              "read the ranks' flight-recorder dumps in FOLDER: the first collective where they disagree");
 
 }  // namespace titan::cli

@@ -1,6 +1,7 @@
 // `titan train`: trains a Llama 3 model as a JobConfig describes it
-// (defaults < --job.config_file < --section.key overrides). Single rank for
-// now; see lib/titan/train for the trainer and docs/train.md for the log.
+// (defaults < --job.config_file < --section.key overrides), on one rank or,
+// with --nproc N or under torchrun/Slurm, on every rank of its layout; see
+// lib/titan/train for the trainer and docs/train.md for the log.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -20,9 +21,11 @@ static int cmd_train(int argc, char** argv) {
     for (const std::string& a : own) {
       if (a == "--help" || a == "-h") {
         std::printf(
-            "usage: titan train [--job.config_file F] [--section.key value ...]\n"
+            "usage: titan train [--job.config_file F] [--section.key value ...] [--nproc N]\n"
             "Trains the model the config describes; every option is listed by `titan config --markdown`.\n"
             "Example: titan train --job.config_file train_configs/debug_model.toml --training.steps 20\n"
+            "--nproc N runs N local ranks (CPU processes over Gloo, or one per GPU over NCCL); under torchrun\n"
+            "or srun each process is one rank.\n"
             "Ctrl-C stops after the current step and prints the summary (exit code 130).\n");
         return 0;
       }
@@ -35,6 +38,6 @@ static int cmd_train(int argc, char** argv) {
   });
 }
 
-TITAN_COMMAND("train", cmd_train, "train a Llama 3 model from a TOML config (single rank for now)");
+TITAN_COMMAND("train", cmd_train, "train a Llama 3 model from a TOML config, on one rank or N (--nproc N, torchrun, srun)");
 
 }  // namespace titan::cli

@@ -1,5 +1,6 @@
 // `titan`: the one command-line program of titan.cpp. Each subcommand lives
 // in its own cmd_*.cpp and registers itself; this file only dispatches.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -17,8 +18,10 @@ std::map<std::string, CommandInfo>& commands() {
 namespace {
 void usage(FILE* out) {
   std::fprintf(out, "usage: titan COMMAND [ARGS...]\n\ncommands:\n");
+  int width = 0;  // the longest command's name: the help texts line up after it
+  for (const auto& entry : titan::cli::commands()) width = std::max(width, static_cast<int>(entry.first.size()));
   for (const auto& [name, info] : titan::cli::commands())
-    std::fprintf(out, "  %-12s %s\n", name.c_str(), info.help.c_str());
+    std::fprintf(out, "  %-*s  %s\n", width, name.c_str(), info.help.c_str());
 }
 }  // namespace
 

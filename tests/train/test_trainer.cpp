@@ -20,6 +20,7 @@
 #include "titan/ops/cross_entropy.hpp"
 #include "titan/train/autocast.hpp"
 #include "titan/train/determinism.hpp"
+#include "titan/train/summary.hpp"
 #include "titan/train/train_step.hpp"
 #include "titan/train/trainer.hpp"
 #include "titan/train/validator.hpp"
@@ -83,6 +84,39 @@ TEST(Determinism, WarnOnlyLetsAnOpWithoutADeterministicKernelRun) {
   const titan::config::JobConfig c =
       titan::config::parse_job_config({"--debug.deterministic", "--debug.deterministic_warn_only"});
   EXPECT_TRUE(c.training.deterministic && c.training.deterministic_warn_only);
+}
+
+// The summary names the steps this run ran: a fresh run from step 1, a
+// resumed one from the step after its checkpoint; tokens/s leaves the first
+// step out when there is another.
+TEST(TrainSummary, NumbersTheStepsThisRunRan) {
+  titan::train::TrainSummary s;
+  s.steps_planned = 16;
+  s.losses = {8.0, 7.0, 6.0};
+  s.steps_done = 3;
+  std::string out = titan::train::format_summary(s);
+  EXPECT_NE(out.find("training done: 3/16 steps in "), std::string::npos) << out;
+  EXPECT_NE(out.find("8.0000 (step 1) -> 6.0000 (step 3)"), std::string::npos) << out;
+  EXPECT_NE(out.find("(mean of steps 2-3)"), std::string::npos) << out;
+  s.losses = {8.0, 7.0};
+  s.steps_done = 2;
+  EXPECT_NE(titan::train::format_summary(s).find("per rank (step 2)\n"), std::string::npos);
+  s.losses = {8.0};
+  s.steps_done = 1;
+  EXPECT_NE(titan::train::format_summary(s).find("per rank (step 1 only)\n"), std::string::npos);
+
+  s.resumed_from = 12;
+  s.losses = {7.5, 7.4, 7.3, 7.2};
+  s.steps_done = 16;
+  out = titan::train::format_summary(s);
+  EXPECT_NE(out.find(" (4 in this run, resumed from the checkpoint of step 12)\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("7.5000 (step 13) -> 7.2000 (step 16)"), std::string::npos) << out;
+  EXPECT_NE(out.find("(mean of steps 14-16)"), std::string::npos) << out;
+  s.losses.clear();
+  s.resumed_from = 20;
+  s.steps_done = 20;
+  EXPECT_EQ(titan::train::format_summary(s),
+            "training done: nothing to run, the checkpoint of step 20 is at [training] steps = 16 or past it\n");
 }
 
 TEST(Trainer, LossFallsOverTwentySteps) {

@@ -38,8 +38,10 @@ std::string format_summary(const TrainSummary& s) {
                      static_cast<long long>(s.validation_losses.front().first), s.validation_losses.back().second,
                      static_cast<long long>(s.validation_losses.back().first));
   out += "  tokens/s  " + metrics::with_thousands(s.mean_tps) + " per rank";
-  out += s.losses.size() > 1 ? strprintf(" (mean of steps %lld-%lld)\n", first + 1, done)
-                             : strprintf(" (step %lld only)\n", first);
+  if (s.losses.size() > 2)
+    out += strprintf(" (mean of steps %lld-%lld)\n", first + 1, done);
+  else
+    out += strprintf(s.losses.size() == 2 ? " (step %lld)\n" : " (step %lld only)\n", done);
   if (s.mean_tflops > 0) {
     out += strprintf("  compute   %.3f TFLOP/s", s.mean_tflops);
     if (s.mfu_pct > 0) {
