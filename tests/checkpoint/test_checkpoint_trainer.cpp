@@ -198,6 +198,16 @@ TEST(CheckpointTrainer, ExcludeFromLoadingLeavesThosePartsFresh) {
   EXPECT_EQ(restarted.losses[0], fresh_data.losses[0]);
   std::printf("step 4 loss: whole %.9f, fresh Adam %.9f, fresh data %.9f; restarted step 1 %.9f\n", whole.losses[3],
               fresh_adam.losses[0], fresh_data.losses[0], restarted.losses[0]);
+  // A resume at another seq_len: the saved data position is refused, and
+  // the message names the key that keeps the rest of the checkpoint.
+  titan::files::remove_all(folder + "/step-6");
+  cfg.checkpoint.exclude_from_loading = {};
+  cfg.training.seq_len /= 2;
+  const std::string shorter = error_of([&] { train(cfg); });
+  EXPECT_HAS(shorter, "data loader state was saved with seq_len ");
+  EXPECT_HAS(shorter, "--checkpoint.exclude_from_loading dataloader keeps the rest and starts the data over)");
+  cfg.checkpoint.exclude_from_loading = {"dataloader"};
+  EXPECT_EQ(train(cfg).start_step, 3);
   cfg.checkpoint.exclude_from_loading = {"optimizers"};
   const std::string bad = error_of([&] { titan::config::validate(cfg); });
   EXPECT_HAS(bad, "[checkpoint] exclude_from_loading");

@@ -506,7 +506,14 @@ int64_t CheckpointManager::restore(const CheckpointInfo& ckpt, bool weights_only
       for (auto& [dp, loader] : state_.loaders) {
         TITAN_CHECK(ranks.contains(std::to_string(dp)), "checkpoint ", ckpt.dir,
                     " has no data position for data-parallel rank ", dp);
-        loader->load_state_dict(ranks.at(std::to_string(dp)));
+        try {
+          loader->load_state_dict(ranks.at(std::to_string(dp)));
+        } catch (const Error& e) {
+          // A changed seq_len or dataset: the position means nothing here.
+          // Say how to keep the rest of the checkpoint and start the data over.
+          throw Error(std::string(e.what()) + " (resuming " + ckpt.dir +
+                      "; --checkpoint.exclude_from_loading dataloader keeps the rest and starts the data over)");
+        }
       }
     } else {
       note = strprintf("; saved with %lld data-parallel ranks, now %lld: the data streams start over",
