@@ -3,7 +3,9 @@
 // the way to the input runs twice — checked with a node that counts its
 // backward calls, on a graph shaped like a stage (matmuls, a norm-like
 // multiply by a weight) and on one whose weights come out of a single
-// node, as FSDP's UnshardBackward ends every weight edge of a unit.
+// node, as FSDP's UnshardBackward ends every weight edge of a unit; and
+// through activation-checkpointed parts, whose weights only the recompute
+// inside their node reaches: I must leave them to W as well.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -11,6 +13,7 @@
 
 #include <cstdio>
 
+#include "titan/parallel/activation_checkpoint/checkpoint.hpp"
 #include "titan/parallel/pipeline/split_backward.hpp"
 
 namespace {
@@ -108,6 +111,41 @@ TEST(SplitBackward, WeightsFromOneNodeLikeFsdpsUnit) {
   EXPECT_EQ(max_diff(dx, x.grad()), 0.0);
   EXPECT_EQ(max_diff(fs.grad(), flat.grad()), 0.0);
   EXPECT_EQ(max_diff(v3.grad(), w3.grad()), 0.0);
+}
+
+// The same stage with its middle checkpointed (ac::checkpoint: the node's
+// one edge is to its input; w2 and w3 are reached by its recompute only),
+// and one checkpoint nested inside another's recompute.
+TEST(SplitBackward, CheckpointedPartsLeaveTheirWeightsToW) {
+  at::manual_seed(2);
+  const at::Tensor x0 = at::randn({4, 8}), g = at::randn({4, 8});
+  const at::Tensor w10 = at::randn({8, 8}), w20 = at::randn({8}), w30 = at::randn({8, 8});
+  auto leaf = [](const at::Tensor& t) { return t.clone().requires_grad_(true); };
+  for (const bool nested : {false, true}) {
+    auto run = [&](const at::Tensor& input, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3) {
+      const at::Tensor h = at::matmul(input, w1.t());
+      auto tail = [w2, w3](const at::Tensor& t) { return at::matmul(at::tanh(CountingIdentity::apply(t) * w2), w3.t()); };
+      if (!nested) return titan::ac::checkpoint(tail, h);
+      return titan::ac::checkpoint([tail](const at::Tensor& t) { return titan::ac::checkpoint(tail, t * 1.0); }, h);
+    };
+    at::Tensor x = leaf(x0), w1 = leaf(w10), w2 = leaf(w20), w3 = leaf(w30);
+    torch::autograd::backward({run(x, w1, w2, w3)}, {g});
+
+    at::Tensor xs = leaf(x0), v1 = leaf(w10), v2 = leaf(w20), v3 = leaf(w30);
+    titan::pp::SplitBackward split(run(xs, v1, v2, v3), xs);
+    g_identity_backwards = 0;
+    const at::Tensor dx = split.input_backward(g);
+    EXPECT_EQ(g_identity_backwards, 1);
+    for (const at::Tensor& w : {v1, v2, v3})
+      EXPECT_FALSE(w.grad().defined()) << "I computed a weight gradient (nested " << nested << ")";
+    split.weight_backward();
+    EXPECT_EQ(g_identity_backwards, 1) << "W ran a node of the input path again (nested " << nested << ")";
+    EXPECT_EQ(max_diff(dx, x.grad()), 0.0);
+    for (const auto& [got, want] : {std::pair{v1, w1}, std::pair{v2, w2}, std::pair{v3, w3}}) {
+      ASSERT_TRUE(got.grad().defined()) << "nested " << nested;
+      EXPECT_EQ(max_diff(got.grad(), want.grad()), 0.0) << "nested " << nested;
+    }
+  }
 }
 
 }  // namespace

@@ -264,10 +264,6 @@ TEST(TrainCli, TooFewMicroBatchesForTheScheduleIsOneLine) {
                        " --experimental.pipeline_parallel_schedule zigzag");
   EXPECT_NE(u.exit_code, 0);
   EXPECT_HAS(u.output, "zigzag");
-  auto z = run_command(debug_run(dir) + " --nproc 2 --experimental.pipeline_parallel_degree 2 --training.batch_size 2"
-                       " --experimental.pipeline_parallel_schedule ZBVZeroBubble --activation_checkpoint.mode full");
-  EXPECT_NE(z.exit_code, 0);
-  EXPECT_HAS(z.output, "activation checkpointing ([activation_checkpoint] mode = \"full\") does not support yet");
 }
 
 TEST(TrainCli, TensorParallelDegreeThatDoesNotDivideTheHeadsIsOneLine) {

@@ -625,12 +625,12 @@ TEST(TrainerPipelineParallel, ScheduleFromCsvMatchesReference) {
   const std::string e = titan::testing::error_of([&] { Trainer t(c, o); });
   EXPECT_NE(e.find("[parallelism] pipeline_parallel_schedule_csv: "), std::string::npos) << e;
   if (n == 4) {
-    // Split backwards from a file are refused with activation checkpointing,
-    // as the zero-bubble schedules are.
+    // Split backwards from a file with activation checkpointing: each
+    // checkpointed block's recompute is split into the file's I and W.
     c.experimental.pipeline_parallel_schedule_csv = dir.write(mine, csv);
     c.activation_checkpoint.mode = "full";
-    const std::string ac = titan::testing::error_of([&] { Trainer t(c, o); });
-    EXPECT_NE(ac.find("splits backward into input and weight steps"), std::string::npos) << ac;
+    expect_matches_reference(c, "PP 2 x FSDP 2, InterleavedZeroBubble's order from a CSV, full AC", pp_model(),
+                             kPpWeightTol);
   }
 }
 
@@ -976,11 +976,20 @@ TEST(TrainerActivationCheckpoint, FullAndSelectiveTrainExactlyLikeNone) {
   expect_same_as_without_ac(c, "DDP x" + std::to_string(titan::testing::world().size()), args);
   c.training.data_parallel_replicate_degree = 1;
   c.training.data_parallel_shard_degree = -1;
+  c.training.fsdp_reshard_after_forward = "default";
+  c.experimental.pipeline_parallel_degree = 2;
   if (titan::testing::world().size() == 4) {
-    c.training.fsdp_reshard_after_forward = "default";
-    c.experimental.pipeline_parallel_degree = 2;
     c.experimental.pipeline_parallel_schedule = "Interleaved1F1B";
     expect_same_as_without_ac(c, "PP 2 x FSDP 2 (Interleaved1F1B)", args);
+    // Zero bubble: a checkpointed block's recompute is split into I and W
+    // too, its weights' gradients (and FSDP's reduce-scatter of them) in W.
+    c.experimental.pipeline_parallel_schedule = "InterleavedZeroBubble";
+    expect_same_as_without_ac(c, "PP 2 x FSDP 2 (InterleavedZeroBubble)", args);
+  } else if (titan::testing::world().size() == 2) {
+    c.training.data_parallel_shard_degree = 1;
+    c.training.batch_size = 4;  // 4 micro-batches of 1: V's 2 stages per rank
+    c.experimental.pipeline_parallel_schedule = "ZBVZeroBubble";
+    expect_same_as_without_ac(c, "PP 2 (ZBVZeroBubble)", args);
   }
 }
 

@@ -86,7 +86,8 @@ TEST(VerifyCli, FsdpAndFsdpTimesTpTrainAsOneProcess) {
 // without SP with selective AC, ZBV (stages handed over on one rank), and
 // InterleavedZeroBubble x TP (its split backward must run each TP
 // collective once: a weight pass that re-ran the stage's backward sent
-// 26 all-gathers where the count says 22).
+// 26 all-gathers where the count says 22), and the zero-bubble schedules
+// with activation checkpointing.
 // Each run is 2 steps; every dimension's ops and bytes must match.
 TEST(VerifyCli, EveryModelledLayoutSendsWhatTheCountSays) {
   ScratchDir dir("verify_comm");
@@ -103,6 +104,14 @@ TEST(VerifyCli, EveryModelledLayoutSendsWhatTheCountSays) {
       {2, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule ZBVZeroBubble"},
       {4, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule InterleavedZeroBubble "
           "--training.tensor_parallel_degree 2"},
+      // torchtitan's pp_zbv integration test: its debug config checkpoints
+      // every 2nd block; and full AC with TP (each recompute's TP
+      // collectives once more, in the I step, and none in W). (FSDP x PP
+      // with AC has no count; test_trainer_dp checks it bit for bit.)
+      {2, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule ZBVZeroBubble "
+          "--activation_checkpoint.mode selective --activation_checkpoint.selective_ac_option 2"},
+      {4, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule InterleavedZeroBubble "
+          "--training.tensor_parallel_degree 2 --activation_checkpoint.mode full"},
   };
   for (const auto& [nproc, flags] : layouts) {
     auto r = run_command(verify_run(dir, nproc, flags));

@@ -79,14 +79,9 @@ ParallelizeOptions parallelize_options(const config::JobConfig& cfg, const paral
   if (dims.pp_enabled()) {
     o.pipeline = plan_pipeline(cfg, args.n_layers, local_batch);
     o.pp_microbatch_size = cfg.experimental.pipeline_parallel_microbatch_size;
-    // The checkpoint's recompute runs a whole backward of its block
-    // (torch's reentrant checkpoint), so a zero-bubble schedule's
-    // input-gradient step would already produce the weight gradients that
-    // its W step then produces again.
-    TITAN_CHECK(!o.pipeline->splits_backward() || a.mode == "none", "pipeline schedule ",
-                o.pipeline->schedule_csv.empty() ? pp::schedule_name(o.pipeline->spec.kind) : o.pipeline->schedule_csv,
-                " splits backward into input and weight steps, which activation checkpointing ([activation_checkpoint] "
-                "mode = \"", a.mode, "\") does not support yet: use 1F1B or Interleaved1F1B with it");
+    // Activation checkpointing goes with every schedule: under a
+    // zero-bubble one a checkpointed block's recompute is split too, its
+    // weights' gradients left for the W step (ops/input_gradient_split.hpp).
     TITAN_CHECK(!dims.fsdp_enabled() || o.fsdp.reshard != ReshardAfterForward::Always,
                 "[training] fsdp_reshard_after_forward = \"always\" does not work with pipeline parallelism: the "
                 "micro-batches in flight share each stage's unsharded weights (use \"default\" or \"never\")");

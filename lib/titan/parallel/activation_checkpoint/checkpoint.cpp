@@ -12,6 +12,7 @@
 #include <set>
 
 #include "titan/ops/backward_callbacks.hpp"
+#include "titan/ops/input_gradient_split.hpp"
 #include "titan/ops/linear.hpp"
 #include "titan/util/error.hpp"
 
@@ -109,9 +110,18 @@ struct CheckpointBackward : torch::autograd::Node {
     // (FSDP's wait for the gradient reductions, DDP's bucket copy-out) are
     // the whole backward's, not this block's: they run when it ends.
     ops::ReentrantBackwardScope reentrant;
-    torch::autograd::backward({y}, {grads.at(0)});
+    at::Tensor grad_x;
+    ops::InputGradientSplitter* split = ops::active_input_gradient_splitter();
+    if (split && input_requires_grad) {
+      // A zero-bubble input step: x's gradient now, the block's weights'
+      // gradients in the schedule's weight step (input_gradient_split.hpp).
+      grad_x = split->input_gradient(y, x, grads.at(0));
+    } else {
+      torch::autograd::backward({y}, {grads.at(0)});
+      if (input_requires_grad) grad_x = x.grad();
+    }
     reentrant.hand_over();
-    return {input_requires_grad ? x.grad() : at::Tensor()};
+    return {grad_x};
   }
 };
 

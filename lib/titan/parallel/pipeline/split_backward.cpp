@@ -6,9 +6,11 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <memory>
 #include <unordered_map>
 #include <utility>
 
+#include "titan/ops/input_gradient_split.hpp"
 #include "titan/util/internal_assert.hpp"
 
 namespace titan::pp {
@@ -41,7 +43,26 @@ struct SplitBackward::State {
     std::shared_ptr<variable_list> grads = std::make_shared<variable_list>();  // what reached it in I
   };
   std::vector<Boundary> boundaries;
+  // The recomputed graphs of the checkpointed blocks I ran through, each
+  // split the same way; W finishes them after this graph's weights.
+  std::vector<std::unique_ptr<SplitBackward>> inner;
 };
+
+namespace {
+
+// During I: a checkpointed block hands its recomputed graph here.
+struct KeepInnerSplits : ops::InputGradientSplitter {
+  explicit KeepInnerSplits(std::vector<std::unique_ptr<SplitBackward>>* into) : into(into) {}
+  at::Tensor input_gradient(const at::Tensor& target, const at::Tensor& input, const at::Tensor& grad) override {
+    auto split = std::make_unique<SplitBackward>(target, input);
+    at::Tensor g = split->input_backward(grad);
+    into->push_back(std::move(split));
+    return g;
+  }
+  std::vector<std::unique_ptr<SplitBackward>>* into;
+};
+
+}  // namespace
 
 SplitBackward::SplitBackward(const at::Tensor& target, const at::Tensor& input) : s_(std::make_unique<State>()) {
   s_->target = target;
@@ -91,6 +112,8 @@ size_t SplitBackward::boundary_nodes() const { return s_->boundaries.size(); }
 at::Tensor SplitBackward::input_backward(const at::Tensor& grad_output) {
   const std::vector<at::Tensor> grad_outputs =
       grad_output.defined() ? std::vector<at::Tensor>{grad_output} : std::vector<at::Tensor>{};
+  KeepInnerSplits keep(&s_->inner);
+  const ops::InputGradientSplitterScope splitting(&keep);
   return torch::autograd::grad({s_->target}, {s_->input}, grad_outputs, /*retain_graph=*/true).at(0);
 }
 
@@ -148,6 +171,10 @@ void SplitBackward::weight_backward() {
   // runs once, with all of its gradients.
   if (!below.empty())
     engine.execute(below, below_grads, /*keep_graph=*/false, /*create_graph=*/false, /*accumulate_grad=*/true);
+  // The checkpointed blocks' weights, in the order I reached them (the
+  // order a whole backward reaches them).
+  for (std::unique_ptr<SplitBackward>& inner : s_->inner) inner->weight_backward();
+  s_->inner.clear();
   s_->boundaries.clear();
   s_->target = at::Tensor();
   s_->input = at::Tensor();
