@@ -2,6 +2,8 @@
 // C++ counterpart of torchtitan's parallelize_llama (data-parallel part).
 #include "titan/models/llama3/parallelize.hpp"
 
+#include <algorithm>
+
 #include "titan/dist/device_mesh.hpp"
 #include "titan/parallel/activation_checkpoint/checkpoint.hpp"
 #include "titan/parallel/context_parallel/context.hpp"
@@ -274,6 +276,23 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
   r.step_hooks.add(std::make_shared<pp::PipelineStepHooks>(std::move(stage_hooks)));
   r.state_dict = std::make_shared<PipelineStateDict>(std::move(stage_state_dicts), args, mesh->group("pp"),
                                                      dist::world().device());
+  // The AC count of the description is the first stage's: make it this
+  // rank's, over every stage it holds (ZBV's rank 0 holds the first and the
+  // last layer).
+  int64_t blocks = 0, wrapped = 0;
+  for (Transformer& part : r.pipeline_parts)
+    for (const auto& block : part->blocks()) {
+      ++blocks;
+      if (o.ac.blocks.at(static_cast<size_t>(block->layer_id))) ++wrapped;
+    }
+  const auto first_blocks = r.pipeline_parts.front()->blocks();
+  const int64_t first_wrapped = std::count_if(first_blocks.begin(), first_blocks.end(), [&](const auto& block) {
+    return o.ac.blocks.at(static_cast<size_t>(block->layer_id));
+  });
+  const std::string first_ac = ac::describe_ac(o.ac.mode, o.ac.selective_ac_option, first_wrapped,
+                                               static_cast<int64_t>(first_blocks.size()));
+  if (const size_t at = description.find(first_ac); !first_ac.empty() && at != std::string::npos)
+    description.replace(at, first_ac.size(), ac::describe_ac(o.ac.mode, o.ac.selective_ac_option, wrapped, blocks));
   r.description = "PP " + plan.describe() + (description.empty() ? "" : "; " + description);
   return r;
 }
