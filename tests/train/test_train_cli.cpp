@@ -266,6 +266,19 @@ TEST(TrainCli, TooFewMicroBatchesForTheScheduleIsOneLine) {
   EXPECT_HAS(u.output, "zigzag");
 }
 
+// torchtitan's pp_zbv integration test as its debug config has it: ZBV
+// with selective AC every 2nd block. Rank 0 holds layers 0 and 5 (the V),
+// and its banner counts both stages' blocks.
+TEST(TrainCli, ZeroBubbleWithActivationCheckpointingTrains) {
+  ScratchDir dir("train_cli_zbv_ac");
+  auto r = run_command(debug_run(dir) + " --nproc 2 --experimental.pipeline_parallel_degree 2 --training.batch_size 4"
+                       " --experimental.pipeline_parallel_schedule ZBVZeroBubble --activation_checkpoint.mode selective"
+                       " --activation_checkpoint.selective_ac_option 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "layers 0 | 1-2 | 3-4 | 5; selective AC every 2 block(s) (1 of 2 blocks)");
+  EXPECT_HAS(r.output, "training done: 3/3 steps");
+}
+
 TEST(TrainCli, TensorParallelDegreeThatDoesNotDivideTheHeadsIsOneLine) {
   ScratchDir dir("train_cli_tp_bad");
   // debugmodel has 16 heads: 3 ranks cannot hold whole heads.
