@@ -20,6 +20,7 @@
 #include "titan/metrics/tensor_memory.hpp"
 #include "titan/models/llama3/tp_plan.hpp"
 #include "titan/parallel/activation_checkpoint/checkpoint.hpp"
+#include "titan/parallel/float8/float8_linear.hpp"
 #include "titan/parallel/fsdp/fully_shard.hpp"
 #include "titan/ops/cross_entropy.hpp"
 #include "titan/verify/fsdp_technique.hpp"
@@ -263,6 +264,49 @@ TEST(ActivationCheckpoint, ForcedRecomputeShapesAreNotKept) {
     EXPECT_NE(m.find("layers.0.attention, which is not a Linear"), std::string::npos) << m;
     EXPECT_EQ(m.find('\n'), std::string::npos) << m;
   }
+}
+
+// Per-op AC on float8 Linears (converted first, as the trainer does): their
+// outputs are kept as plain Linears' are — the same bytes after forward —
+// not left to float8's hook to compute again in the recompute (which would
+// keep no more than full AC); and training is bit for bit float8 without AC.
+TEST(ActivationCheckpoint, PerOpKeepsFloat8LinearsOutputsToo) {
+  const verify::RunSpec spec = ac_spec();
+  auto float8 = [](Transformer& model) {
+    const auto converted = titan::float8::convert_to_float8_training(*model, {"output"}, nullptr);
+    EXPECT_GT(converted.size(), 0u) << "nothing converted: the test would not see float8";
+  };
+  auto per_op = [](Transformer& model) {
+    for (auto& b : model->blocks()) ac::checkpoint_module_selective_op(*b);
+  };
+  const int64_t plain_op = activations_after_forward(spec, per_op);
+  const int64_t f8_op = activations_after_forward(spec, [&](Transformer& m) {
+    float8(m);
+    per_op(m);
+  });
+  const int64_t f8_full = activations_after_forward(spec, [&](Transformer& m) {
+    float8(m);
+    for (auto& b : m->blocks()) ac::checkpoint_module(*b);
+  });
+  if (world().rank() == 0)
+    std::printf("[measured] kept after forward: op AC %.1f KiB, float8 + op AC %.1f KiB, float8 + full AC %.1f KiB\n",
+                plain_op / 1024.0, f8_op / 1024.0, f8_full / 1024.0);
+  EXPECT_EQ(f8_op, plain_op);
+  EXPECT_GT(f8_op, f8_full);
+
+  Transformer plain = verify::build_model(spec, spec.model_seed);
+  float8(plain);
+  auto plain_opt = verify::build_optimizer(spec, plain->parameters());
+  Transformer model = verify::build_model(spec, spec.model_seed);
+  float8(model);
+  per_op(model);
+  auto opt = verify::build_optimizer(spec, model->parameters());
+  bool ok = true;
+  const double d = worst(verify::compare(verify::run_steps(spec, plain, *plain_opt, 0, 1),
+                                         verify::run_steps(spec, model, *opt, 0, 1), verify::Tolerance{0, 0},
+                                         verify::Tolerance{0, 0}),
+                         &ok);
+  EXPECT_TRUE(ok) << "float8 + op AC differs from float8 by " << d;
 }
 
 TEST(ActivationCheckpoint, BadOptionsAreOneLine) {

@@ -976,6 +976,21 @@ TEST(TrainerActivationCheckpoint, FullAndSelectiveTrainExactlyLikeNone) {
   expect_same_as_without_ac(c, "DDP x" + std::to_string(titan::testing::world().size()), args);
   c.training.data_parallel_replicate_degree = 1;
   c.training.data_parallel_shard_degree = -1;
+  // float8 linears (torchtitan's float8 recipe on its 8B config, whose AC
+  // is per-op): per-op AC keeps their outputs too and recomputes only the
+  // casts their backward needs. Tensorwise with FSDP's float8 all-gather,
+  // and rowwise.
+  {
+    JobConfig f8 = c;
+    f8.float8.enable_float8_linear = true;
+    f8.float8.enable_fsdp_float8_all_gather = true;
+    expect_same_as_without_ac(f8, "FSDP x" + std::to_string(titan::testing::world().size()) +
+                                      ", float8 tensorwise, float8 all-gather", args);
+    f8.float8.enable_fsdp_float8_all_gather = false;
+    f8.float8.recipe_name = "rowwise";
+    expect_same_as_without_ac(f8, "FSDP x" + std::to_string(titan::testing::world().size()) + ", float8 rowwise",
+                              args);
+  }
   c.training.fsdp_reshard_after_forward = "default";
   c.experimental.pipeline_parallel_degree = 2;
   if (titan::testing::world().size() == 4) {

@@ -10,6 +10,10 @@ void HookableModule::add_forward_hook(std::shared_ptr<ForwardHook> hook) {
   hooks_.push_back(std::move(hook));
 }
 
+void HookableModule::add_forward_hook_first(std::shared_ptr<ForwardHook> hook) {
+  hooks_.insert(hooks_.begin(), std::move(hook));
+}
+
 void HookableModule::replace_forward_hook(const ForwardHook* old_hook, std::shared_ptr<ForwardHook> hook) {
   for (auto& h : hooks_)
     if (h.get() == old_hook) {

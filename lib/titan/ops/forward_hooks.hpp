@@ -55,6 +55,16 @@ class ForwardHook {
     return {};
   }
 
+  /// For per-op activation checkpointing's recompute: the op of
+  /// forward_override with its output `kept` from the first pass — returns
+  /// `kept` with the op's backward attached, computing nothing forward.
+  /// Undefined (the default): the hook has no such op (or cannot reuse it).
+  virtual at::Tensor reuse_output(const at::Tensor& input, const at::Tensor& kept) {
+    (void)input;
+    (void)kept;
+    return {};
+  }
+
   /// @name The same three with this call's HookCall
   /// @{
   virtual at::Tensor pre_forward(const at::Tensor& input, HookCall& call) {
@@ -119,6 +129,10 @@ class HookableModule : public torch::nn::Module {
  public:
   /// Appends `hook`: pre hooks run in registration order, post hooks too.
   void add_forward_hook(std::shared_ptr<ForwardHook> hook);
+  /// Puts `hook` before the others: its forward_override is asked first
+  /// (per-op activation checkpointing's cache, which hands a kept output
+  /// back before float8's hook would compute it again).
+  void add_forward_hook_first(std::shared_ptr<ForwardHook> hook);
   /// Puts `hook` where `old_hook` was (same place in the order), e.g. a
   /// style's hook switched to its async-TP version. Throws titan::Error
   /// when `old_hook` is not registered here.

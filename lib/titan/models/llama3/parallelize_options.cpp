@@ -62,9 +62,10 @@ ParallelizeOptions parallelize_options(const config::JobConfig& cfg, const paral
   o.ac.force_recompute_mm_shapes_by_fqns = a.per_op_sac_force_recompute_mm_shapes_by_fqns;
   o.ac.mode = a.mode;
   o.ac.selective_ac_option = a.selective_ac_option;
-  TITAN_CHECK(!o.ac.per_op || (!cfg.float8.enable_float8_linear && !t.enable_async_tensor_parallel),
-              "[activation_checkpoint] selective_ac_option = \"op\" keeps the matmuls' outputs, which float8 and "
-              "async TP compute their own way: not supported together yet (use mode = \"full\" with them)");
+  TITAN_CHECK(!o.ac.per_op || !t.enable_async_tensor_parallel,
+              "[activation_checkpoint] selective_ac_option = \"op\" keeps the matmuls' outputs, which async TP "
+              "computes its own way (each inside a ring of collectives): not supported together yet (use mode = "
+              "\"full\" with it)");
 
   o.float8.enable = cfg.float8.enable_float8_linear;
   o.float8.filter_fqns = cfg.float8.filter_fqns;

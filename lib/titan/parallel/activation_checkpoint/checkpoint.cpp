@@ -15,6 +15,7 @@
 #include "titan/ops/input_gradient_split.hpp"
 #include "titan/ops/linear.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/internal_assert.hpp"
 
 namespace titan::ac {
 namespace {
@@ -176,6 +177,7 @@ namespace {
 // (no-grad) run, consumed in order by its recompute.
 struct MatmulCache {
   std::vector<at::Tensor> outputs;
+  std::vector<ops::ForwardHook*> computed_by;  // the hook that computed each (null: the Linear's own matmul)
   size_t next = 0;
   bool recorded = false;
 };
@@ -222,9 +224,11 @@ struct CachedLinear : public torch::autograd::Function<CachedLinear> {
   }
 };
 
-// On each Linear of an op-checkpointed module: records its output in the
-// forward, hands it back (with linear's backward) in the recompute — unless
-// its weight shape is forced to be recomputed.
+// On each Linear of an op-checkpointed module (its first hook): records
+// its output in the forward, hands it back (with the matmul's backward) in
+// the recompute — unless its weight shape is forced to be recomputed. The
+// matmul is the Linear's own, or that of a later hook that replaces it
+// (float8's, whose reuse_output casts x and W again for its backward).
 class MatmulCacheHook : public ops::ForwardHook {
  public:
   MatmulCacheHook(ops::LinearImpl* linear, bool recompute) : linear_(linear), recompute_(recompute) {}
@@ -232,16 +236,31 @@ class MatmulCacheHook : public ops::ForwardHook {
     MatmulCache* cache = t_cache;
     if (!cache || recompute_) return {};  // not inside an op-checkpointed forward, or never kept
     if (!cache->recorded) {
-      at::Tensor y = at::linear(x, linear_->weight);
+      // As the module would: the first other hook that replaces the matmul, else linear.
+      at::Tensor y;
+      ops::ForwardHook* by = nullptr;
+      for (const auto& h : linear_->forward_hooks())
+        if (h.get() != this && (y = h->forward_override(x)).defined()) {
+          by = h.get();
+          break;
+        }
+      if (!by) y = at::linear(x, linear_->weight);
       cache->outputs.push_back(y.detach());
+      cache->computed_by.push_back(by);
       return y;
     }
     TITAN_CHECK(cache->next < cache->outputs.size(), "activation checkpoint (op): the recompute ran more matmuls (",
                 cache->next + 1, ") than the forward (", cache->outputs.size(), ")");
     at::Tensor y = cache->outputs[cache->next];
+    ops::ForwardHook* by = cache->computed_by[cache->next];
     cache->outputs[cache->next++] = at::Tensor();  // the graph holds it now
-    return CachedLinear::apply(x, linear_->weight, y);
+    if (!by) return CachedLinear::apply(x, linear_->weight, y);
+    at::Tensor reused = by->reuse_output(x, y);
+    TITAN_INTERNAL_ASSERT(reused.defined(), "activation checkpoint (op): a hook replaced this Linear's matmul but "
+                                            "cannot reuse its output (per-op AC should have refused the layout)");
+    return reused;
   }
+
 
  private:
   ops::LinearImpl* linear_;  // the module owns this hook
@@ -272,7 +291,7 @@ void checkpoint_module_selective_op(ops::HookableModule& module, const std::vect
       bool present = false;
       for (const auto& h : linear->forward_hooks()) present = present || dynamic_cast<MatmulCacheHook*>(h.get());
       if (!present)
-        linear->add_forward_hook(
+        linear->add_forward_hook_first(
             std::make_shared<MatmulCacheHook>(linear, recompute_shapes.count(linear->weight.sizes().vec()) > 0));
     }
   module.set_forward_wrapper([](const at::Tensor& input, std::function<at::Tensor(const at::Tensor&)> run) {

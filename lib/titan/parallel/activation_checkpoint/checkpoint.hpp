@@ -43,8 +43,11 @@ void checkpoint_module(ops::HookableModule& module);
 /// product, SiLU and the products and sums around them. (torchtitan's op
 /// policy also keeps the attention kernel's outputs and recomputes every
 /// other matmul; titan keeps all matmuls and recomputes attention, whose
-/// backward inputs are device-specific kernels' internals.) Not with
-/// float8 or async TP, which replace those matmuls themselves.
+/// backward inputs are device-specific kernels' internals.) A float8
+/// Linear's output is kept the same way (float8's hook recomputes only its
+/// casts of x and W, which its backward needs: torchtitan's policy keeps
+/// `_scaled_mm`'s output too). Not with async TP, whose matmuls run inside
+/// rings of collectives.
 ///
 /// `force_recompute_fqns` is torchtitan's
 /// per_op_sac_force_recompute_mm_shapes_by_fqns: every Linear under

@@ -67,9 +67,13 @@ const dist::ProcessGroup* group_of(AutogradContext* ctx) {
 // scale (FSDP's float8 all-gather; valid during forward); then w is only
 // the tensor its gradient goes to. (A pointer as a number, like the group:
 // autograd Functions take no undefined tensor arguments.)
+//
+// `kept`, when not 0, points to this matmul's output kept by per-op
+// activation checkpointing's first pass: the recompute casts x and W again
+// (what backward needs) and hands the kept output back, no GEMM.
 struct Float8Matmul : public torch::autograd::Function<Float8Matmul> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x2d, const at::Tensor& w, int64_t group,
-                            int64_t cast_weight) {
+                            int64_t cast_weight, int64_t kept) {
     const auto* amax_group = reinterpret_cast<const dist::ProcessGroup*>(group);
     ctx->saved_data["amax_group"] = group;
     Scaled xq = scale_tensorwise(x2d, at::kFloat8_e4m3fn, amax_group);
@@ -78,6 +82,7 @@ struct Float8Matmul : public torch::autograd::Function<Float8Matmul> {
     ctx->save_for_backward({xq.data, xq.scale, wq.data, wq.scale});
     ctx->saved_data["out_dtype"] = static_cast<int64_t>(x2d.scalar_type());
     ctx->saved_data["w_dtype"] = static_cast<int64_t>(w.scalar_type());
+    if (kept) return *reinterpret_cast<const at::Tensor*>(kept);
     // wq.t() of a row-major [out, in] is the column-major [in, out] the kernel wants.
     return scaled_mm(xq, Scaled{wq.data.t(), wq.scale}, x2d.scalar_type(), /*fast_accum=*/true);
   }
@@ -94,7 +99,7 @@ struct Float8Matmul : public torch::autograd::Function<Float8Matmul> {
     at::Tensor grad_w =
         scaled_mm(Scaled{g.data.t().contiguous(), g.scale}, Scaled{column_major(xq.data), xq.scale}, w_dtype,
                   /*fast_accum=*/false);
-    return {grad_x, grad_w, at::Tensor(), at::Tensor()};
+    return {grad_x, grad_w, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -116,9 +121,11 @@ at::Tensor rowwise_mm(const Scaled& a, const Scaled& b, at::ScalarType out, bool
 // operand scaled per row along its contraction dimension, all in e4m3;
 // backward re-casts the saved high-precision x and W along the backward
 // GEMMs' contraction dimensions (so x and W are kept, not their casts).
+// (`kept` as Float8Matmul's: the output of per-op AC's first pass.)
 struct Float8RowwiseMatmul : public torch::autograd::Function<Float8RowwiseMatmul> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x2d, const at::Tensor& w) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x2d, const at::Tensor& w, int64_t kept) {
     ctx->save_for_backward({x2d, w});
+    if (kept) return *reinterpret_cast<const at::Tensor*>(kept);  // backward re-casts x and W itself
     const Scaled xq = scale_axiswise(x2d, at::kFloat8_e4m3fn, 1);  // [N, 1]: per token
     const Scaled wq = scale_axiswise(w, at::kFloat8_e4m3fn, 1);    // [out, 1]: per output feature
     return rowwise_mm(xq, Scaled{wq.data.t(), wq.scale.t()}, x2d.scalar_type(), /*fast_accum=*/true);
@@ -139,19 +146,22 @@ struct Float8RowwiseMatmul : public torch::autograd::Function<Float8RowwiseMatmu
     at::Tensor grad_w = rowwise_mm(Scaled{g_cols.data.t().contiguous(), g_cols.scale.t()},
                                    Scaled{column_major(x_cols.data), x_cols.scale}, w.scalar_type(),
                                    /*fast_accum=*/false);
-    return {grad_x, grad_w};
+    return {grad_x, grad_w, at::Tensor()};
   }
 };
 
 // y = x Wᵀ through Float8Matmul, for x of any rank.
 at::Tensor float8_matmul(const at::Tensor& x, const at::Tensor& w, const dist::ProcessGroup* amax_group,
-                         const Scaled* cast_weight) {
+                         const Scaled* cast_weight, const at::Tensor* kept = nullptr) {
   TITAN_CHECK(x.size(-1) == w.size(1), "float8_linear: input has ", x.size(-1), " features, weight expects ", w.size(1));
   check_tokens_fit(x);
   std::vector<int64_t> out_shape = x.sizes().vec();
   out_shape.back() = w.size(0);
+  at::Tensor kept2d;
+  if (kept) kept2d = kept->reshape({-1, w.size(0)});
   at::Tensor y = Float8Matmul::apply(x.reshape({-1, x.size(-1)}).contiguous(), w, reinterpret_cast<int64_t>(amax_group),
-                                     reinterpret_cast<int64_t>(cast_weight));
+                                     reinterpret_cast<int64_t>(cast_weight),
+                                     kept ? reinterpret_cast<int64_t>(&kept2d) : 0);
   return y.view(out_shape);
 }
 
@@ -206,12 +216,16 @@ class Float8WeightGather : public ops::ForwardHook, public fsdp::AllGatherExtens
   c10::weak_intrusive_ptr<c10::TensorImpl> stand_in_{c10::intrusive_ptr<c10::TensorImpl>()};
 };
 
-at::Tensor rowwise_matmul(const at::Tensor& x, const at::Tensor& w) {
+at::Tensor rowwise_matmul(const at::Tensor& x, const at::Tensor& w, const at::Tensor* kept = nullptr) {
   TITAN_CHECK(x.size(-1) == w.size(1), "float8_linear: input has ", x.size(-1), " features, weight expects ", w.size(1));
   check_tokens_fit(x);
   std::vector<int64_t> out_shape = x.sizes().vec();
   out_shape.back() = w.size(0);
-  return Float8RowwiseMatmul::apply(x.reshape({-1, x.size(-1)}).contiguous(), w).view(out_shape);
+  at::Tensor kept2d;
+  if (kept) kept2d = kept->reshape({-1, w.size(0)});
+  return Float8RowwiseMatmul::apply(x.reshape({-1, x.size(-1)}).contiguous(), w,
+                                    kept ? reinterpret_cast<int64_t>(&kept2d) : 0)
+      .view(out_shape);
 }
 
 // Replaces its Linear's matmul (ForwardHook::forward_override), reading the
@@ -227,6 +241,12 @@ class Float8Hook : public ops::ForwardHook {
     const at::Tensor& w = linear_->weight;
     if (recipe_ == Recipe::Rowwise) return rowwise_matmul(input, w);
     return float8_matmul(input, w, tp_group_.get(), gather_ ? gather_->gathered_for(w) : nullptr);
+  }
+  // Per-op AC's recompute: the same casts (backward needs them), the kept output.
+  at::Tensor reuse_output(const at::Tensor& input, const at::Tensor& kept) override {
+    const at::Tensor& w = linear_->weight;
+    if (recipe_ == Recipe::Rowwise) return rowwise_matmul(input, w, &kept);
+    return float8_matmul(input, w, tp_group_.get(), gather_ ? gather_->gathered_for(w) : nullptr, &kept);
   }
   ops::LinearImpl* linear() const { return linear_; }
   Float8WeightGather* gather() const { return gather_.get(); }
