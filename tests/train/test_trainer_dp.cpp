@@ -1000,6 +1000,12 @@ TEST(TrainerActivationCheckpoint, FullAndSelectiveTrainExactlyLikeNone) {
     // too, its weights' gradients (and FSDP's reduce-scatter of them) in W.
     c.experimental.pipeline_parallel_schedule = "InterleavedZeroBubble";
     expect_same_as_without_ac(c, "PP 2 x FSDP 2 (InterleavedZeroBubble)", args);
+    // DDP checks at the end of each W that every weight has a gradient:
+    // the checkpointed blocks' must come in the same backward as the rest.
+    JobConfig ddp = c;
+    ddp.training.data_parallel_replicate_degree = 2;
+    ddp.training.data_parallel_shard_degree = 1;
+    expect_same_as_without_ac(ddp, "PP 2 x DDP 2 (InterleavedZeroBubble)", args);
   } else if (titan::testing::world().size() == 2) {
     c.training.data_parallel_shard_degree = 1;
     c.training.batch_size = 4;  // 4 micro-batches of 1: V's 2 stages per rank

@@ -117,7 +117,7 @@ at::Tensor SplitBackward::input_backward(const at::Tensor& grad_output) {
   return torch::autograd::grad({s_->target}, {s_->input}, grad_outputs, /*retain_graph=*/true).at(0);
 }
 
-void SplitBackward::weight_backward() {
+void SplitBackward::collect_weight_gradients(edge_list& below, variable_list& below_grads) {
   auto& engine = torch::autograd::Engine::get_default_engine();
   // Each boundary node once more, from what reached it in I, asking only
   // for its weight edges' gradients. The engine runs every node on a path
@@ -138,8 +138,6 @@ void SplitBackward::weight_backward() {
   auto restore_all = [&] {
     for (size_t k = 0; k < s_->boundaries.size(); ++k) set_edges(k, true);
   };
-  edge_list below;
-  variable_list below_grads;
   try {
     for (size_t k = 0; k < s_->boundaries.size(); ++k) {
       State::Boundary& b = s_->boundaries[k];
@@ -166,14 +164,22 @@ void SplitBackward::weight_backward() {
     throw;
   }
   restore_all();
+  // The checkpointed blocks' recomputed graphs, in the order I reached them.
+  for (std::unique_ptr<SplitBackward>& inner : s_->inner) inner->collect_weight_gradients(below, below_grads);
+}
+
+void SplitBackward::weight_backward() {
+  edge_list below;
+  variable_list below_grads;
+  collect_weight_gradients(below, below_grads);
   // Then everything below the weight edges in one pass, so that a node fed
   // by several boundary nodes (FSDP's UnshardBackward: a unit's weights)
-  // runs once, with all of its gradients.
+  // runs once, with all of its gradients, and a callback queued for the
+  // backward's end (DDP's) runs once every weight has its gradient — the
+  // checkpointed blocks' too.
   if (!below.empty())
-    engine.execute(below, below_grads, /*keep_graph=*/false, /*create_graph=*/false, /*accumulate_grad=*/true);
-  // The checkpointed blocks' weights, in the order I reached them (the
-  // order a whole backward reaches them).
-  for (std::unique_ptr<SplitBackward>& inner : s_->inner) inner->weight_backward();
+    torch::autograd::Engine::get_default_engine().execute(below, below_grads, /*keep_graph=*/false,
+                                                          /*create_graph=*/false, /*accumulate_grad=*/true);
   s_->inner.clear();
   s_->boundaries.clear();
   s_->target = at::Tensor();

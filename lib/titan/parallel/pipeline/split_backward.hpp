@@ -24,6 +24,7 @@
 /// pipelining (stage_backward_input / stage_backward_weight) splits it.
 
 #include <ATen/core/Tensor.h>
+#include <torch/csrc/autograd/edge.h>
 
 #include <memory>
 #include <vector>
@@ -50,6 +51,13 @@ class SplitBackward {
   size_t boundary_nodes() const;
 
  private:
+  /// W's first part, for this graph and the checkpointed blocks' graphs I
+  /// split: each boundary node's weight gradients, appended as the weight
+  /// edges they go to and the gradients. weight_backward then runs
+  /// everything below them as one backward, so that what runs at a
+  /// backward's end (DDP's final callback) sees every weight's gradient.
+  void collect_weight_gradients(std::vector<torch::autograd::Edge>& below, std::vector<at::Tensor>& grads);
+
   struct State;
   std::unique_ptr<State> s_;
 };
