@@ -7,6 +7,7 @@
 
 #include "titan/dist/process_group.hpp"
 #include "titan/optim/grad_clip.hpp"
+#include "titan/parallel/pipeline/microbatch.hpp"
 #include "titan/parallel/pipeline/runtime.hpp"
 #include "titan/util/range.hpp"
 #include "titan/ops/cross_entropy.hpp"
@@ -90,17 +91,14 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model,
 std::vector<data::Batch> cut_into_microbatches(std::vector<data::Batch> batches, int64_t microbatch_size) {
   TITAN_CHECK(microbatch_size >= 1, "micro-batches need at least 1 sequence each, got ", microbatch_size);
   std::vector<data::Batch> out;
-  for (data::Batch& b : batches) {
+  for (const data::Batch& b : batches) {
     const int64_t size = b.inputs.size(0);
     TITAN_CHECK(size % microbatch_size == 0, "a micro-batch size of ", microbatch_size,
                 " sequences does not divide the batch of ", size);
-    for (int64_t start = 0; start < size; start += microbatch_size) {
-      data::Batch m;
-      m.inputs = b.inputs.narrow(0, start, microbatch_size);
-      m.labels = b.labels.narrow(0, start, microbatch_size);
-      if (b.doc_start.defined()) m.doc_start = b.doc_start.narrow(0, start, microbatch_size);
-      out.push_back(std::move(m));
-    }
+    // The pipeline's own cut, so that the reference's micro-batches are its.
+    for (pp::BatchInputs& m :
+         pp::split_microbatches({b.inputs, b.labels, b.doc_start}, static_cast<int>(size / microbatch_size)))
+      out.push_back({std::move(m.inputs), std::move(m.labels), std::move(m.doc_start)});
   }
   return out;
 }

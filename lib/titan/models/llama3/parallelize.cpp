@@ -2,8 +2,6 @@
 // C++ counterpart of torchtitan's parallelize_llama (data-parallel part).
 #include "titan/models/llama3/parallelize.hpp"
 
-#include <algorithm>
-
 #include "titan/dist/device_mesh.hpp"
 #include "titan/parallel/activation_checkpoint/checkpoint.hpp"
 #include "titan/parallel/context_parallel/context.hpp"
@@ -97,22 +95,34 @@ std::string apply_tensor_parallel(Transformer& model, const dist::DeviceMesh& me
   return description;
 }
 
-std::string apply_activation_checkpointing(Transformer& model, const AcJobOptions& a) {
-  int64_t wrapped = 0;
+void apply_activation_checkpointing(Transformer& model, const AcJobOptions& a) {
   for (const auto& block : model->blocks()) {
     if (!a.blocks.at(static_cast<size_t>(block->layer_id))) continue;
     if (a.per_op)
       ac::checkpoint_module_selective_op(*block, a.force_recompute_mm_shapes_by_fqns,
                                          "layers." + std::to_string(block->layer_id));
     else ac::checkpoint_module(*block);
-    ++wrapped;
   }
-  return ac::describe_ac(a.mode, a.selective_ac_option, wrapped, static_cast<int64_t>(model->blocks().size()));
+}
+
+// "full AC (k of n blocks)" counted over `parts`: the model, or every
+// pipeline stage this rank holds (ZBV's rank 0 holds the first and the last
+// layer), whichever part is being parallelised.
+std::string describe_rank_ac(const std::vector<Transformer>& parts, const AcJobOptions& a) {
+  int64_t blocks = 0, wrapped = 0;
+  for (const Transformer& part : parts)
+    for (const auto& block : part->blocks()) {
+      ++blocks;
+      if (a.blocks.at(static_cast<size_t>(block->layer_id))) ++wrapped;
+    }
+  return ac::describe_ac(a.mode, a.selective_ac_option, wrapped, blocks);
 }
 
 // One model (or one pipeline stage of it): TP, AC, then FSDP / DDP.
+// `rank_parts`: with PP, all of this rank's stages (what its description
+// counts the checkpointed blocks over); null: the model alone.
 ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelDims& dims, dist::DeviceMesh* mesh,
-                                   const ParallelizeOptions& o) {
+                                   const ParallelizeOptions& o, const std::vector<Transformer>* rank_parts = nullptr) {
   ParallelizedModel r;
   r.loss_fn = [chunked = model->args().fused_kernels](const at::Tensor& logits, const at::Tensor& labels) {
     return chunked ? ops::chunked_cross_entropy(logits, labels, ops::LossReduction::Sum)
@@ -168,7 +178,8 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
     }
     f8_description += ")";
   }
-  const std::string ac_description = apply_activation_checkpointing(model, o.ac);
+  apply_activation_checkpointing(model, o.ac);
+  const std::string ac_description = describe_rank_ac(rank_parts ? *rank_parts : std::vector<Transformer>{model}, o.ac);
   if (dims.fsdp_enabled()) {
     TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
     // HSDP: replicate over dp_replicate, shard within dp_shard (a 2-D mesh,
@@ -245,7 +256,7 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
   std::vector<std::function<void(bool)>> before_weight_backward;
   std::string description;
   for (Transformer& part : r.pipeline_parts) {
-    parts.push_back(parallelize_part(part, dims, mesh, o));
+    parts.push_back(parallelize_part(part, dims, mesh, o, &r.pipeline_parts));
     const ParallelizedModel& pm = parts.back();
     // The schedule knows which micro-batch is this stage's last.
     before_weight_backward.push_back([hooks = pm.step_hooks](bool last) { hooks.before_micro_batch_backward(last); });
@@ -276,23 +287,6 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
   r.step_hooks.add(std::make_shared<pp::PipelineStepHooks>(std::move(stage_hooks)));
   r.state_dict = std::make_shared<PipelineStateDict>(std::move(stage_state_dicts), args, mesh->group("pp"),
                                                      dist::world().device());
-  // The AC count of the description is the first stage's: make it this
-  // rank's, over every stage it holds (ZBV's rank 0 holds the first and the
-  // last layer).
-  int64_t blocks = 0, wrapped = 0;
-  for (Transformer& part : r.pipeline_parts)
-    for (const auto& block : part->blocks()) {
-      ++blocks;
-      if (o.ac.blocks.at(static_cast<size_t>(block->layer_id))) ++wrapped;
-    }
-  const auto first_blocks = r.pipeline_parts.front()->blocks();
-  const int64_t first_wrapped = std::count_if(first_blocks.begin(), first_blocks.end(), [&](const auto& block) {
-    return o.ac.blocks.at(static_cast<size_t>(block->layer_id));
-  });
-  const std::string first_ac = ac::describe_ac(o.ac.mode, o.ac.selective_ac_option, first_wrapped,
-                                               static_cast<int64_t>(first_blocks.size()));
-  if (const size_t at = description.find(first_ac); !first_ac.empty() && at != std::string::npos)
-    description.replace(at, first_ac.size(), ac::describe_ac(o.ac.mode, o.ac.selective_ac_option, wrapped, blocks));
   r.description = "PP " + plan.describe() + (description.empty() ? "" : "; " + description);
   return r;
 }
