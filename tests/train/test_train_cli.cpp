@@ -269,13 +269,16 @@ TEST(TrainCli, TooFewMicroBatchesForTheScheduleIsOneLine) {
 // torchtitan's pp_zbv integration test as its debug config has it: ZBV
 // with selective AC every 2nd block. Rank 0 holds layers 0 and 5 (the V),
 // and its banner counts both stages' blocks.
-TEST(TrainCli, ZeroBubbleWithActivationCheckpointingTrains) {
+TEST(TrainCli, ZeroBubbleWithActivationCheckpointingAndFloat8Trains) {
   ScratchDir dir("train_cli_zbv_ac");
   auto r = run_command(debug_run(dir) + " --nproc 2 --experimental.pipeline_parallel_degree 2 --training.batch_size 4"
                        " --experimental.pipeline_parallel_schedule ZBVZeroBubble --activation_checkpoint.mode selective"
-                       " --activation_checkpoint.selective_ac_option 2");
+                       " --activation_checkpoint.selective_ac_option 2 --model.converters float8");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_HAS(r.output, "layers 0 | 1-2 | 3-4 | 5; selective AC every 2 block(s) (1 of 2 blocks)");
+  // Rank 0 holds layers 0 and 5 (ZBV's first and last stage): both are
+  // counted, 7 linears each (wq wk wv wo w1 w2 w3; the output stays high).
+  EXPECT_HAS(r.output, "layers 0 | 1-2 | 3-4 | 5; float8 linear (14 layers, tensorwise scaling); "
+                       "selective AC every 2 block(s) (1 of 2 blocks)");
   EXPECT_HAS(r.output, "training done: 3/3 steps");
 }
 

@@ -163,8 +163,13 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
     f8.fsdp_float8_all_gather = o.float8.fsdp_float8_all_gather;
     f8.recipe = o.float8.recipe;
     f8.emulate = o.float8.emulate;
-    const auto converted = float8::convert_to_float8_training(*model, f8);
-    f8_description = "float8 linear (" + std::to_string(converted.size()) + " layers, " +
+    float8::convert_to_float8_training(*model, f8);
+    // Counted over this rank's stages: by the last stage's turn every one
+    // of them is converted (parallelize_llama describes the rank by it).
+    int64_t converted = 0;
+    for (const Transformer& part : rank_parts ? *rank_parts : std::vector<Transformer>{model})
+      converted += float8::count_float8_linears(*part.ptr());
+    f8_description = "float8 linear (" + std::to_string(converted) + " layers, " +
                      float8::to_string(o.float8.recipe) + " scaling";
     if (f8.emulate) f8_description += ", emulated GEMMs";
     if (f8.fsdp_float8_all_gather) {
@@ -262,7 +267,9 @@ ParallelizedModel parallelize_llama(Transformer& model, const parallel::Parallel
     before_weight_backward.push_back([hooks = pm.step_hooks](bool last) { hooks.before_micro_batch_backward(last); });
     for (const at::Tensor& p : pm.params) r.params.push_back(p);
     for (const at::Tensor& p : pm.grad_norm_params) r.grad_norm_params.push_back(p);
-    if (description.empty()) description = pm.description;
+    // The last stage's description: the rank-wide counts in it (float8
+    // layers, checkpointed blocks) see every stage parallelised by then.
+    description = pm.description;
   }
   StageSetup setup;
   setup.activation_shape = shape;

@@ -429,6 +429,8 @@ std::vector<std::string> convert_to_float8_training(torch::nn::Module& root, con
   return convert_to_float8_training(root, o);
 }
 
+int64_t count_float8_linears(torch::nn::Module& root) { return static_cast<int64_t>(hooks_under(root).size()); }
+
 int64_t precompute_float8_dynamic_scale_for_fsdp(torch::nn::Module& root) {
   at::NoGradGuard no_grad;
   std::vector<Float8Hook*> hooks;

@@ -185,6 +185,10 @@ struct Float8Options {
 /// after tensor parallelism was applied; the group must outlive the model).
 std::vector<std::string> convert_to_float8_training(torch::nn::Module& root, const Float8Options& options);
 
+/// @brief How many Linears under `root` convert_to_float8_training has
+/// converted (what the trainer's banner counts over a rank's stages).
+int64_t count_float8_linears(torch::nn::Module& root);
+
 /// @brief The same with filter_fqns `skip_fqns` and `tp_group`, the rest default.
 std::vector<std::string> convert_to_float8_training(torch::nn::Module& root,
                                                     const std::vector<std::string>& skip_fqns = {"output"},
