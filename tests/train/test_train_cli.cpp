@@ -282,6 +282,26 @@ TEST(TrainCli, ZeroBubbleWithActivationCheckpointingAndFloat8Trains) {
   EXPECT_HAS(r.output, "training done: 3/3 steps");
 }
 
+// torchtitan's [optimizer] early_step_in_backward: the banner says so, and
+// that max_norm clips nothing then; PP and DDP, whose gradients are final
+// only after the parameter's own backward, are one line each.
+TEST(TrainCli, EarlyStepInBackwardTrainsAndRefusesPipelinesAndDdp) {
+  ScratchDir dir("train_cli_early_step");
+  auto r = run_command(debug_run(dir) + " --nproc 2 --optimizer.early_step_in_backward");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "optimizer AdamW (step in backward) lr");
+  EXPECT_HAS(r.output, "note: [training] max_norm = 1 clips nothing with [optimizer] early_step_in_backward");
+  EXPECT_HAS(r.output, "training done: 3/3 steps");
+  auto pp = run_command(debug_run(dir) + " --nproc 2 --optimizer.early_step_in_backward"
+                        " --parallelism.pipeline_parallel_degree 2");
+  EXPECT_EQ(pp.exit_code, 1) << pp.output;
+  EXPECT_HAS(pp.output, "[optimizer] early_step_in_backward with pipeline parallelism is not supported");
+  auto ddp = run_command(debug_run(dir) + " --nproc 2 --optimizer.early_step_in_backward"
+                         " --parallelism.data_parallel_replicate_degree 2 --parallelism.data_parallel_shard_degree 1");
+  EXPECT_EQ(ddp.exit_code, 1) << ddp.output;
+  EXPECT_HAS(ddp.output, "[optimizer] early_step_in_backward with DDP is not supported");
+}
+
 TEST(TrainCli, TensorParallelDegreeThatDoesNotDivideTheHeadsIsOneLine) {
   ScratchDir dir("train_cli_tp_bad");
   // debugmodel has 16 heads: 3 ranks cannot hold whole heads.

@@ -58,6 +58,9 @@ struct Run {
   std::map<std::string, at::Tensor> weights;  // full, unsharded
   // The dtypes this rank's parameters, gradients and Adam moments are held in.
   std::set<at::ScalarType> state_dtypes;
+  // [optimizer] early_step_in_backward: parameters stepped inside the last
+  // step's backward, and this rank's parameter count.
+  int64_t stepped_in_backward = 0, params = 0;
 };
 
 std::set<at::ScalarType> held_dtypes(torch::optim::Optimizer& optimizer) {
@@ -94,6 +97,9 @@ Run train(JobConfig cfg, int64_t emulate, const titan::models::llama3::ModelArgs
   run.validation = trainer.train().validation_losses;
   run.weights = trainer.full_state_dict();
   run.state_dtypes = held_dtypes(trainer.optimizer());
+  if (trainer.step_in_backward()) run.stepped_in_backward = trainer.step_in_backward()->stepped_in_backward();
+  for (const auto& group : trainer.optimizer().param_groups())
+    run.params += static_cast<int64_t>(group.params().size());
   return run;
 }
 
@@ -1011,6 +1017,65 @@ TEST(TrainerActivationCheckpoint, FullAndSelectiveTrainExactlyLikeNone) {
     c.training.batch_size = 4;  // 4 micro-batches of 1: V's 2 stages per rank
     c.experimental.pipeline_parallel_schedule = "ZBVZeroBubble";
     expect_same_as_without_ac(c, "PP 2 (ZBVZeroBubble)", args);
+  }
+}
+
+// ------------------------------------------------- optimizer step in backward
+
+// [optimizer] early_step_in_backward updates each parameter (FSDP: each
+// shard, after its reduce-scatter) inside backward with the optimizer's own
+// kernel: with clipping off (clipping needs the norm of all gradients
+// first) it must train bit for bit like the step after backward, with
+// gradient accumulation (only the last micro-batch steps) too. The grad
+// norms are the same squares summed in the hooks' arrival order.
+void expect_same_as_step_after_backward(JobConfig cfg, const std::string& what,
+                                        const titan::models::llama3::ModelArgs& args) {
+  const std::string dump = cfg.job.dump_folder + "/rank" + std::to_string(titan::testing::world().rank());
+  cfg.training.max_norm = 0;
+  cfg.job.dump_folder = dump + "_after";
+  cfg.optimizer.early_step_in_backward = false;
+  const Run after = train(cfg, 0, args);
+  cfg.job.dump_folder = dump + "_inside";
+  cfg.optimizer.early_step_in_backward = true;
+  const Run inside = train(cfg, 0, args);
+  double worst = 0, worst_norm = 0;
+  for (const auto& [name, w] : after.weights)
+    worst = std::max(worst, (inside.weights.at(name).to(at::kDouble) - w.to(at::kDouble)).abs().max().item<double>());
+  for (size_t s = 0; s < after.grad_norms.size(); ++s)
+    worst_norm = std::max(worst_norm, rel(inside.grad_norms.at(s), after.grad_norms[s]));
+  std::printf("%s, step in backward vs after: losses %s, max |dweight| %.3g, grad norms rel. diff %.3g; "
+              "%lld of %lld parameters stepped inside backward\n",
+              what.c_str(), inside.losses == after.losses ? "identical" : "DIFFER", worst, worst_norm,
+              static_cast<long long>(inside.stepped_in_backward), static_cast<long long>(inside.params));
+  // Every parameter gets its gradient in the last micro-batch here, so all
+  // of them step inside backward (none is left to the step after it).
+  EXPECT_EQ(inside.stepped_in_backward, inside.params) << what;
+  EXPECT_GT(inside.params, 0) << what;
+  EXPECT_EQ(inside.losses, after.losses) << what;
+  EXPECT_EQ(worst, 0.0) << what;
+  // Measured 0 to 2e-16; a gradient counted twice or missed moves it by
+  // more than 1e-3 on this model.
+  EXPECT_LT(worst_norm, 1e-12) << what;
+}
+
+TEST(TrainerOptimizer, EarlyStepInBackwardTrainsExactlyLikeTheStepAfter) {
+  titan::testing::ScratchDir dir("trainer_early_step");
+  JobConfig c = base_config(dir);
+  c.training.steps = 3;
+  const int64_t world = titan::testing::world().size();
+  c.training.global_batch_size = c.training.batch_size * world * 2;  // 2 micro-batches per rank
+  const auto args = titan::testing::tiny_model();
+  expect_same_as_step_after_backward(c, "FSDP x" + std::to_string(world) + ", 2 micro-batches", args);
+  if (world == 4) {
+    JobConfig hsdp = c;
+    hsdp.training.data_parallel_replicate_degree = 2;
+    hsdp.training.data_parallel_shard_degree = 2;
+    hsdp.training.global_batch_size = -1;
+    expect_same_as_step_after_backward(hsdp, "HSDP 2x2", args);
+    JobConfig tp = c;
+    tp.training.tensor_parallel_degree = 2;
+    tp.training.global_batch_size = -1;
+    expect_same_as_step_after_backward(tp, "FSDP 2 x TP 2 (sequence parallel)", args);
   }
 }
 

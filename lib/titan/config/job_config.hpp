@@ -87,6 +87,9 @@ struct OptimizerSection {
   double weight_decay = 0.1;    ///< decoupled weight decay (AdamW)
   double beta1 = 0.9;           ///< first-moment decay
   double beta2 = 0.95;          ///< second-moment decay
+  /// torchtitan's: each parameter steps inside backward as soon as its
+  /// gradient is final, which frees it at once (no clipping then).
+  bool early_step_in_backward = false;
 };
 
 /// @brief [lr_scheduler]: warm-up then decay to a floor.

@@ -94,6 +94,9 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(optimizer, weight_decay, "decoupled weight decay (>= 0)"),
       TITAN_FIELD(optimizer, beta1, "first-moment decay, in [0, 1)"),
       TITAN_FIELD(optimizer, beta2, "second-moment decay, in [0, 1)"),
+      TITAN_FIELD(optimizer, early_step_in_backward,
+                  "step each parameter inside backward once its gradient is final, and free the gradient (no "
+                  "gradient clipping then; not with PP or DDP)"),
 
       TITAN_FIELD(lr_scheduler, warmup_steps, "linear warm-up steps (>= 0)"),
       TITAN_FIELD(lr_scheduler, decay_type, "shape of the decay after warm-up", "linear", "sqrt", "cosine", "wsd"),

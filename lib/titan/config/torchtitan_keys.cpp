@@ -95,7 +95,7 @@ std::vector<TorchtitanKey> make_table() {
       row("optimizer", "weight_decay", F(0.1), kTitan),
       row("optimizer", "implementation", S("fused"), kCosmetic,
           "how PyTorch loops over parameters; same update"),
-      row("optimizer", "early_step_in_backward", B(false), kDefault, "optimizer step inside backward"),
+      row("optimizer", "early_step_in_backward", B(false), kTitan),
 
       row("lr_scheduler", "warmup_steps", I(200), kTitan),
       row("lr_scheduler", "total_steps", None(kInt), kTitan),

@@ -74,9 +74,7 @@ namespace {
 
 // grad_norm_partial all-reduced over `groups`: the whole gradient's partial,
 // still on the device.
-at::Tensor reduced_partial(const std::vector<at::Tensor>& params, double norm_type,
-                           const std::vector<const dist::ProcessGroup*>& groups) {
-  at::Tensor partial = grad_norm_partial(params, norm_type);
+at::Tensor reduced_partial(at::Tensor partial, double norm_type, const std::vector<const dist::ProcessGroup*>& groups) {
   const bool inf = norm_type == kInfNorm;
   const c10::Device home = partial.device();  // the gradients' (the CPU under FSDP's CPU offload)
   for (const dist::ProcessGroup* g : groups) {
@@ -91,7 +89,14 @@ at::Tensor reduced_partial(const std::vector<at::Tensor>& params, double norm_ty
 
 at::Tensor total_grad_norm_tensor(const std::vector<at::Tensor>& params, double norm_type,
                                   const std::vector<const dist::ProcessGroup*>& groups) {
-  at::Tensor partial = reduced_partial(params, norm_type, groups);
+  return total_grad_norm_from_partial(grad_norm_partial(params, norm_type), norm_type, groups);
+}
+
+at::Tensor total_grad_norm_from_partial(const at::Tensor& local, double norm_type,
+                                        const std::vector<const dist::ProcessGroup*>& groups) {
+  check_norm_type(norm_type);
+  // The all-reduces work in place: on a copy, so the caller's partial stays.
+  at::Tensor partial = reduced_partial(local.clone(), norm_type, groups);
   if (norm_type == kInfNorm) return partial;
   // sqrt is correctly rounded on host and device alike, so this is bit for
   // bit total_grad_norm's std::sqrt; other p go through pow.
@@ -101,7 +106,7 @@ at::Tensor total_grad_norm_tensor(const std::vector<at::Tensor>& params, double 
 double total_grad_norm(const std::vector<at::Tensor>& params, double norm_type,
                        const std::vector<const dist::ProcessGroup*>& groups) {
   const bool inf = norm_type == kInfNorm;
-  const double v = reduced_partial(params, norm_type, groups).item<double>();
+  const double v = reduced_partial(grad_norm_partial(params, norm_type), norm_type, groups).item<double>();
   if (inf) return v;
   return norm_type == 2.0 ? std::sqrt(v) : std::pow(v, 1.0 / norm_type);
 }

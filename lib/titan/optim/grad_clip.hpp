@@ -43,6 +43,11 @@ double total_grad_norm(const std::vector<at::Tensor>& params, double norm_type,
 /// for norm_type 2 and inf.
 at::Tensor total_grad_norm_tensor(const std::vector<at::Tensor>& params, double norm_type,
                                   const std::vector<const dist::ProcessGroup*>& groups);
+/// @brief The global norm from this rank's partial (grad_norm_partial, or
+/// a sum of them over disjoint sets of parameters): all-reduced over each of
+/// `groups` as total_grad_norm_tensor does, then the p-th root. Collective.
+at::Tensor total_grad_norm_from_partial(const at::Tensor& partial, double norm_type,
+                                        const std::vector<const dist::ProcessGroup*>& groups);
 /// @brief scale_grads with the norm as a 0-dim tensor (total_grad_norm_tensor):
 /// the coefficient is computed and applied on the device, in the same
 /// float32 arithmetic, so the gradients come out as the double overload's

@@ -60,8 +60,8 @@ std::string Trainer::banner() const {
   const std::string over = cfg_.lr_scheduler.total_steps > 0 && schedule_steps != cfg_.training.steps
                                ? strprintf(" (schedule over %lld steps)", static_cast<long long>(schedule_steps))
                                : std::string();
-  s += strprintf("  optimizer %s lr %g, %lld warm-up steps, %s decay%s; %lld steps, seed %lld\n",
-                 cfg_.optimizer.name.c_str(), cfg_.optimizer.lr, static_cast<long long>(scheduler_->schedule().warmup_steps()),
+  s += strprintf("  optimizer %s%s lr %g, %lld warm-up steps, %s decay%s; %lld steps, seed %lld\n",
+                 cfg_.optimizer.name.c_str(), step_in_backward_ ? " (step in backward)" : "", cfg_.optimizer.lr, static_cast<long long>(scheduler_->schedule().warmup_steps()),
                  cfg_.lr_scheduler.decay_type.c_str(), over.c_str(), static_cast<long long>(cfg_.training.steps),
                  static_cast<long long>(cfg_.training.seed));
   s += strprintf("  flops     %.3g per token; peak %.3f TFLOP/s (%s)\n", flops_per_token_, peak_.flops / 1e12,

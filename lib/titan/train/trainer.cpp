@@ -174,6 +174,15 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   params_ = parallelized_.params;
   optimizer_ = build_optimizer(params_, cfg_.optimizer);
   scheduler_ = build_lr_scheduler(*optimizer_, cfg_);
+  if (cfg_.optimizer.early_step_in_backward) {
+    step_in_backward_ = std::make_unique<optim::StepInBackward>(*optimizer_, params_, parallelized_.grad_norm_params);
+    if (cfg_.training.max_norm > 0)
+      early_lines_.push_back(strprintf(
+          "note: [training] max_norm = %g clips nothing with [optimizer] early_step_in_backward: each parameter "
+          "steps as its gradient arrives, before the norm of them all is known (torchtitan's neither); the log's "
+          "grad_norm is the unclipped norm",
+          cfg_.training.max_norm));
+  }
 
   // MFU: model FLOPs per token over the rank's peak (resolved above).
   flops_per_token_ = models::llama3::flops_per_token(args_, cfg_.training.seq_len);
@@ -420,7 +429,10 @@ StepResult Trainer::train_step() {
                                           normalizer.loss_scale.item<double>(), device_)
           : accumulate_gradients(
                 model_, batches, normalizer.loss_scale, device_,
-                [this](bool last) { parallelized_.step_hooks.before_micro_batch_backward(last); },
+                [this](bool last) {
+                  parallelized_.step_hooks.before_micro_batch_backward(last);
+                  if (step_in_backward_) step_in_backward_->arm(last);
+                },
                 parallelized_.loss_fn, autocast_);
   acc.data_seconds += read_seconds;
   parallelized_.step_hooks.after_last_backward();
@@ -459,8 +471,12 @@ StepResult Trainer::train_step() {
     loss_group_->all_reduce(loss_and_tokens);
     loss_group_->all_reduce(max_loss, dist::ReduceOp::Max);
   }
-  const at::Tensor norm = clip_gradients(params_, cfg_.training.max_norm, parallelized_.grad_shard_groups,
-                                         parallelized_.grad_norm_params);
+  // With the step in backward most parameters are updated already (and
+  // their gradients gone): the norm is what the hooks measured, unclipped.
+  const at::Tensor norm = step_in_backward_ ? step_in_backward_->finish(parallelized_.grad_shard_groups)
+                                            : clip_gradients(params_, cfg_.training.max_norm,
+                                                             parallelized_.grad_shard_groups,
+                                                             parallelized_.grad_norm_params);
   const at::Tensor host = at::cat({loss_and_tokens, max_loss, norm.to(loss_and_tokens.device(), at::kDouble).reshape({1}),
                                    normalizer.global_targets.to(loss_and_tokens.device()).reshape({1})})
                               .cpu();

@@ -33,6 +33,7 @@
 #include "titan/models/llama3/transformer.hpp"
 #include "titan/models/llama3/parallelize.hpp"
 #include "titan/optim/lr_schedule.hpp"
+#include "titan/optim/step_in_backward.hpp"
 #include "titan/parallel/parallel_dims.hpp"
 #include "titan/train/sharded_init.hpp"
 #include "titan/train/summary.hpp"
@@ -157,6 +158,9 @@ class Trainer {
   /// @brief The model's args as the job resolved them (flavor, overrides, the tokenizer's vocabulary).
   const models::llama3::ModelArgs& model_args() const { return args_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  /// @brief The optimizer's step in backward ([optimizer]
+  /// early_step_in_backward), or null without it.
+  const optim::StepInBackward* step_in_backward() const { return step_in_backward_.get(); }
   data::DataLoader& data_loader() { return *loaders_.front(); }
   /// @brief The full, unsharded weights under torchtitan's names, gathered
   /// from the shards under FSDP (collective: call it on every rank).
@@ -229,6 +233,9 @@ class Trainer {
   /// The dtype forward and loss autocast to (single device, DDP), or none.
   std::optional<at::ScalarType> autocast_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  /// [optimizer] early_step_in_backward: the hooks that step each
+  /// parameter inside backward; null without it.
+  std::unique_ptr<optim::StepInBackward> step_in_backward_;
   std::unique_ptr<optim::LRScheduler> scheduler_;
   std::unique_ptr<metrics::MetricsProcessor> metrics_;
   double flops_per_token_ = 0;

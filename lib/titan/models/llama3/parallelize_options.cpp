@@ -67,6 +67,17 @@ ParallelizeOptions parallelize_options(const config::JobConfig& cfg, const paral
               "computes its own way (each inside a ring of collectives): not supported together yet (use mode = "
               "\"full\" with it)");
 
+  // The optimizer's step in backward hangs on the moment a gradient is
+  // final. A pipeline's split backward (I, then W) and DDP's bucket
+  // all-reduce finish a gradient after that moment; torchtitan refuses PP too.
+  if (cfg.optimizer.early_step_in_backward) {
+    TITAN_CHECK(!dims.pp_enabled(), "[optimizer] early_step_in_backward with pipeline parallelism is not supported "
+                "(torchtitan refuses it too): turn one of them off");
+    TITAN_CHECK(!dims.ddp_enabled(), "[optimizer] early_step_in_backward with DDP is not supported: a gradient is "
+                "final only when its bucket's all-reduce ends, after its parameter's backward; shard instead "
+                "([parallelism] data_parallel_shard_degree) or turn it off");
+  }
+
   o.float8.enable = cfg.float8.enable_float8_linear;
   o.float8.filter_fqns = cfg.float8.filter_fqns;
   o.float8.emulate = cfg.float8.emulate;

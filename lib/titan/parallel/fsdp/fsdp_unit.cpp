@@ -8,6 +8,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/util/strides.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <atomic>
 #include <deque>
@@ -418,6 +420,10 @@ void FsdpUnit::accumulate_gradients(const at::Tensor& reduced) {
       // .grad must own its memory, not be a view of the flat buffer: the
       // optimizer's zero_grad() detaches it in place, which views refuse.
       grad = g.is_alias_of(reduced) ? g.clone() : g.contiguous();
+    // The shard's gradient is final for this backward: its post-accumulate-
+    // grad hook runs now, as AccumulateGrad runs a plain leaf's (torch's
+    // FSDP2 does the same; the optimizer's step in backward hangs there).
+    if (auto& hook = torch::autograd::impl::post_acc_grad_hooks(p.shard)) (*hook)(p.shard);
   }
 }
 
