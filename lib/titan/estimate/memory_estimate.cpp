@@ -306,6 +306,14 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
       // Gradient accumulation: the micro-steps after the first start with
       // every gradient already there.
       const bool accumulating = batches.accumulation_steps > 1;
+      // [optimizer] early_step_in_backward (refused with PP and DDP): in the
+      // step's last backward each gradient is applied and freed once final
+      // (a plain parameter's at once; an FSDP shard's when its reduction is
+      // waited, at the next unit's issue). Without accumulation a finished
+      // block leaves no gradient behind; with it, the accumulated ones go
+      // as their blocks finish.
+      const bool early = cfg.optimizer.early_step_in_backward;
+      const double head_stored = offload ? 0.0 : static_cast<double>(storage_bytes * root.output_and_norm_numel);
       // 1. Start of backward.
       Moment start;
       start.phase = "start of backward";
@@ -333,6 +341,14 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
         // until the end of the block stages them for the reduce-scatter.
         if (!fsdp) done += local_grads(blocks[i]);
         m.grads = accumulating ? all_grads + (fsdp ? head_grads : 0.0) : done;
+        if (early) {
+          // Applied already: the blocks after i (under FSDP all but the one
+          // whose reduction is still in flight) and, without FSDP, the
+          // head's and this block's own.
+          double applied = fsdp ? 0.0 : head_stored + local_grads(blocks[i]);
+          for (size_t j = i + (fsdp ? 2 : 1); j < blocks.size(); ++j) applied += local_grads(blocks[j]);
+          m.grads = accumulating ? all_grads + (fsdp ? head_grads : 0.0) - applied : (fsdp ? head_grads : 0.0);
+        }
         m.gathered = root_gathered + gathered(blocks[i]) + cast(blocks[i]);
         for (size_t j = 0; j < i; ++j) m.gathered += blocks[j].wrapped ? 0.0 : cast(blocks[j]);
         m.transient = flow;
@@ -359,6 +375,14 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
       Moment end;
       end.phase = "end of backward";
       end.grads = all_grads + (fsdp ? head_grads : 0.0);
+      // With the step in backward only what waits for the root's reduction
+      // is left: its unsharded gradients and, accumulated, its shard's and
+      // the first block's.
+      if (early)
+        end.grads = fsdp ? head_grads + (accumulating ? static_cast<double>(offload ? 0 : storage_bytes * root.shard_numel) +
+                                                            (blocks.empty() ? 0.0 : local_grads(blocks.front()))
+                                                      : 0.0)
+                         : 0.0;
       end.gathered = root_gathered;
       if (fsdp) end.transient = static_cast<double>(reduce_bytes * root.gathered_numel);
       moments.push_back(end);
@@ -394,6 +418,9 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
     e.notes.push_back("float8 linears are counted as their param-dtype counterparts (their saved inputs are smaller)");
   if (dims.cp > 1) e.notes.push_back("context parallelism: the ring's K/V buffers are not counted");
   if (pipelined) e.notes.push_back("pipeline: in-flight micro-batches on top of every gradient (an upper bound)");
+  if (cfg.optimizer.early_step_in_backward)
+    e.notes.push_back("optimizer step in backward: each gradient is freed once applied (grads@peak counts those "
+                      "still waiting; the grads column is what the step would hold without it)");
   if (on_gpu)
     e.notes.push_back("not counted: CUDA context and workspaces, the caching allocator's fragmentation, communication buffers of NCCL");
   else
