@@ -204,7 +204,14 @@ TEST(EstimateCli, PlansAGpuJobAlsoWithoutAGpu) {
 TEST(EstimateCli, BadInputIsOneLine) {
   for (const std::string& args : {std::string("--nproc 0"), std::string("--nproc x"),
                                   std::string("--nproc 3 --training.tensor_parallel_degree 2"),
-                                  std::string("--model.flavor 9B"), std::string("--bogus")}) {
+                                  std::string("--model.flavor 9B"), std::string("--bogus"),
+                                  // what `titan train` refuses of a layout, refused alike
+                                  std::string("--nproc 2 --optimizer.early_step_in_backward "
+                                              "--parallelism.pipeline_parallel_degree 2"),
+                                  std::string("--nproc 2 --training.tensor_parallel_degree 2 "
+                                              "--parallelism.enable_async_tensor_parallel "
+                                              "--activation_checkpoint.mode selective "
+                                              "--activation_checkpoint.selective_ac_option op")}) {
     const auto r = run_command(bin_path("titan") + " estimate " + args + " 2>&1");
     EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
     std::string out = r.output;

@@ -14,6 +14,7 @@
 #include "titan/estimate/activations.hpp"
 #include "titan/metrics/format.hpp"
 #include "titan/models/llama3/flops.hpp"
+#include "titan/models/llama3/parallelize_options.hpp"
 #include "titan/models/llama3/pipeline.hpp"
 #include "titan/models/llama3/transformer.hpp"
 #include "titan/parallel/mixed_precision.hpp"
@@ -131,6 +132,11 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
   e.dims = parallel::ParallelDims::from_config(cfg, world_size);
   const parallel::ParallelDims& dims = e.dims;
   const config::BatchPlan batches = config::plan_batches(cfg, dims.dp_degree());
+  // The layout checks of `titan train` (TP's head split, CP's sequence
+  // split, the pipeline plan, what AC, float8 and the optimizer step in
+  // backward rule out): a job the trainer would refuse is refused here too,
+  // in the same line, rather than estimated.
+  (void)models::llama3::parallelize_options(cfg, dims, args, batches.local_batch);
 
   const bool fsdp = dims.fsdp_enabled();
   const bool ddp = dims.dp_replicate > 1 && !fsdp;
