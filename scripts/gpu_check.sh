@@ -302,6 +302,26 @@ step checkpoint_resume 45 'resum|training done|loss  |error|Error' "${TRAIN[@]}"
   --checkpoint.enable_checkpoint --checkpoint.interval 5 --job.dump_folder "$WORK/ckpt"
 step profile_files 10 'trace|snapshot|timeline' \
   bash -c "ls -la '$WORK/ckpt/profile_trace/iteration_5' '$WORK/ckpt/memory_snapshot/iteration_5'"
+# 7b. The optimizer step inside backward ([optimizer] early_step_in_backward)
+#    on the GPU: its hooks run on autograd's device thread. With clipping off
+#    it must train exactly as the step after backward (docs/optim.md): the
+#    two runs' losses side by side, and the memory left after backward.
+for sib in false true; do
+  step "step_in_backward_$sib" 45 "$LOSS" "${TRAIN[@]}" --training.steps 10 --metrics.log_freq 1 --training.max_norm 0 \
+    --optimizer.early_step_in_backward "$sib" --job.dump_folder "$WORK/sib_$sib"
+done
+cat >"$WORK/sib_compare.py" <<'EOF_SIB'
+# sib_compare.py A B: the losses of two metrics.jsonl, step by step.
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(p) if l.strip()] for p in sys.argv[1:3])
+same = a == b
+worst = max((abs(x - y) / abs(y) for x, y in zip(a, b)), default=0.0)
+print(f"step in backward on CUDA: {len(b)} losses {'identical' if same else 'DIFFER'} to the step after backward "
+      f"(max rel. diff {worst:.3g})")
+sys.exit(0 if same and len(a) == len(b) > 0 else 1)
+EOF_SIB
+step step_in_backward_compare 20 'step in backward' "${PYRUN[@]}" "$WORK/sib_compare.py" \
+  "$WORK/sib_false/metrics.jsonl" "$WORK/sib_true/metrics.jsonl"
 # 8. titan estimate against CUDA's allocator: the memory timeline's peak
 #    beside the estimate, for batch 8 x 1024 so that activations dominate.
 cat >"$WORK/estimate_vs_cuda.sh" <<EOF_ESTIMATE
