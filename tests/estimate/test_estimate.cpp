@@ -211,7 +211,10 @@ TEST(EstimateCli, BadInputIsOneLine) {
                                   std::string("--nproc 2 --training.tensor_parallel_degree 2 "
                                               "--parallelism.enable_async_tensor_parallel "
                                               "--activation_checkpoint.mode selective "
-                                              "--activation_checkpoint.selective_ac_option op")}) {
+                                              "--activation_checkpoint.selective_ac_option op"),
+                                  std::string("--nproc 2 --training.tensor_parallel_degree 2 "
+                                              "--parallelism.enable_async_tensor_parallel --model.converters float8 "
+                                              "--quantize.linear.float8.recipe_name rowwise")}) {
     const auto r = run_command(bin_path("titan") + " estimate " + args + " 2>&1");
     EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
     std::string out = r.output;

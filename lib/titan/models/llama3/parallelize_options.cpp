@@ -82,6 +82,10 @@ ParallelizeOptions parallelize_options(const config::JobConfig& cfg, const paral
   o.float8.filter_fqns = cfg.float8.filter_fqns;
   o.float8.emulate = cfg.float8.emulate;
   if (o.float8.enable) o.float8.recipe = float8::recipe_from_name(cfg.float8.recipe_name);
+  TITAN_CHECK(!o.float8.enable || o.float8.recipe != float8::Recipe::Rowwise || !dims.tp_enabled() ||
+                  !t.enable_async_tensor_parallel,
+              "[float8] recipe_name = \"rowwise\" inside async tensor parallelism is not supported (the ring's "
+              "chunked GEMMs take tensorwise scales): use \"tensorwise\" there, or synchronous TP with rowwise");
   // As torchtitan: the float8 all-gather only where FSDP shards, and the
   // precomputed scales only with it.
   o.float8.fsdp_float8_all_gather = cfg.float8.enable_fsdp_float8_all_gather && dims.fsdp_enabled();

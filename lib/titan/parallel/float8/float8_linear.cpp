@@ -15,6 +15,7 @@
 #include "titan/ops/linear.hpp"
 #include "titan/parallel/fsdp/all_gather_extension.hpp"
 #include "titan/parallel/fsdp/fully_shard.hpp"
+#include "titan/parallel/tensor_parallel/parallelize_module.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::float8 {
@@ -117,17 +118,33 @@ at::Tensor rowwise_mm(const Scaled& a, const Scaled& b, at::ScalarType out, bool
   return (at::mm(a.data.to(at::kFloat), b.data.to(at::kFloat)) * inv_a * inv_b).to(out);
 }
 
+// Which dimension of a rowwise-scaled Linear tensor parallelism cut (its
+// weight's TP placement): the amaxes taken along it are reduced over the
+// TP group so that each piece scales as the whole layer would.
+enum class TpCut : int64_t {
+  None = 0,      // whole (no TP, or a replicated weight)
+  Input = 1,     // RowwiseParallel: W [out, in/t], x [N, in/t]
+  Output = 2,    // ColwiseParallel: W [out/t, in], the output gradient [N, out/t]
+};
+
 // torchao's rowwise recipe (Float8LinearRecipeName.ROWWISE): every GEMM
 // operand scaled per row along its contraction dimension, all in e4m3;
 // backward re-casts the saved high-precision x and W along the backward
 // GEMMs' contraction dimensions (so x and W are kept, not their casts).
-// (`kept` as Float8Matmul's: the output of per-op AC's first pass.)
+// (`kept` as Float8Matmul's: the output of per-op AC's first pass; `group`
+// as Float8Matmul's, used only along the `cut` dimension.)
 struct Float8RowwiseMatmul : public torch::autograd::Function<Float8RowwiseMatmul> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x2d, const at::Tensor& w, int64_t kept) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x2d, const at::Tensor& w, int64_t kept,
+                            int64_t group, int64_t cut) {
     ctx->save_for_backward({x2d, w});
+    ctx->saved_data["amax_group"] = group;
+    ctx->saved_data["cut"] = cut;
     if (kept) return *reinterpret_cast<const at::Tensor*>(kept);  // backward re-casts x and W itself
-    const Scaled xq = scale_axiswise(x2d, at::kFloat8_e4m3fn, 1);  // [N, 1]: per token
-    const Scaled wq = scale_axiswise(w, at::kFloat8_e4m3fn, 1);    // [out, 1]: per output feature
+    // Along `in`: reduced when TP cut the input features.
+    const auto* along_in = static_cast<TpCut>(cut) == TpCut::Input ? reinterpret_cast<const dist::ProcessGroup*>(group)
+                                                                    : nullptr;
+    const Scaled xq = scale_axiswise(x2d, at::kFloat8_e4m3fn, 1, along_in);  // [N, 1]: per token
+    const Scaled wq = scale_axiswise(w, at::kFloat8_e4m3fn, 1, along_in);    // [out, 1]: per output feature
     return rowwise_mm(xq, Scaled{wq.data.t(), wq.scale.t()}, x2d.scalar_type(), /*fast_accum=*/true);
   }
 
@@ -135,9 +152,12 @@ struct Float8RowwiseMatmul : public torch::autograd::Function<Float8RowwiseMatmu
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x2d = saved[0], &w = saved[1];
     const at::Tensor g = grads[0].contiguous();
+    // Along `out`: reduced when TP cut the output features.
+    const auto* along_out =
+        static_cast<TpCut>(ctx->saved_data["cut"].toInt()) == TpCut::Output ? group_of(ctx) : nullptr;
     // grad_x [N, in] = g [N, out] · W [out, in]: g per row, W per column.
-    const Scaled g_rows = scale_axiswise(g, at::kFloat8_e4m3fn, 1);
-    const Scaled w_cols = scale_axiswise(w, at::kFloat8_e4m3fn, 0);  // [1, in]
+    const Scaled g_rows = scale_axiswise(g, at::kFloat8_e4m3fn, 1, along_out);
+    const Scaled w_cols = scale_axiswise(w, at::kFloat8_e4m3fn, 0, along_out);  // [1, in]
     at::Tensor grad_x = rowwise_mm(g_rows, Scaled{column_major(w_cols.data), w_cols.scale}, x2d.scalar_type(),
                                    /*fast_accum=*/false);
     // grad_W [out, in] = gᵀ [out, N] · x [N, in]: both per column (over tokens).
@@ -146,7 +166,8 @@ struct Float8RowwiseMatmul : public torch::autograd::Function<Float8RowwiseMatmu
     at::Tensor grad_w = rowwise_mm(Scaled{g_cols.data.t().contiguous(), g_cols.scale.t()},
                                    Scaled{column_major(x_cols.data), x_cols.scale}, w.scalar_type(),
                                    /*fast_accum=*/false);
-    return {grad_x, grad_w, at::Tensor()};
+    // grad_W's casts are along the tokens, which every TP rank holds whole.
+    return {grad_x, grad_w, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -216,7 +237,8 @@ class Float8WeightGather : public ops::ForwardHook, public fsdp::AllGatherExtens
   c10::weak_intrusive_ptr<c10::TensorImpl> stand_in_{c10::intrusive_ptr<c10::TensorImpl>()};
 };
 
-at::Tensor rowwise_matmul(const at::Tensor& x, const at::Tensor& w, const at::Tensor* kept = nullptr) {
+at::Tensor rowwise_matmul(const at::Tensor& x, const at::Tensor& w, const at::Tensor* kept = nullptr,
+                          const dist::ProcessGroup* tp_group = nullptr, TpCut cut = TpCut::None) {
   TITAN_CHECK(x.size(-1) == w.size(1), "float8_linear: input has ", x.size(-1), " features, weight expects ", w.size(1));
   check_tokens_fit(x);
   std::vector<int64_t> out_shape = x.sizes().vec();
@@ -224,7 +246,9 @@ at::Tensor rowwise_matmul(const at::Tensor& x, const at::Tensor& w, const at::Te
   at::Tensor kept2d;
   if (kept) kept2d = kept->reshape({-1, w.size(0)});
   return Float8RowwiseMatmul::apply(x.reshape({-1, x.size(-1)}).contiguous(), w,
-                                    kept ? reinterpret_cast<int64_t>(&kept2d) : 0)
+                                    kept ? reinterpret_cast<int64_t>(&kept2d) : 0,
+                                    reinterpret_cast<int64_t>(cut == TpCut::None ? nullptr : tp_group),
+                                    static_cast<int64_t>(cut))
       .view(out_shape);
 }
 
@@ -234,18 +258,18 @@ at::Tensor rowwise_matmul(const at::Tensor& x, const at::Tensor& w, const at::Te
 class Float8Hook : public ops::ForwardHook {
  public:
   Float8Hook(ops::LinearImpl* linear, std::shared_ptr<dist::ProcessGroup> tp_group,
-             std::shared_ptr<Float8WeightGather> gather, Recipe recipe)
-      : linear_(linear), tp_group_(std::move(tp_group)), gather_(std::move(gather)), recipe_(recipe) {}
+             std::shared_ptr<Float8WeightGather> gather, Recipe recipe, TpCut cut = TpCut::None)
+      : linear_(linear), tp_group_(std::move(tp_group)), gather_(std::move(gather)), recipe_(recipe), cut_(cut) {}
 
   at::Tensor forward_override(const at::Tensor& input) override {
     const at::Tensor& w = linear_->weight;
-    if (recipe_ == Recipe::Rowwise) return rowwise_matmul(input, w);
+    if (recipe_ == Recipe::Rowwise) return rowwise_matmul(input, w, nullptr, tp_group_.get(), cut_);
     return float8_matmul(input, w, tp_group_.get(), gather_ ? gather_->gathered_for(w) : nullptr);
   }
   // Per-op AC's recompute: the same casts (backward needs them), the kept output.
   at::Tensor reuse_output(const at::Tensor& input, const at::Tensor& kept) override {
     const at::Tensor& w = linear_->weight;
-    if (recipe_ == Recipe::Rowwise) return rowwise_matmul(input, w, &kept);
+    if (recipe_ == Recipe::Rowwise) return rowwise_matmul(input, w, &kept, tp_group_.get(), cut_);
     return float8_matmul(input, w, tp_group_.get(), gather_ ? gather_->gathered_for(w) : nullptr, &kept);
   }
   ops::LinearImpl* linear() const { return linear_; }
@@ -258,6 +282,7 @@ class Float8Hook : public ops::ForwardHook {
   std::shared_ptr<dist::ProcessGroup> tp_group_;
   std::shared_ptr<Float8WeightGather> gather_;  // null without the float8 all-gather
   Recipe recipe_;
+  TpCut cut_;  // rowwise: the dimension TP cut, whose amaxes go over tp_group_
 };
 
 std::vector<Float8Hook*> hooks_under(torch::nn::Module& root) {
@@ -332,10 +357,19 @@ Recipe recipe_from_name(const std::string& name) {
 
 std::string to_string(Recipe recipe) { return recipe == Recipe::Rowwise ? "rowwise" : "tensorwise"; }
 
-Scaled scale_axiswise(const at::Tensor& x, at::ScalarType dtype, int64_t dim) {
+Scaled scale_axiswise(const at::Tensor& x, at::ScalarType dtype, int64_t dim, const dist::ProcessGroup* amax_group) {
   TITAN_CHECK(dtype == at::kFloat8_e4m3fn || dtype == at::kFloat8_e5m2, "float8: unsupported dtype ", dtype);
   at::NoGradGuard no_grad;
-  const at::Tensor amax = x.detach().abs().amax({dim}, /*keepdim=*/true).to(at::kFloat);
+  // An empty piece (no rows here) contributes 0, the identity of the max.
+  at::Tensor amax;
+  if (x.size(dim) == 0) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape[static_cast<size_t>(dim)] = 1;
+    amax = at::zeros(shape, x.options().dtype(at::kFloat));
+  } else {
+    amax = x.detach().abs().amax({dim}, /*keepdim=*/true).to(at::kFloat);
+  }
+  if (amax_group && amax_group->size() > 1) amax_group->all_reduce(amax, dist::ReduceOp::Max);
   // torchao's round_scales_to_power_of_2: the scaling and unscaling are
   // then exact, only the cast rounds.
   const at::Tensor scale = at::exp2(at::floor(at::log2(scale_from_amax(amax, dtype))));
@@ -393,9 +427,10 @@ std::vector<std::string> convert_to_float8_training(torch::nn::Module& root, con
   TITAN_CHECK(options.recipe == Recipe::Tensorwise || !options.fsdp_float8_all_gather,
               "float8: the float8 FSDP all-gather needs recipe_name \"tensorwise\" (torchao gathers tensorwise-scaled "
               "weights only); turn one of them off");
-  TITAN_CHECK(options.recipe == Recipe::Tensorwise || !options.tp_group,
-              "float8: recipe_name \"rowwise\" with tensor parallelism is not supported yet (its row amaxes would "
-              "need reducing over whichever dimension TP splits); use \"tensorwise\" with TP");
+  // Rowwise under TP: which dimension TP cut, from each weight's placement.
+  std::map<std::string, Placement> placed;
+  if (options.recipe == Recipe::Rowwise && options.tp_group)
+    for (const auto& [name, info] : tp::tp_parameters(root)) placed[name] = info.placement;
   std::vector<std::string> converted;
   for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
     auto* linear = dynamic_cast<ops::LinearImpl*>(item.value().get());
@@ -415,7 +450,10 @@ std::vector<std::string> convert_to_float8_training(torch::nn::Module& root, con
       gather = std::make_shared<Float8WeightGather>(options.tp_group);
       linear->add_forward_hook(gather);  // does nothing in forward; fully_shard finds it here
     }
-    linear->add_forward_hook(std::make_shared<Float8Hook>(linear, options.tp_group, gather, options.recipe));
+    TpCut cut = TpCut::None;
+    if (auto it = placed.find(name + ".weight"); it != placed.end() && it->second.is_shard())
+      cut = it->second.dim == 0 ? TpCut::Output : TpCut::Input;  // [out, in]: Shard(0) colwise, Shard(1) rowwise
+    linear->add_forward_hook(std::make_shared<Float8Hook>(linear, options.tp_group, gather, options.recipe, cut));
     converted.push_back(name);
   }
   return converted;

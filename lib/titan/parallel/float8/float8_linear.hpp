@@ -134,7 +134,10 @@ std::string to_string(Recipe recipe);
 /// (scale = max(dtype) / amax over `dim`, rounded down to a power of two,
 /// kept as a size-1 dimension: [rows, 1] for dim 1 of a matrix), data =
 /// clamp(x · scale, ±max(dtype)) cast to `dtype`.
-Scaled scale_axiswise(const at::Tensor& x, at::ScalarType dtype, int64_t dim);
+/// With `amax_group`, the amaxes are the max over the group (x is a TP
+/// piece cut along `dim`: each slice is scaled as the whole slice).
+Scaled scale_axiswise(const at::Tensor& x, at::ScalarType dtype, int64_t dim,
+                      const dist::ProcessGroup* amax_group = nullptr);
 
 /// @brief float8_linear with the rowwise recipe (x [..., in], w [out, in],
 /// autograd-aware). The GEMMs run through at::_scaled_mm with per-row
@@ -169,8 +172,14 @@ struct Float8Options {
   /// second cast). Master weights and gradients are unchanged. Without
   /// fully_shard it changes nothing.
   bool fsdp_float8_all_gather = false;
-  /// Scaling recipe. Rowwise takes neither tp_group nor the float8
-  /// all-gather (titan::Error; torchao's all-gather is tensorwise only).
+  /// Scaling recipe. Rowwise does not take the float8 all-gather
+  /// (titan::Error; torchao's all-gather is tensorwise only). Under TP
+  /// (tp_group) rowwise reduces over the group only the amaxes taken along
+  /// the dimension TP cut: a Rowwise-parallel layer's forward casts (x per
+  /// token and W per output feature, along the split input features), a
+  /// Colwise-parallel layer's grad_input casts (the output gradient per
+  /// token and W per input feature, along the split output features); the
+  /// rest are whole on every rank.
   Recipe recipe = Recipe::Tensorwise;
   /// Emulated float8 GEMMs on GPUs (set_emulated_gemms, process-wide).
   bool emulate = false;
