@@ -434,7 +434,6 @@ TEST(TorchtitanConfig, TurningOnAFeatureTitanLacksIsOneLineNamingTheKey) {
 TEST(TorchtitanConfig, KeysOfASwitchedOffFeaturePass) {
   for (const char* text : {"[compile]\nenable = false\nbackend = \"eager\"\ncomponents = [\"model\"]\n",
                            "[fault_tolerance]\nenable = false\nreplica_id = 1\ngroup_size = 2\n",
-                           "[memory_estimation]\nenable = false\ndisable_fake_mode = true\n",
                            "[checkpoint]\nenable = false\ninitial_load_in_hf_quantized = true\n",
                            "[validation]\nenable = false\nfreq = 5\nsteps = 3\n"}) {
     const JobConfig c = load_text(text);
@@ -451,7 +450,9 @@ TEST(TorchtitanConfig, CosmeticKeysAndHonouredAlternativesPass) {
       "[job]\nprint_config = true\ncustom_config_module = \"torchtitan.components.ft.config\"\n"
       "[metrics]\ndisable_color_printing = true\n[experimental]\ncustom_import = \"my.models\"\n"
       "[training.dataloader]\nnum_workers = 4\npin_memory = true\n[comm]\ntrace_buf_size = 0\n"
-      "[quantize.linear.float8]\nrecipe_name = \"tensorwise\"\nemulate = true\n");
+      "[quantize.linear.float8]\nrecipe_name = \"tensorwise\"\nemulate = true\n"
+      // torchtitan's trainer never reads it (its estimation script does)
+      "[memory_estimation]\nenable = true\ndisable_fake_mode = true\n");
   EXPECT_NO_THROW(check_supported(c)) << required_error_of([&] { check_supported(c); });
   EXPECT_EQ(std::get<int64_t>(resolve("training.dataloader", "num_workers").field->get(c)), 4);
   EXPECT_TRUE(c.float8.emulate);

@@ -199,8 +199,12 @@ std::vector<TorchtitanKey> make_table() {
       row("comm", "save_traces_file_prefix", S("rank_"), kTitan),
       row("comm", "mode", S("default"), kDefault, "fake or local-tensor backends; use titan estimate"),
 
-      row("memory_estimation", "enable", B(false), kDefault, "memory estimation in the trainer; use titan estimate"),
-      row("memory_estimation", "disable_fake_mode", B(false), kDefault, "memory estimation in the trainer"),
+      // torchtitan's trainer never reads [memory_estimation]: only its
+      // estimation script does (scripts/estimate/estimation.py), whose
+      // counterpart here is `titan estimate`.
+      row("memory_estimation", "enable", B(false), kCosmetic,
+          "read only by torchtitan's estimation script, not its trainer; titan's is `titan estimate`"),
+      row("memory_estimation", "disable_fake_mode", B(false), kCosmetic, "as [memory_estimation] enable"),
 
       row("fault_tolerance", "enable", B(false), kDefault, "torchft fault tolerance"),
       row("fault_tolerance", "process_group", S("gloo"), kDefault, "torchft fault tolerance"),
