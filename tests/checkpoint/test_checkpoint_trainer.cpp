@@ -232,10 +232,21 @@ TEST(CheckpointTrainer, WeightsOnlyLastSaveInExportDtype) {
     EXPECT_EQ(exported.at(name).scalar_type(), at::kBFloat16) << name;
     EXPECT_TRUE(at::equal(exported.at(name), w.to(at::kBFloat16))) << name;
   }
-  // Auto-resume skips the weights-only export: it continues from step 3.
+  // Auto-resume skips the weights-only export: it continues from step 3,
+  // and says which save it passed over and that saving it again replaces it.
   cfg.training.steps = 6;
-  const TrainRun resumed = train(cfg);
-  EXPECT_EQ(resumed.start_step, 3);
+  std::ostringstream log;
+  TrainerOptions o = quiet();
+  o.console = true;
+  o.out = &log;
+  Trainer resumed(cfg, o);
+  EXPECT_EQ(resumed.step(), 3);
+  resumed.train();
+  EXPECT_NE(log.str().find("checkpoint: passed over step-6: weights only ([checkpoint] last_save_model_only), no "
+                           "optimizer or data state to continue from; if this run saves that step again, it "
+                           "replaces it"),
+            std::string::npos)
+      << log.str();
 }
 
 // [training] dtype = "bfloat16": a checkpoint holds the bf16 weights and

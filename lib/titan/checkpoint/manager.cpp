@@ -395,6 +395,7 @@ void CheckpointManager::close() { agree_on_errors(state_.group, wait_for_backgro
 std::optional<int64_t> CheckpointManager::load() {
   const dist::ProcessGroup* group = state_.group;
   std::optional<CheckpointInfo> ckpt;
+  std::vector<int64_t> weights_only_after;  // newer steps passed over: weights only
   std::string error;
   try {
     const std::vector<int64_t> steps = list_checkpoints(folder_);
@@ -414,6 +415,7 @@ std::optional<int64_t> CheckpointManager::load() {
       for (auto it = steps.rbegin(); it != steps.rend() && !ckpt; ++it) {
         CheckpointInfo c = open_checkpoint(folder_ + "/" + step_folder_name(*it));
         if (c.full_state() || c.step == 0) ckpt = std::move(c);
+        else weights_only_after.insert(weights_only_after.begin(), *it);
       }
     }
   } catch (const std::exception& e) {
@@ -423,7 +425,19 @@ std::optional<int64_t> CheckpointManager::load() {
   // The job's own checkpoints come first: a job that started from another
   // one and saved since resumes from its own (torchtitan's rule).
   if (!ckpt) return cfg_.initial_load_path.empty() ? std::nullopt : load_initial();
-  return restore(*ckpt, !ckpt->full_state(), ckpt->dir);
+  const std::optional<int64_t> step = restore(*ckpt, !ckpt->full_state(), ckpt->dir);
+  // A later weights-only save (a run's last one under last_save_model_only)
+  // cannot be resumed from: say which, and that saving its step again
+  // replaces it.
+  if (!weights_only_after.empty()) {
+    std::string names;
+    for (int64_t s : weights_only_after) names += (names.empty() ? "" : ", ") + step_folder_name(s);
+    print(strprintf("checkpoint: passed over %s: weights only ([checkpoint] last_save_model_only), no optimizer or "
+                    "data state to continue from; if this run saves %s again, it replaces %s",
+                    names.c_str(), weights_only_after.size() == 1 ? "that step" : "those steps",
+                    weights_only_after.size() == 1 ? "it" : "them"));
+  }
+  return step;
 }
 
 std::optional<int64_t> CheckpointManager::load_initial() {
