@@ -209,10 +209,6 @@ TEST(EstimateCli, BadInputIsOneLine) {
                                   std::string("--nproc 2 --optimizer.early_step_in_backward "
                                               "--parallelism.pipeline_parallel_degree 2"),
                                   std::string("--nproc 2 --training.tensor_parallel_degree 2 "
-                                              "--parallelism.enable_async_tensor_parallel "
-                                              "--activation_checkpoint.mode selective "
-                                              "--activation_checkpoint.selective_ac_option op"),
-                                  std::string("--nproc 2 --training.tensor_parallel_degree 2 "
                                               "--parallelism.enable_async_tensor_parallel --model.converters float8 "
                                               "--quantize.linear.float8.recipe_name rowwise")}) {
     const auto r = run_command(bin_path("titan") + " estimate " + args + " 2>&1");

@@ -62,10 +62,6 @@ ParallelizeOptions parallelize_options(const config::JobConfig& cfg, const paral
   o.ac.force_recompute_mm_shapes_by_fqns = a.per_op_sac_force_recompute_mm_shapes_by_fqns;
   o.ac.mode = a.mode;
   o.ac.selective_ac_option = a.selective_ac_option;
-  TITAN_CHECK(!o.ac.per_op || !t.enable_async_tensor_parallel,
-              "[activation_checkpoint] selective_ac_option = \"op\" keeps the matmuls' outputs, which async TP "
-              "computes its own way (each inside a ring of collectives): not supported together yet (use mode = "
-              "\"full\" with it)");
 
   // The optimizer's step in backward hangs on the moment a gradient is
   // final. A pipeline's split backward (I, then W) and DDP's bucket

@@ -200,6 +200,18 @@ class CacheScope {
   MatmulCache* previous_;
 };
 
+}  // namespace
+
+std::optional<KeptMatmulOutput> kept_matmul_output(size_t ahead) {
+  const MatmulCache* cache = t_cache;
+  if (!cache || !cache->recorded) return std::nullopt;  // not inside a recompute
+  const size_t i = cache->next + ahead;
+  if (i >= cache->outputs.size() || !cache->outputs[i].defined()) return std::nullopt;
+  return KeptMatmulOutput{cache->outputs[i], cache->computed_by[i]};
+}
+
+namespace {
+
 // y = x Wᵀ whose value is given (kept from the forward) and whose backward
 // is linear's: grad_x = g W, grad_W = gᵀ x. Under autocast the forward
 // multiplied in y's dtype (bf16) with W cast to it: so does the backward,

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,8 +47,11 @@ void checkpoint_module(ops::HookableModule& module);
 /// backward inputs are device-specific kernels' internals.) A float8
 /// Linear's output is kept the same way (float8's hook recomputes only its
 /// casts of x and W, which its backward needs: torchtitan's policy keeps
-/// `_scaled_mm`'s output too). Not with async TP, whose matmuls run inside
-/// rings of collectives.
+/// `_scaled_mm`'s output too). Under async TP the rings' outputs are kept:
+/// an all-gather → matmul site reads its Linears' kept outputs ahead
+/// (kept_matmul_output) and its recompute only gathers; a matmul →
+/// reduce-scatter Linear hands its kept, reduce-scattered output back with
+/// the ring's backward.
 ///
 /// `force_recompute_fqns` is torchtitan's
 /// per_op_sac_force_recompute_mm_shapes_by_fqns: every Linear under
@@ -60,6 +64,20 @@ void checkpoint_module(ops::HookableModule& module);
 void checkpoint_module_selective_op(ops::HookableModule& module,
                                     const std::vector<std::string>& force_recompute_fqns = {},
                                     const std::string& base_fqn = "");
+
+/// @brief An output kept by per-op activation checkpointing, and the hook
+/// that computed it in the first pass (null: the Linear's own matmul).
+struct KeptMatmulOutput {
+  at::Tensor output;
+  const ops::ForwardHook* computed_by = nullptr;
+};
+
+/// @brief Inside the recompute of a per-op checkpointed module: what the
+/// `ahead`-th next Linear call will be handed (0: the next one); nullopt
+/// elsewhere, or past the kept outputs. For a hook that computes several
+/// Linears' outputs before they run (async TP's all-gather → matmul site),
+/// which must check `computed_by` to know the entries are its Linears'.
+std::optional<KeptMatmulOutput> kept_matmul_output(size_t ahead);
 
 /// @brief Which blocks torchtitan's apply_ac wraps: mode "none" (none),
 /// "full" (all), "selective" with `selective_ac_option` a positive integer

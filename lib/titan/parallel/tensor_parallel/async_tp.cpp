@@ -10,6 +10,7 @@
 #include "titan/dist/process_group.hpp"
 #include "titan/parallel/tensor_parallel/async_tp_ring.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/internal_assert.hpp"
 
 namespace titan::tp {
 namespace {
@@ -172,12 +173,22 @@ at::Tensor ring_matmul_reduce_scatter(const std::vector<at::Tensor>& as, const s
 
 at::Tensor or_zeros(const at::Tensor& g, const at::Tensor& like) { return g.defined() ? g : at::zeros_like(like); }
 
+// `kept`, when not 0, points to the outputs per-op activation checkpointing
+// kept from the first pass (one per weight): the ring then only gathers,
+// and those outputs come back with this backward (as Float8Matmul's kept).
 struct AllGatherMatmulFn : torch::autograd::Function<AllGatherMatmulFn> {
   static tensor_list forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weights, int64_t group,
-                             std::string label) {
-    std::vector<at::Tensor> bs;
-    for (const at::Tensor& w : weights) bs.push_back(w.t());
-    tensor_list out = ring_all_gather_matmul(x, bs, group_of(group), label);
+                             std::string label, int64_t kept) {
+    tensor_list out;
+    if (kept) {
+      out.push_back(detail::ring_all_gather(x, group_of(group), label + " (gather only)",
+                                            [](int64_t, const at::Tensor&) {}));
+      for (const at::Tensor& y : *reinterpret_cast<const std::vector<at::Tensor>*>(kept)) out.push_back(y);
+    } else {
+      std::vector<at::Tensor> bs;
+      for (const at::Tensor& w : weights) bs.push_back(w.t());
+      out = ring_all_gather_matmul(x, bs, group_of(group), label);
+    }
     tensor_list saved{out[0]};
     for (const at::Tensor& w : weights) saved.push_back(w);
     ctx->save_for_backward(saved);
@@ -205,16 +216,21 @@ struct AllGatherMatmulFn : torch::autograd::Function<AllGatherMatmulFn> {
     for (const at::Tensor& d : gy) out.push_back(d.flatten(0, -2).t().matmul(x2));
     out.push_back(at::Tensor());
     out.push_back(at::Tensor());
+    out.push_back(at::Tensor());
     return out;
   }
 };
 
+// `kept` as AllGatherMatmulFn's: the reduce-scattered output of the first
+// pass, handed back without the ring (torchtitan's op policy keeps
+// reduce_scatter's output too).
 struct MatmulReduceScatterFn : torch::autograd::Function<MatmulReduceScatterFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& w, int64_t group,
-                            std::string label) {
+                            std::string label, int64_t kept) {
     ctx->save_for_backward({a, w});
     ctx->saved_data["g"] = group;
     ctx->saved_data["label"] = label;
+    if (kept) return *reinterpret_cast<const at::Tensor*>(kept);
     return ring_matmul_reduce_scatter({a}, {w.t()}, group_of(group), label);
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
@@ -230,23 +246,27 @@ struct MatmulReduceScatterFn : torch::autograd::Function<MatmulReduceScatterFn> 
     // da = all_gather(dY) · W; dW = all_gather(dY)ᵀ · a.
     auto out = ring_all_gather_matmul(gy, {w}, g, label);
     at::Tensor dw = out[0].flatten(0, -2).t().matmul(a.flatten(0, -2));
-    return {out[1], dw, at::Tensor(), at::Tensor()};
+    return {out[1], dw, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 std::vector<at::Tensor> all_gather_matmul(const at::Tensor& x_shard, const std::vector<at::Tensor>& weights,
-                                          const dist::ProcessGroup& group, const std::string& label) {
+                                          const dist::ProcessGroup& group, const std::string& label,
+                                          const std::vector<at::Tensor>* kept) {
   TITAN_CHECK(x_shard.dim() == 3 && !weights.empty(), "all_gather_matmul: expected x [b, s/n, d] and weights, got ",
               x_shard.sizes());
-  return AllGatherMatmulFn::apply(x_shard, at::TensorList(weights), handle_of(group), label);
+  TITAN_INTERNAL_ASSERT(!kept || kept->size() == weights.size(), "all_gather_matmul: ", kept ? kept->size() : 0,
+                        " kept outputs for ", weights.size(), " weights");
+  return AllGatherMatmulFn::apply(x_shard, at::TensorList(weights), handle_of(group), label,
+                                  reinterpret_cast<int64_t>(kept));
 }
 
 at::Tensor matmul_reduce_scatter(const at::Tensor& a, const at::Tensor& weight, const dist::ProcessGroup& group,
-                                 const std::string& label) {
+                                 const std::string& label, const at::Tensor* kept) {
   TITAN_CHECK(a.dim() == 3, "matmul_reduce_scatter: expected a [b, s, k], got ", a.sizes());
-  return MatmulReduceScatterFn::apply(a, weight, handle_of(group), label);
+  return MatmulReduceScatterFn::apply(a, weight, handle_of(group), label, reinterpret_cast<int64_t>(kept));
 }
 
 std::vector<AsyncTpEvent> async_tp_events() {

@@ -40,15 +40,21 @@ namespace titan::tp {
 
 /// @brief x_shard [b, s/n, d] is this rank's sequence chunk. Returns the
 /// gathered input [b, s, d] (no gradient) followed by x_full · Wᵢᵀ for every
-/// weight Wᵢ [oᵢ, d]. Differentiable in x_shard and every Wᵢ.
+/// weight Wᵢ [oᵢ, d]. Differentiable in x_shard and every Wᵢ. `kept`:
+/// the outputs per-op activation checkpointing kept from the first pass
+/// (one per weight); the ring then only gathers and returns them, with the
+/// same backward.
 std::vector<at::Tensor> all_gather_matmul(const at::Tensor& x_shard, const std::vector<at::Tensor>& weights,
-                                          const dist::ProcessGroup& group, const std::string& label = "");
+                                          const dist::ProcessGroup& group, const std::string& label = "",
+                                          const std::vector<at::Tensor>* kept = nullptr);
 
 /// @brief a [b, s, k] (whole sequence, this rank's input features) times
 /// Wᵀ (W [o, k], this rank's columns), summed over ranks and scattered on
 /// the sequence: this rank's [b, s/n, o]. Differentiable in a and W.
+/// `kept`: that output kept by per-op activation checkpointing, returned
+/// without the ring (no GEMM, no transfer), with the same backward.
 at::Tensor matmul_reduce_scatter(const at::Tensor& a, const at::Tensor& weight, const dist::ProcessGroup& group,
-                                 const std::string& label = "");
+                                 const std::string& label = "", const at::Tensor* kept = nullptr);
 
 /// @brief all_gather_matmul for float8 Linears (tensorwise scaling, as
 /// float8::float8_linear): x is cast to e4m3 once with the amax of the

@@ -15,7 +15,11 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
+#include <utility>
+
 #include "titan/ops/linear.hpp"
+#include "titan/parallel/activation_checkpoint/checkpoint.hpp"
 #include "titan/parallel/float8/float8_linear.hpp"
 #include "titan/parallel/tensor_parallel/async_tp.hpp"
 #include "titan/parallel/tensor_parallel/layouts.hpp"
@@ -33,9 +37,31 @@ using namespace detail;
 // between hooks, and it lives for one forward of the module.
 struct AllGatherMatmulSite {
   std::vector<ops::LinearImpl*> consumers;  // the Colwise Linears, in module order
+  std::vector<const ops::ForwardHook*> consumer_hooks;  // their AsyncColwiseHooks, in the same order
   std::vector<at::Tensor> outputs;          // consumers[i]'s output, until it takes it
   const dist::ProcessGroup* group = nullptr;
   std::string label;
+
+  // In the recompute of a per-op checkpointed block: the consumers' outputs
+  // kept from its first pass, in consumer order, when the next kept entries
+  // are exactly this site's (every consumer kept, none forced to
+  // recompute); else empty. The entries come in the order the body calls
+  // the Linears, which need not be the module order (`swiglu(w1(x),
+  // w3(x))` evaluates its arguments in an order C++ leaves open).
+  std::vector<at::Tensor> kept_outputs() const {
+    if (!ops::in_recompute()) return {};
+    std::vector<at::Tensor> kept(consumers.size());
+    for (size_t ahead = 0; ahead < consumers.size(); ++ahead) {
+      const auto k = ac::kept_matmul_output(ahead);
+      if (!k) return {};
+      const auto it = std::find(consumer_hooks.begin(), consumer_hooks.end(), k->computed_by);
+      if (it == consumer_hooks.end()) return {};
+      at::Tensor& slot = kept[static_cast<size_t>(it - consumer_hooks.begin())];
+      if (slot.defined()) return {};
+      slot = k->output;
+    }
+    return kept;
+  }
 
   // The ring for every consumer at once; returns the gathered input.
   at::Tensor run(const at::Tensor& x) {
@@ -55,7 +81,10 @@ struct AllGatherMatmulSite {
     TITAN_CHECK(w8.empty() || w8.size() == consumers.size(), "async TP with float8: ", label,
                 " feeds float8 and high-precision Linears from one all-gather; convert all of them or none "
                 "([float8] filter_fqns)");
-    auto out = w8.empty() ? all_gather_matmul(x.contiguous(), ws, *group, label)
+    // Per-op AC's recompute: gather only, the GEMMs' outputs are kept
+    // (float8 sites run their ring again: its casts and GEMMs are one).
+    const std::vector<at::Tensor> kept = w8.empty() ? kept_outputs() : std::vector<at::Tensor>{};
+    auto out = w8.empty() ? all_gather_matmul(x.contiguous(), ws, *group, label, kept.empty() ? nullptr : &kept)
                           : float8_all_gather_matmul(x.contiguous(), ws, w8, amax_group, *group, label);
     outputs.assign(out.begin() + 1, out.end());
     return out[0];
@@ -92,6 +121,13 @@ class AsyncColwiseHook : public ColwiseHook {
     if (index_ < site_->outputs.size()) std::swap(y, site_->outputs[index_]);
     return y;  // undefined (called outside its site's forward): the Linear computes it
   }
+  // Per-op AC's recompute: the site's output again — the kept one, which
+  // the site's gather-only ring handed back with its backward (or, for a
+  // float8 site, the ring's recomputed one).
+  at::Tensor reuse_output(const at::Tensor& x, const at::Tensor& kept) override {
+    (void)kept;
+    return forward_override(x);
+  }
 
  private:
   std::shared_ptr<AllGatherMatmulSite> site_;
@@ -99,24 +135,48 @@ class AsyncColwiseHook : public ColwiseHook {
 };
 
 // A Rowwise Linear whose matmul and reduce-scatter are one ring.
+//
+// Per-op activation checkpointing asks this hook for the output from its
+// own first hook (ForwardHook::forward_override without the HookCall), so
+// the ring's having reduce-scattered is remembered here until this call's
+// post_forward (the Linear's hooks run one call at a time).
 class AsyncRowwiseHook : public RowwiseHook {
  public:
   AsyncRowwiseHook(const RowwiseHook& style, std::string label) : RowwiseHook(style), label_(std::move(label)) {}
   at::Tensor forward_override(const at::Tensor& x, ops::HookCall& call) override {
     (void)call;
-    const dist::ProcessGroup& g = *mesh->group(0);
-    if (auto o = float8::float8_operands(*linear))
-      return float8_matmul_reduce_scatter(x.contiguous(), linear->weight, o->weight, o->amax_group, g, label_);
-    return matmul_reduce_scatter(x.contiguous(), linear->weight, g, label_);
+    return ring(x, nullptr);
+  }
+  at::Tensor forward_override(const at::Tensor& x) override {
+    at::Tensor y = ring(x, nullptr);
+    scattered_by_cache_ = true;
+    return y;
+  }
+  // Per-op AC's recompute: the kept, reduce-scattered output with the
+  // ring's backward, no GEMM and no transfer (a float8 Linear's ring runs
+  // again: its casts and GEMMs are one).
+  at::Tensor reuse_output(const at::Tensor& x, const at::Tensor& kept) override {
+    at::Tensor y = ring(x, &kept);
+    scattered_by_cache_ = true;
+    return y;
   }
   at::Tensor post_forward(const at::Tensor& y, ops::HookCall& call) override {
     // The ring already reduce-scattered: only the hand-on is left.
-    if (call.replaced_body) return hand_on(y, cfg.output_layouts, cfg.use_local_output);
+    if (call.replaced_body || std::exchange(scattered_by_cache_, false))
+      return hand_on(y, cfg.output_layouts, cfg.use_local_output);
     return RowwiseHook::post_forward(y, call);
   }
 
  private:
+  at::Tensor ring(const at::Tensor& x, const at::Tensor* kept) {
+    const dist::ProcessGroup& g = *mesh->group(0);
+    if (auto o = float8::float8_operands(*linear))
+      return float8_matmul_reduce_scatter(x.contiguous(), linear->weight, o->weight, o->amax_group, g, label_);
+    return matmul_reduce_scatter(x.contiguous(), linear->weight, g, label_, kept);
+  }
+
   std::string label_;
+  bool scattered_by_cache_ = false;  // this call's output came through per-op AC's cache, scattered
 };
 
 bool is_async(const ops::ForwardHook* h) {
@@ -171,9 +231,11 @@ int enable_async_tp(torch::nn::Module& module) {
         }
         site->group = prep->mesh->group(0).get();
         site->label = item.key() + " ag+mm(" + names + ")";
-        for (size_t i = 0; i < consumers.size(); ++i)
-          consumers[i].module->replace_forward_hook(consumers[i].hook,
-                                                    std::make_shared<AsyncColwiseHook>(*consumers[i].hook, site, i));
+        for (size_t i = 0; i < consumers.size(); ++i) {
+          auto hook = std::make_shared<AsyncColwiseHook>(*consumers[i].hook, site, i);
+          site->consumer_hooks.push_back(hook.get());
+          consumers[i].module->replace_forward_hook(consumers[i].hook, hook);
+        }
         h->replace_forward_hook(prep, std::make_shared<AsyncPrepareInputHook>(*prep, site));
         ++sites;
       } else if (auto* row = dynamic_cast<RowwiseHook*>(hook.get())) {
