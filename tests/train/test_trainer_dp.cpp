@@ -1025,14 +1025,25 @@ TEST(TrainerActivationCheckpoint, FullAndSelectiveTrainExactlyLikeNone) {
 // matmul site's recompute only gathers ("(gather only)" rings) and a
 // matmul → reduce-scatter Linear hands its kept output back without its
 // ring, so the forward rings that run GEMMs are exactly those of a run
-// without AC; every mode trains bit for bit like no AC (float8 sites rerun
-// their ring: checked too).
-int64_t count_ring_events(const std::string& with, const std::string& without = "\x01") {
-  int64_t n = 0;
-  for (const auto& e : titan::tp::async_tp_events())
-    if (e.kind == "matmul" && e.label.find(with) != std::string::npos && e.label.find(without) == std::string::npos)
-      ++n;
-  return n;
+// without AC; every mode trains bit for bit like no AC, with float8 Linears
+// (whose rings carry float8 chunks) too.
+struct RingSteps {
+  int64_t forward_gemm = 0;  // forward ring steps that ran GEMMs
+  int64_t gather_only = 0;   // recompute ring steps that only gathered
+};
+RingSteps ring_steps_of(JobConfig cfg, const std::string& mode) {
+  cfg.job.dump_folder += "_rings_" + mode;
+  cfg.activation_checkpoint.mode = mode == "op" ? "selective" : mode;
+  cfg.activation_checkpoint.selective_ac_option = "op";
+  titan::tp::clear_async_tp_events();
+  train(cfg, 0, titan::testing::tiny_model());
+  RingSteps r;
+  for (const auto& e : titan::tp::async_tp_events()) {
+    if (e.kind != "matmul" || e.label.find("(backward)") != std::string::npos) continue;
+    if (e.label.find("(gather only)") != std::string::npos) ++r.gather_only;
+    else ++r.forward_gemm;
+  }
+  return r;
 }
 
 TEST(TrainerActivationCheckpoint, PerOpUnderAsyncTpKeepsTheRingsOutputs) {
@@ -1042,36 +1053,20 @@ TEST(TrainerActivationCheckpoint, PerOpUnderAsyncTpKeepsTheRingsOutputs) {
   c.training.tensor_parallel_degree = 2;
   c.training.enable_async_tensor_parallel = true;
   const int n = titan::testing::world().size();
-  const std::string what = n == 2 ? "async TP 2" : "FSDP 2 x async TP 2";
-  expect_same_as_without_ac(c, what, titan::testing::tiny_model());
-  // The rings that ran GEMMs in forward (not backward, not gather-only).
-  const std::string dump = c.job.dump_folder + "/rank" + std::to_string(titan::testing::world().rank());
-  c.job.dump_folder = dump + "_count_none";
-  c.activation_checkpoint.mode = "none";
-  titan::tp::clear_async_tp_events();
-  train(c, 0, titan::testing::tiny_model());
-  const int64_t gemm_rings_none = count_ring_events("", "(backward)");
-  c.job.dump_folder = dump + "_count_op";
-  c.activation_checkpoint.mode = "selective";
-  c.activation_checkpoint.selective_ac_option = "op";
-  titan::tp::clear_async_tp_events();
-  train(c, 0, titan::testing::tiny_model());
-  const int64_t gather_only = count_ring_events("(gather only)");
-  int64_t gemm_rings_op = 0;
-  for (const auto& e : titan::tp::async_tp_events())
-    if (e.kind == "matmul" && e.label.find("(backward)") == std::string::npos &&
-        e.label.find("(gather only)") == std::string::npos)
-      ++gemm_rings_op;
-  std::printf("%s, per-op AC: %lld forward ring GEMM steps (%lld without AC), %lld gather-only ring steps in the "
-              "recompute\n",
-              what.c_str(), static_cast<long long>(gemm_rings_op), static_cast<long long>(gemm_rings_none),
-              static_cast<long long>(gather_only));
-  EXPECT_EQ(gemm_rings_op, gemm_rings_none) << what << ": the recompute ran ring GEMMs";
-  EXPECT_GT(gather_only, 0) << what << ": no all-gather site used its kept outputs";
-  // Float8 sites run their ring again in the recompute: still bit for bit.
-  JobConfig f8 = c;
-  f8.float8.enable_float8_linear = true;
-  expect_same_as_without_ac(f8, what + ", float8 tensorwise", titan::testing::tiny_model());
+  for (const bool float8 : {false, true}) {
+    JobConfig cfg = c;
+    cfg.float8.enable_float8_linear = float8;
+    const std::string what = std::string(n == 2 ? "async TP 2" : "FSDP 2 x async TP 2") + (float8 ? ", float8" : "");
+    expect_same_as_without_ac(cfg, what, titan::testing::tiny_model());
+    cfg.job.dump_folder += "/rank" + std::to_string(titan::testing::world().rank());
+    const RingSteps none = ring_steps_of(cfg, "none"), op = ring_steps_of(cfg, "op");
+    std::printf("%s, per-op AC: %lld forward ring steps with GEMMs (%lld without AC), %lld gather-only ring steps "
+                "in the recompute\n",
+                what.c_str(), static_cast<long long>(op.forward_gemm), static_cast<long long>(none.forward_gemm),
+                static_cast<long long>(op.gather_only));
+    EXPECT_EQ(op.forward_gemm, none.forward_gemm) << what << ": the recompute ran ring GEMMs";
+    EXPECT_GT(op.gather_only, 0) << what << ": no all-gather site used its kept outputs";
+  }
 }
 
 // ------------------------------------------------- optimizer step in backward

@@ -63,19 +63,22 @@ at::Tensor matmul_reduce_scatter(const at::Tensor& a, const at::Tensor& weight, 
 /// `weights_f8` (float8::float8_operands); backward casts the output
 /// gradients to e5m2 the same way. The gradients go to `weights`. The
 /// gathered input returned first holds the float8 values. Equal to
-/// synchronous float8 TP up to the ring's summation order.
+/// synchronous float8 TP up to the ring's summation order. `kept` as
+/// all_gather_matmul's (the ring gathers x's float8 cast, no GEMM).
 std::vector<at::Tensor> float8_all_gather_matmul(const at::Tensor& x_shard, const std::vector<at::Tensor>& weights,
                                                  const std::vector<float8::Scaled>& weights_f8,
                                                  const dist::ProcessGroup* amax_group,
-                                                 const dist::ProcessGroup& group, const std::string& label = "");
+                                                 const dist::ProcessGroup& group, const std::string& label = "",
+                                                 const std::vector<at::Tensor>* kept = nullptr);
 
 /// @brief matmul_reduce_scatter for a float8 Linear: a and the weight in
 /// e4m3 (the weight's cast given, a's with the amax over `amax_group`),
 /// each chunk's partial a scaled_mm; backward passes the e5m2 output
-/// gradient round the ring.
+/// gradient round the ring. `kept` as matmul_reduce_scatter's (only a's
+/// float8 cast is made again).
 at::Tensor float8_matmul_reduce_scatter(const at::Tensor& a, const at::Tensor& weight, const float8::Scaled& weight_f8,
                                         const dist::ProcessGroup* amax_group, const dist::ProcessGroup& group,
-                                        const std::string& label = "");
+                                        const std::string& label = "", const at::Tensor* kept = nullptr);
 
 /// @brief Switches a module parallelised with sequence parallelism to the
 /// overlapped algorithms: every PrepareModuleInput(Shard(1) → Replicate)

@@ -56,21 +56,30 @@ const dist::ProcessGroup* amax_group_of(AutogradContext* ctx) {
 
 // The weights' e4m3 casts travel into forward as a pointer (a Function
 // takes no struct arguments); they are saved as tensors for backward.
+// `kept` (as AllGatherMatmulFn's): per-op activation checkpointing's outputs
+// of the first pass; the ring then gathers x's float8 cast (what backward
+// needs) and runs no GEMM.
 struct Float8AllGatherMatmulFn : torch::autograd::Function<Float8AllGatherMatmulFn> {
   static tensor_list forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weights, int64_t group,
-                             int64_t amax_group, int64_t casts, std::string label) {
+                             int64_t amax_group, int64_t casts, std::string label, int64_t kept) {
     const auto& g = detail::group_of(group);
     const auto& wq = *reinterpret_cast<const std::vector<Scaled>*>(casts);
     const Scaled xq = float8::scale_tensorwise(x, at::kFloat8_e4m3fn, reinterpret_cast<const dist::ProcessGroup*>(amax_group));
     const int64_t c = x.size(1);
     std::vector<at::Tensor> ys(weights.size());
-    for (size_t i = 0; i < weights.size(); ++i)
-      ys[i] = at::empty({x.size(0), g.size() * c, weights[i].size(0)}, x.options());
-    const at::Tensor gathered_q = detail::ring_all_gather(xq.data, g, label, [&](int64_t j, const at::Tensor& chunk) {
+    at::Tensor gathered_q;
+    if (kept) {
+      ys = *reinterpret_cast<const std::vector<at::Tensor>*>(kept);
+      gathered_q = detail::ring_all_gather(xq.data, g, label + " (gather only)", [](int64_t, const at::Tensor&) {});
+    } else {
       for (size_t i = 0; i < weights.size(); ++i)
-        ys[i].narrow(1, j * c, c).copy_(
-            chunk_mm(chunk, xq.scale, Scaled{wq[i].data.t(), wq[i].scale}, x.scalar_type(), /*fast_accum=*/true));
-    });
+        ys[i] = at::empty({x.size(0), g.size() * c, weights[i].size(0)}, x.options());
+      gathered_q = detail::ring_all_gather(xq.data, g, label, [&](int64_t j, const at::Tensor& chunk) {
+        for (size_t i = 0; i < weights.size(); ++i)
+          ys[i].narrow(1, j * c, c).copy_(
+              chunk_mm(chunk, xq.scale, Scaled{wq[i].data.t(), wq[i].scale}, x.scalar_type(), /*fast_accum=*/true));
+      });
+    }
     tensor_list saved{gathered_q, xq.scale};
     for (const Scaled& w : wq) {
       saved.push_back(w.data);
@@ -127,14 +136,16 @@ struct Float8AllGatherMatmulFn : torch::autograd::Function<Float8AllGatherMatmul
       const at::Tensor g2 = gq[i].data.reshape({b * s, gq[i].data.size(2)});
       out.push_back(float8::scaled_mm(Scaled{g2.t().contiguous(), gq[i].scale}, x_cols, w_dtype, /*fast_accum=*/false));
     }
-    for (int k = 0; k < 4; ++k) out.push_back(at::Tensor());  // group, amax_group, casts, label
+    for (int k = 0; k < 5; ++k) out.push_back(at::Tensor());  // group, amax_group, casts, label, kept
     return out;
   }
 };
 
+// `kept` (as MatmulReduceScatterFn's): the reduce-scattered output of the
+// first pass; only a's float8 cast (backward's) is made again.
 struct Float8MatmulReduceScatterFn : torch::autograd::Function<Float8MatmulReduceScatterFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& w, int64_t group,
-                            int64_t amax_group, int64_t cast, std::string label) {
+                            int64_t amax_group, int64_t cast, std::string label, int64_t kept) {
     const auto& g = detail::group_of(group);
     const Scaled& wq = *reinterpret_cast<const Scaled*>(cast);
     const int64_t s = a.size(1);
@@ -142,11 +153,13 @@ struct Float8MatmulReduceScatterFn : torch::autograd::Function<Float8MatmulReduc
     const int64_t c = s / g.size();
     const Scaled aq = float8::scale_tensorwise(a, at::kFloat8_e4m3fn, reinterpret_cast<const dist::ProcessGroup*>(amax_group));
     const Scaled w_t{wq.data.t(), wq.scale};
-    at::Tensor y = detail::ring_reduce_scatter(
-        [&](int64_t j) {
-          return chunk_mm(aq.data.narrow(1, j * c, c), aq.scale, w_t, a.scalar_type(), /*fast_accum=*/true);
-        },
-        g, label);
+    at::Tensor y = kept ? *reinterpret_cast<const at::Tensor*>(kept)
+                        : detail::ring_reduce_scatter(
+                              [&](int64_t j) {
+                                return chunk_mm(aq.data.narrow(1, j * c, c), aq.scale, w_t, a.scalar_type(),
+                                                /*fast_accum=*/true);
+                              },
+                              g, label);
     ctx->save_for_backward({aq.data, aq.scale, wq.data, wq.scale});
     ctx->saved_data["g"] = group;
     ctx->saved_data["amax_group"] = amax_group;
@@ -177,7 +190,7 @@ struct Float8MatmulReduceScatterFn : torch::autograd::Function<Float8MatmulReduc
     at::Tensor dw = float8::scaled_mm(Scaled{g2.t().contiguous(), gq.scale},
                                       Scaled{column_major(aq.data.reshape({b * s, k})), aq.scale}, w_dtype,
                                       /*fast_accum=*/false);
-    return {da, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {da, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -186,21 +199,25 @@ struct Float8MatmulReduceScatterFn : torch::autograd::Function<Float8MatmulReduc
 std::vector<at::Tensor> float8_all_gather_matmul(const at::Tensor& x_shard, const std::vector<at::Tensor>& weights,
                                                  const std::vector<float8::Scaled>& weights_f8,
                                                  const dist::ProcessGroup* amax_group,
-                                                 const dist::ProcessGroup& group, const std::string& label) {
+                                                 const dist::ProcessGroup& group, const std::string& label,
+                                                 const std::vector<at::Tensor>* kept) {
   TITAN_CHECK(x_shard.dim() == 3 && !weights.empty() && weights.size() == weights_f8.size(),
               "float8_all_gather_matmul: expected x [b, s/n, d] and one float8 cast per weight, got ", x_shard.sizes());
+  TITAN_CHECK(!kept || kept->size() == weights.size(), "float8_all_gather_matmul: ", kept ? kept->size() : 0,
+              " kept outputs for ", weights.size(), " weights");
   return Float8AllGatherMatmulFn::apply(x_shard.contiguous(), at::TensorList(weights), detail::handle_of(group),
                                         reinterpret_cast<int64_t>(amax_group), reinterpret_cast<int64_t>(&weights_f8),
-                                        label);
+                                        label, reinterpret_cast<int64_t>(kept));
 }
 
 at::Tensor float8_matmul_reduce_scatter(const at::Tensor& a, const at::Tensor& weight, const float8::Scaled& weight_f8,
                                         const dist::ProcessGroup* amax_group, const dist::ProcessGroup& group,
-                                        const std::string& label) {
+                                        const std::string& label, const at::Tensor* kept) {
   TITAN_CHECK(a.dim() == 3, "float8_matmul_reduce_scatter: expected a [b, s, k], got ", a.sizes());
   return Float8MatmulReduceScatterFn::apply(a.contiguous(), weight, detail::handle_of(group),
                                             reinterpret_cast<int64_t>(amax_group),
-                                            reinterpret_cast<int64_t>(&weight_f8), label);
+                                            reinterpret_cast<int64_t>(&weight_f8), label,
+                                            reinterpret_cast<int64_t>(kept));
 }
 
 }  // namespace titan::tp

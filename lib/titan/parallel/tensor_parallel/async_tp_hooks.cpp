@@ -81,11 +81,11 @@ struct AllGatherMatmulSite {
     TITAN_CHECK(w8.empty() || w8.size() == consumers.size(), "async TP with float8: ", label,
                 " feeds float8 and high-precision Linears from one all-gather; convert all of them or none "
                 "([float8] filter_fqns)");
-    // Per-op AC's recompute: gather only, the GEMMs' outputs are kept
-    // (float8 sites run their ring again: its casts and GEMMs are one).
-    const std::vector<at::Tensor> kept = w8.empty() ? kept_outputs() : std::vector<at::Tensor>{};
-    auto out = w8.empty() ? all_gather_matmul(x.contiguous(), ws, *group, label, kept.empty() ? nullptr : &kept)
-                          : float8_all_gather_matmul(x.contiguous(), ws, w8, amax_group, *group, label);
+    // Per-op AC's recompute: gather only, the GEMMs' outputs are kept.
+    const std::vector<at::Tensor> kept = kept_outputs();
+    const std::vector<at::Tensor>* k = kept.empty() ? nullptr : &kept;
+    auto out = w8.empty() ? all_gather_matmul(x.contiguous(), ws, *group, label, k)
+                          : float8_all_gather_matmul(x.contiguous(), ws, w8, amax_group, *group, label, k);
     outputs.assign(out.begin() + 1, out.end());
     return out[0];
   }
@@ -122,8 +122,7 @@ class AsyncColwiseHook : public ColwiseHook {
     return y;  // undefined (called outside its site's forward): the Linear computes it
   }
   // Per-op AC's recompute: the site's output again — the kept one, which
-  // the site's gather-only ring handed back with its backward (or, for a
-  // float8 site, the ring's recomputed one).
+  // the site's gather-only ring handed back with its backward.
   at::Tensor reuse_output(const at::Tensor& x, const at::Tensor& kept) override {
     (void)kept;
     return forward_override(x);
@@ -153,8 +152,7 @@ class AsyncRowwiseHook : public RowwiseHook {
     return y;
   }
   // Per-op AC's recompute: the kept, reduce-scattered output with the
-  // ring's backward, no GEMM and no transfer (a float8 Linear's ring runs
-  // again: its casts and GEMMs are one).
+  // ring's backward, no GEMM and no transfer.
   at::Tensor reuse_output(const at::Tensor& x, const at::Tensor& kept) override {
     at::Tensor y = ring(x, &kept);
     scattered_by_cache_ = true;
@@ -171,7 +169,7 @@ class AsyncRowwiseHook : public RowwiseHook {
   at::Tensor ring(const at::Tensor& x, const at::Tensor* kept) {
     const dist::ProcessGroup& g = *mesh->group(0);
     if (auto o = float8::float8_operands(*linear))
-      return float8_matmul_reduce_scatter(x.contiguous(), linear->weight, o->weight, o->amax_group, g, label_);
+      return float8_matmul_reduce_scatter(x.contiguous(), linear->weight, o->weight, o->amax_group, g, label_, kept);
     return matmul_reduce_scatter(x.contiguous(), linear->weight, g, label_, kept);
   }
 
