@@ -102,19 +102,25 @@ Diffs run(bool amax_over_group, titan::float8::Recipe recipe = titan::float8::Re
   return r;
 }
 
-TEST(Float8TensorParallel, ShardsQuantiseAsTheWholeLayer) {
-  const Diffs with = run(true);
-  const Diffs without = run(false);
+// Prints both runs' differences from the unsharded pair (relative to the
+// largest reference value); the group's must be within 1e-6, and the
+// per-shard one must show, or the test cannot tell them apart.
+void expect_pieces_scale_as_the_whole(const char* recipe, const Diffs& with, const Diffs& without) {
   if (world().rank() == 0) {
-    std::printf("[measured] float8 TP x%d, amax over the group: y %.2g, dx %.2g, dW %.2g\n", world().size(), with.y,
-                with.dx, with.dw);
-    std::printf("[measured] float8 TP x%d, per-shard amax:      y %.2g, dx %.2g, dW %.2g\n", world().size(),
-                without.y, without.dx, without.dw);
+    std::printf("[measured] float8 %s TP x%d, amaxes over the group: y %.2g, dx %.2g, dW %.2g\n", recipe,
+                world().size(), with.y, with.dx, with.dw);
+    std::printf("[measured] float8 %s TP x%d, per-shard amaxes:      y %.2g, dx %.2g, dW %.2g\n", recipe,
+                world().size(), without.y, without.dx, without.dw);
   }
-  EXPECT_LE(with.y, 1e-6);
-  EXPECT_LE(with.dx, 1e-6);
-  EXPECT_LE(with.dw, 1e-6);
-  if (world().size() > 1) EXPECT_GT(std::max({without.y, without.dx, without.dw}), 1e-4) << "the test cannot see scaling";
+  EXPECT_LE(with.y, 1e-6) << recipe;
+  EXPECT_LE(with.dx, 1e-6) << recipe;
+  EXPECT_LE(with.dw, 1e-6) << recipe;
+  if (world().size() > 1)
+    EXPECT_GT(std::max({without.y, without.dx, without.dw}), 1e-4) << recipe << ": the test cannot see scaling";
+}
+
+TEST(Float8TensorParallel, ShardsQuantiseAsTheWholeLayer) {
+  expect_pieces_scale_as_the_whole("tensorwise", run(true), run(false));
 }
 
 // The rowwise recipe under TP: only the amaxes taken along the dimension TP
@@ -132,18 +138,8 @@ TEST(Float8TensorParallel, ShardsQuantiseAsTheWholeLayer) {
 // per-shard y 0.43 and 0.52, dx 0.23 and 0.32 (dW 0: its casts run along
 // the tokens, which TP does not cut). Bound 1e-6, as the file's.
 TEST(Float8TensorParallel, RowwiseShardsQuantiseAsTheWholeLayer) {
-  const Diffs with = run(true, titan::float8::Recipe::Rowwise, /*skewed=*/true);
-  const Diffs without = run(false, titan::float8::Recipe::Rowwise, /*skewed=*/true);
-  if (world().rank() == 0) {
-    std::printf("[measured] float8 rowwise TP x%d, amaxes over the group: y %.2g, dx %.2g, dW %.2g\n", world().size(),
-                with.y, with.dx, with.dw);
-    std::printf("[measured] float8 rowwise TP x%d, per-shard amaxes:      y %.2g, dx %.2g, dW %.2g\n", world().size(),
-                without.y, without.dx, without.dw);
-  }
-  EXPECT_LE(with.y, 1e-6);
-  EXPECT_LE(with.dx, 1e-6);
-  EXPECT_LE(with.dw, 1e-6);
-  if (world().size() > 1) EXPECT_GT(std::max({without.y, without.dx, without.dw}), 1e-4) << "the test cannot see scaling";
+  expect_pieces_scale_as_the_whole("rowwise", run(true, titan::float8::Recipe::Rowwise, /*skewed=*/true),
+                                   run(false, titan::float8::Recipe::Rowwise, /*skewed=*/true));
 }
 
 // ---------------------------------------------------------------- async TP

@@ -320,6 +320,7 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
       // as their blocks finish.
       const bool early = cfg.optimizer.early_step_in_backward;
       const double head_stored = offload ? 0.0 : static_cast<double>(storage_bytes * root.output_and_norm_numel);
+      const double root_shard_grads = offload ? 0.0 : static_cast<double>(storage_bytes * root.shard_numel);
       // 1. Start of backward.
       Moment start;
       start.phase = "start of backward";
@@ -384,11 +385,11 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
       // With the step in backward only what waits for the root's reduction
       // is left: its unsharded gradients and, accumulated, its shard's and
       // the first block's.
-      if (early)
-        end.grads = fsdp ? head_grads + (accumulating ? static_cast<double>(offload ? 0 : storage_bytes * root.shard_numel) +
-                                                            (blocks.empty() ? 0.0 : local_grads(blocks.front()))
-                                                      : 0.0)
-                         : 0.0;
+      if (early) {
+        const double accumulated_waiting =
+            accumulating ? root_shard_grads + (blocks.empty() ? 0.0 : local_grads(blocks.front())) : 0.0;
+        end.grads = fsdp ? head_grads + accumulated_waiting : 0.0;
+      }
       end.gathered = root_gathered;
       if (fsdp) end.transient = static_cast<double>(reduce_bytes * root.gathered_numel);
       moments.push_back(end);

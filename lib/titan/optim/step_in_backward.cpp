@@ -47,8 +47,7 @@ struct StepInBackward::State {
   torch::optim::Optimizer* optimizer = nullptr;
   std::unordered_set<const c10::TensorImpl*> counted;  // what the norm counts
   bool armed = false;
-  int64_t stepped = 0;
-  std::unordered_set<const c10::TensorImpl*> stepped_now;  // in the armed backward
+  std::unordered_set<const c10::TensorImpl*> stepped;  // in the armed backward
   // Parameters whose AccumulateGrad is about to run with an undefined
   // gradient (seen by UndefinedGradientMark).
   std::unordered_set<const c10::TensorImpl*> arrived_undefined;
@@ -61,7 +60,7 @@ struct StepInBackward::State {
     // backward, before FSDP adds the reduced gradient and calls again.
     if (arrived_undefined.erase(param.unsafeGetTensorImpl()) > 0) return;
     if (!armed || !param.grad().defined()) return;
-    TITAN_INTERNAL_ASSERT(stepped_now.insert(param.unsafeGetTensorImpl()).second,
+    TITAN_INTERNAL_ASSERT(stepped.insert(param.unsafeGetTensorImpl()).second,
                           "StepInBackward: a parameter's gradient was final twice in one step");
     if (counted.count(param.unsafeGetTensorImpl())) {
       const at::Tensor p = grad_norm_partial({param}, 2.0);
@@ -71,7 +70,6 @@ struct StepInBackward::State {
     // Freed now: the point of stepping early (torchtitan's hook calls
     // zero_grad() on the parameter's optimizer the same way).
     param.mutable_grad() = at::Tensor();
-    ++stepped;
   }
 };
 
@@ -117,7 +115,7 @@ class UndefinedGradientMark : public torch::autograd::FunctionPreHook {
 
 StepInBackward::StepInBackward(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params,
                                const std::vector<at::Tensor>& norm_params)
-    : state_(std::make_shared<State>()), optimizer_(optimizer), params_(params) {
+    : state_(std::make_shared<State>()), params_(params) {
   state_->optimizer = &optimizer;
   for (const at::Tensor& p : norm_params.empty() ? params : norm_params)
     state_->counted.insert(p.unsafeGetTensorImpl());
@@ -139,7 +137,7 @@ StepInBackward::~StepInBackward() {
 
 void StepInBackward::arm(bool last) {
   std::lock_guard<std::mutex> lock(state_->mu);
-  if (!state_->armed && last) state_->stepped = 0, state_->stepped_now.clear();
+  if (!state_->armed && last) state_->stepped.clear();
   state_->armed = last;
 }
 
@@ -163,7 +161,7 @@ at::Tensor StepInBackward::finish(const std::vector<const dist::ProcessGroup*>& 
 
 int64_t StepInBackward::stepped_in_backward() const {
   std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->stepped;
+  return static_cast<int64_t>(state_->stepped.size());
 }
 
 }  // namespace titan::optim

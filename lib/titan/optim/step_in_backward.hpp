@@ -78,7 +78,6 @@ class StepInBackward {
 
  private:
   std::shared_ptr<State> state_;
-  torch::optim::Optimizer& optimizer_;
   std::vector<at::Tensor> params_;
 };
 

@@ -124,6 +124,7 @@ std::string describe_rank_ac(const std::vector<Transformer>& parts, const AcJobO
 ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelDims& dims, dist::DeviceMesh* mesh,
                                    const ParallelizeOptions& o, const std::vector<Transformer>* rank_parts = nullptr) {
   ParallelizedModel r;
+  const std::vector<Transformer> rank = rank_parts ? *rank_parts : std::vector<Transformer>{model};
   r.loss_fn = [chunked = model->args().fused_kernels](const at::Tensor& logits, const at::Tensor& labels) {
     return chunked ? ops::chunked_cross_entropy(logits, labels, ops::LossReduction::Sum)
                    : ops::cross_entropy(logits, labels, ops::LossReduction::Sum);
@@ -167,8 +168,7 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
     // Counted over this rank's stages: by the last stage's turn every one
     // of them is converted (parallelize_llama describes the rank by it).
     int64_t converted = 0;
-    for (const Transformer& part : rank_parts ? *rank_parts : std::vector<Transformer>{model})
-      converted += float8::count_float8_linears(*part.ptr());
+    for (const Transformer& part : rank) converted += float8::count_float8_linears(*part.ptr());
     f8_description = "float8 linear (" + std::to_string(converted) + " layers, " +
                      float8::to_string(o.float8.recipe) + " scaling";
     if (f8.emulate) f8_description += ", emulated GEMMs";
@@ -184,7 +184,7 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
     f8_description += ")";
   }
   apply_activation_checkpointing(model, o.ac);
-  const std::string ac_description = describe_rank_ac(rank_parts ? *rank_parts : std::vector<Transformer>{model}, o.ac);
+  const std::string ac_description = describe_rank_ac(rank, o.ac);
   if (dims.fsdp_enabled()) {
     TITAN_CHECK(mesh != nullptr, "parallelize_llama: ", dims.world_size, " ranks but no device mesh");
     // HSDP: replicate over dp_replicate, shard within dp_shard (a 2-D mesh,
