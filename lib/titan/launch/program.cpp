@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -85,6 +86,13 @@ std::optional<int> maybe_self_launch(int& argc, char** argv) {
 }
 
 int run_main(int argc, char** argv, const std::function<int(int, char**)>& body) {
+  // A write to a socket that a dead peer closed (Gloo's pairs, the
+  // rendezvous store) then fails with EPIPE, which the collective turns into
+  // an error naming the peer; at its default SIGPIPE would kill this rank
+  // with no word (a CI run lost Faults.ARankThatExitsMidRunIsNamed so: rank
+  // 0 ended on "Broken pipe"). Python, and so torchrun's ranks, ignore it
+  // from start-up.
+  std::signal(SIGPIPE, SIG_IGN);
   try {
     if (auto code = maybe_self_launch(argc, argv)) return *code;
     int rc = body(argc, argv);
