@@ -542,6 +542,29 @@ TEST(TrainerPipelineParallel, FsdpDdpAndTpInsideStagesMatchReference) {
   expect_matches_reference(c, "PP 2 x TP 2 (SP, loss parallel, Interleaved1F1B)", pp_model(true), kPpWeightTol);
 }
 
+// fsdp_reshard_after_forward = "always" under PP (torchtitan accepts it;
+// "default" keeps a stage's weights gathered over the step): every
+// micro-batch's forward frees its blocks' weights and the next forward or
+// backward gathers them into the same storage again, also between a
+// zero-bubble I and its W (which must find them) and with activation
+// checkpointing. Each layout trains as the one process.
+TEST(TrainerPipelineParallel, FsdpReshardingAfterEveryForwardMatchesReference) {
+  if (titan::testing::world().size() != 4) GTEST_SKIP() << "PP 2 x FSDP 2 needs 4 ranks";
+  titan::testing::ScratchDir dir("trainer_pp_reshard");
+  JobConfig c = base_config(dir);
+  c.training.steps = 3;
+  c.training.batch_size = 4;  // 4 micro-batches of 1 per rank
+  c.experimental.pipeline_parallel_degree = 2;
+  c.training.fsdp_reshard_after_forward = "always";
+  for (const char* s : {"1F1B", "InterleavedZeroBubble", "ZBVZeroBubble"}) {
+    c.experimental.pipeline_parallel_schedule = s;
+    expect_matches_reference(c, std::string("PP 2 x FSDP 2, reshard always (") + s + ")", pp_model(), kPpWeightTol);
+  }
+  c.activation_checkpoint.mode = "full";
+  c.experimental.pipeline_parallel_schedule = "Interleaved1F1B";
+  expect_matches_reference(c, "PP 2 x FSDP 2, reshard always, full AC (Interleaved1F1B)", pp_model(), kPpWeightTol);
+}
+
 // torchtitan's module_fqns_per_model_part: stages named module by module.
 // On 2 ranks an uneven cut (1 | 3 layers, 1F1B); on 4, PP 2 x FSDP 2 with 4
 // stages, the first holding only the embeddings (Interleaved1F1B). Each

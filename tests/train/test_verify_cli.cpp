@@ -112,6 +112,16 @@ TEST(VerifyCli, EveryModelledLayoutSendsWhatTheCountSays) {
           "--activation_checkpoint.mode selective --activation_checkpoint.selective_ac_option 2"},
       {4, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule InterleavedZeroBubble "
           "--training.tensor_parallel_degree 2 --activation_checkpoint.mode full"},
+      // FSDP's reshard after every forward under PP: a block gathers again
+      // for each backward that finds its weights freed (1F1B on 4
+      // micro-batches: 5 gathers a block on the first stage), and a
+      // zero-bubble forward between an I and its W keeps them.
+      {4, "--experimental.pipeline_parallel_degree 2 --training.fsdp_reshard_after_forward always "
+          "--training.batch_size 4"},
+      {4, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule InterleavedZeroBubble "
+          "--training.fsdp_reshard_after_forward always"},
+      {4, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule ZBVZeroBubble "
+          "--training.fsdp_reshard_after_forward always"},
   };
   for (const auto& [nproc, flags] : layouts) {
     auto r = run_command(verify_run(dir, nproc, flags));

@@ -288,9 +288,12 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
     std::vector<Moment> moments;
 
     if (pipelined) {
-      // Several micro-batches in flight per stage; every gradient already
-      // made (after the first backward), all blocks gathered (no reshard
-      // between micro-batches by default).
+      // Several micro-batches in flight per stage, after the first backward.
+      // Under FSDP each unit sums its micro-batches' gradients unsharded, in
+      // reduce dtype, until the step's last backward reduce-scatters them
+      // (the shards' own gradients come only then, after the peak); without
+      // FSDP every gradient is in .grad already.
+      double per_mb_all = 0;
       Moment m;
       m.phase = "steady state";
       for (int s : r.stages) {
@@ -300,14 +303,63 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
         const int64_t n = in_flight.count(s) ? in_flight.at(s) : 1;
         r.microbatches_in_flight = std::max(r.microbatches_in_flight, n);
         m.activations += per_mb * static_cast<double>(n);
+        per_mb_all = std::max(per_mb_all, per_mb);
       }
       m.activations += head_saved;
+      double unsynced = 0;
+      if (fsdp) {
+        unsynced = static_cast<double>(reduce_bytes * root.gathered_numel);
+        for (const Block& b : blocks) unsynced += static_cast<double>(reduce_bytes * b.unit.gathered_numel);
+      }
+      m.grads = fsdp ? unsynced : all_grads;
       m.gathered = root_gathered;
-      for (const Block& b : blocks) m.gathered += blocks_reshard ? 0.0 : gathered(b);
-      if (blocks_reshard && !blocks.empty()) m.gathered += gathered(blocks.back());
-      m.grads = all_grads + (fsdp ? head_grads : 0.0);
-      m.transient = std::max(head_transient, saved_block + flow);
-      moments.push_back(m);
+      if (!blocks_reshard) {
+        // Every block gathered from the first forward to the last backward.
+        for (const Block& b : blocks) m.gathered += gathered(b);
+        m.transient = std::max(head_transient, saved_block + flow);
+        moments.push_back(m);
+      } else {
+        // "always": a forward frees its block's weights, so a backward that
+        // starts on the in-flight micro-batches gathers them again, one
+        // block ahead (its own and the prefetched one, each with the
+        // gather's output buffer and send buffer).
+        double largest = 0, largest_shard = 0;
+        for (const Block& b : blocks) {
+          largest = std::max(largest, gathered(b));
+          largest_shard = std::max(largest_shard, static_cast<double>(param_bytes * b.unit.shard_numel));
+        }
+        m.gathered += 2 * largest;
+        m.transient = std::max(head_transient, saved_block + flow) + largest + largest_shard;
+        moments.push_back(m);
+        // A backward without gradient sync keeps the weights it gathered
+        // (torch's pipelining drives FSDP2 so): at its end every block is
+        // gathered again, one micro-batch fewer in flight.
+        Moment end = m;
+        end.phase = "end of a micro-batch's backward";
+        end.activations = m.activations - per_mb_all;
+        end.gathered = root_gathered;
+        for (const Block& b : blocks) end.gathered += gathered(b);
+        end.transient = flow;
+        moments.push_back(end);
+      }
+      if (fsdp) {
+        // The step's last backward (with gradient sync), on one micro-batch:
+        // each unit hands its summed gradients, plus this backward's, to
+        // its reduce-scatter (staged in reduce dtype; Gloo reduces a copy of
+        // the input as well) while the units before it still hold theirs.
+        double largest_unit = static_cast<double>(root.gathered_numel), largest_shard = 0;
+        for (const Block& b : blocks) {
+          largest_unit = std::max(largest_unit, static_cast<double>(b.unit.gathered_numel));
+          largest_shard = std::max(largest_shard, static_cast<double>(b.unit.shard_numel));
+        }
+        Moment last = m;
+        last.phase = "the step's last backward";
+        last.activations = per_mb_all + head_saved;
+        last.transient = flow + static_cast<double>(param_bytes) * largest_unit +
+                         static_cast<double>(reduce_bytes) * (largest_unit * (on_gpu ? 1 : 2) + largest_shard);
+        if (!blocks_reshard) last.gathered = moments.front().gathered;
+        moments.push_back(last);
+      }
     } else {
       // Gradient accumulation: the micro-steps after the first start with
       // every gradient already there.

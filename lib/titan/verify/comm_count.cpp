@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "titan/config/job_config.hpp"
 #include "titan/config/validate.hpp"
@@ -80,6 +81,7 @@ Layout layout_of(const config::JobConfig& cfg, const parallel::ParallelDims& d) 
 struct StagePart {
   int64_t first_block = 0, blocks = 0;
   bool has_embedding = true, has_output = true;  // the first / last stage
+  int stage = 0;                                 // its global stage index under PP
 };
 
 // Bytes of one block's weights as this rank's FSDP unit gathers them
@@ -146,6 +148,40 @@ StepComm measured_step_comm(int64_t step) {
   return out;
 }
 
+// All-gathers of one FSDP block unit of `stage` in one schedule step under
+// reshard_after_forward = "always": the unit gathers at a forward or a
+// backward that finds its weights freed; a forward frees them again unless a
+// backward of the unit has begun and not finished (a zero-bubble I before
+// its W); a backward without gradient sync keeps them for the next
+// micro-batch (fsdp/hooks.cpp).
+int64_t gathers_of_resharded_stage_block(const pp::RankActions& actions, int stage) {
+  bool gathered = false;
+  int begun = 0;
+  int64_t gathers = 0;
+  for (const pp::Action& a : actions) {
+    if (a.stage != stage) continue;
+    pp::ActionType type = a.type;
+    // The first stage's input (token ids) has no gradient: its I does
+    // nothing and its W is the whole backward (pipeline/stage.cpp).
+    if (stage == 0 && type == pp::ActionType::BackwardInput) continue;
+    if (stage == 0 && type == pp::ActionType::BackwardWeight) type = pp::ActionType::Backward;
+    switch (type) {
+      case pp::ActionType::Forward:
+        if (!gathered) ++gathers, gathered = true;
+        if (begun == 0) gathered = false;
+        break;
+      case pp::ActionType::Backward:
+      case pp::ActionType::BackwardInput:
+        if (!gathered) ++gathers, gathered = true;
+        if (type == pp::ActionType::BackwardInput) ++begun;
+        break;
+      case pp::ActionType::BackwardWeight: begun = std::max(0, begun - 1); break;
+      default: break;
+    }
+  }
+  return gathers;
+}
+
 ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::ParallelDims& dims,
                                 const models::llama3::ModelArgs& args, bool first_step) {
   ExpectedComm out;
@@ -186,7 +222,7 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
     stage_ids = plan.spec.stages_of_rank(0);
     for (int s : stage_ids) {
       const pp::LayerRange r = plan.layers[static_cast<size_t>(s)];
-      parts.push_back({r.begin, r.size(), s == 0, s + 1 == plan.spec.num_stages()});
+      parts.push_back({r.begin, r.size(), s == 0, s + 1 == plan.spec.num_stages(), s});
     }
   } else {
     parts.push_back({0, args.n_layers, true, true});
@@ -199,12 +235,18 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
     const int n = static_cast<int>(l.fsdp_n);
     const std::string& policy = cfg.training.fsdp_reshard_after_forward;
     const double block = block_unit_bytes(args, l);
+    std::map<int, int64_t> resharded_gathers;  // per stage of this rank, under PP with "always"
+    if (dims.pp_enabled() && policy == "always") {
+      const pp::RankActions actions = plan.actions().front();
+      for (int stage : stage_ids) resharded_gathers[stage] = gathers_of_resharded_stage_block(actions, stage);
+    }
     for (const StagePart& s : parts) {
       const double root = root_unit_bytes(args, l, s);
       int64_t block_gathers = 0;
       for (int64_t b = s.first_block; b < s.first_block + s.blocks; ++b) {
         if (dims.pp_enabled()) {
-          block_gathers += schedule_steps;  // gathered once, kept over the micro-batches
+          // "default" and "never": gathered once, kept over the micro-batches.
+          block_gathers += schedule_steps * (policy == "always" ? resharded_gathers.at(s.stage) : 1);
         } else {
           const bool freed = recomputed[static_cast<size_t>(b)] || policy == "always" ||
                              (policy == "default" && b + 1 < args.n_layers);

@@ -94,9 +94,6 @@ ParallelizeOptions parallelize_options(const config::JobConfig& cfg, const paral
     // Activation checkpointing goes with every schedule: under a
     // zero-bubble one a checkpointed block's recompute is split too, its
     // weights' gradients left for the W step (ops/input_gradient_split.hpp).
-    TITAN_CHECK(!dims.fsdp_enabled() || o.fsdp.reshard != ReshardAfterForward::Always,
-                "[training] fsdp_reshard_after_forward = \"always\" does not work with pipeline parallelism: the "
-                "micro-batches in flight share each stage's unsharded weights (use \"default\" or \"never\")");
   }
   return o;
 }

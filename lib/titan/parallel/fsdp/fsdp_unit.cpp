@@ -258,6 +258,7 @@ void FsdpUnit::release_full() {
   full_.clear();
   sharded_state_ = ShardedState::Sharded;
   graphs_in_flight_ = 0;
+  backwards_begun_ = 0;
 }
 
 // ------------------------------------------------- gradient reductions in flight

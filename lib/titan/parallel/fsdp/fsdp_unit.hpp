@@ -294,6 +294,9 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
   // and they all share one set of full parameters (FSDP2 with
   // reshard_after_forward=False does the same), released after the last.
   int graphs_in_flight_ = 0;
+  // Backwards whose PreBackward ran and whose UnshardBackward has not: the
+  // weights stay gathered for them (a zero-bubble schedule's W step).
+  int backwards_begun_ = 0;
   // The shards' version counters when full_ was gathered: the full
   // parameters may be reused only while the shards are unchanged (an
   // optimizer step bumps them).

@@ -29,6 +29,8 @@
 //    prefetched.
 
 #include <ATen/ATen.h>
+
+#include <algorithm>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
@@ -75,9 +77,6 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
   // Activation checkpointing's first pass: backward will run this forward
   // again, so the unit's backward needs a gather (pre_backward prefetches it).
   awaits_recompute_ = ops::in_checkpointed_forward();
-  // Backward releases the full parameters, so any still here come from a
-  // forward whose backward never ran (a discarded graph): the shards may have
-  // changed since, start from them.
   // Another micro-batch's forward while earlier ones still wait for their
   // backward (pipeline schedules): their graphs saved these very full
   // parameters, so they are shared, not freed and gathered again — valid
@@ -86,13 +85,17 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
   // of the step reuses what it gathered.
   const bool reuse = sharded_state_ == ShardedState::Unsharded &&
                      (graphs_in_flight_ > 0 || holds_unsynced_gradients()) && shards_unchanged();
-  TITAN_CHECK(reuse || sharded_state_ != ShardedState::ShardedPostForward || graphs_in_flight_ == 0 ||
-                  !shards_unchanged(),
-              "FSDP unit ", name_,
-              ": a second forward before the first one's backward, with the parameters resharded after forward: "
-              "pipeline micro-batches need reshard_after_forward = false ([training] fsdp_reshard_after_forward "
-              "\"default\" or \"never\" with pipeline parallelism)");
-  if (!reuse) {
+  // The same under reshard_after_forward: the earlier forwards freed the
+  // storage their graphs saved, and this one gathers into that very storage
+  // again (as their backwards will), so every graph in flight keeps seeing
+  // one set of full parameters. FSDP2 under torch's pipelining with
+  // reshard_after_forward=True gathers once per micro-batch forward alike.
+  const bool refill = sharded_state_ == ShardedState::ShardedPostForward &&
+                      (graphs_in_flight_ > 0 || holds_unsynced_gradients()) && shards_unchanged();
+  if (refill) {
+    unshard();
+    if (next_forward && !ops::in_recompute()) next_forward->issue_all_gather(/*prefetch=*/true);
+  } else if (!reuse) {
     // Backward releases the full parameters, so any still here come from a
     // forward whose backward never ran (a discarded graph): the shards may
     // have changed since, start from them.
@@ -165,8 +168,13 @@ at::Tensor FsdpUnit::post_forward(const at::Tensor& output) {
     return output;
   }
   // A recompute (activation checkpointing) is followed at once by this
-  // unit's backward: keep the gathered weights for it.
-  if (options_.reshard_after_forward && !is_root && !ops::in_recompute()) free_full_storage();
+  // unit's backward: keep the gathered weights for it. So is a backward
+  // that has begun and not finished: a zero-bubble schedule runs another
+  // micro-batch's forward between a backward's input-gradient half and its
+  // weight-gradient half, which may read the weights (RMSNorm's fused
+  // backward node computes both).
+  if (options_.reshard_after_forward && !is_root && !ops::in_recompute() && backwards_begun_ == 0)
+    free_full_storage();
   auto node = std::shared_ptr<PreBackward>(new PreBackward(), torch::autograd::deleteNode);
   node->unit = shared_from_this();
   node->set_next_edges(torch::autograd::collect_next_edges(output));
@@ -178,6 +186,7 @@ at::Tensor FsdpUnit::post_forward(const at::Tensor& output) {
 void FsdpUnit::pre_backward() {
   const double t0 = event_clock_us();
   training_state_ = TrainingState::PreBackward;
+  ++backwards_begun_;
   if (sharded_state_ == ShardedState::ShardedPostForward) unshard();  // refill the storage the graph saved
   // The unit before this one in forward order needs its weights next:
   // resharded after forward (its graph saved the full parameters), or
@@ -200,6 +209,7 @@ void FsdpUnit::post_backward(const std::vector<at::Tensor>& full_grads) {
   comm_->record_event({name_, "backward", backward_start_us_ > 0 ? backward_start_us_ : t, t, false});
   backward_start_us_ = 0;
   --graphs_in_flight_;
+  backwards_begun_ = std::max(0, backwards_begun_ - 1);  // 0 when no PreBackward ran (an output without gradient)
   training_state_ = TrainingState::PostBackward;
   // Idle again when this backward ends (FSDP2 resets every state in its
   // final callback). Weak: a unit dropped meanwhile needs nothing.
