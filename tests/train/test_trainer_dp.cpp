@@ -161,6 +161,7 @@ void expect_matches_reference(JobConfig cfg, const std::string& what,
   ref_cfg.training.data_parallel_shard_degree = -1;
   ref_cfg.training.tensor_parallel_degree = 1;
   ref_cfg.training.enable_loss_parallel = false;
+  ref_cfg.training.enable_async_tensor_parallel = false;  // no TP to overlap in one process
   ref_cfg.experimental.pipeline_parallel_degree = 1;
   ref_cfg.training.context_parallel_degree = 1;
   if (adjust_reference) adjust_reference(ref_cfg);
@@ -540,6 +541,30 @@ TEST(TrainerPipelineParallel, FsdpDdpAndTpInsideStagesMatchReference) {
   c.experimental.pipeline_parallel_schedule = "Interleaved1F1B";
   c.training.steps = 5;  // this model needs a few more steps to start learning
   expect_matches_reference(c, "PP 2 x TP 2 (SP, loss parallel, Interleaved1F1B)", pp_model(true), kPpWeightTol);
+}
+
+// A zero-bubble W step runs each boundary node's backward again for its
+// weights, and async TP's nodes run their rings (P2P over the TP group)
+// inside it: every TP rank must run them in one order. They ran in a
+// pointer-hashed order until 2026-12-06, pairing different layers' rings
+// across the ranks: the weights came out wrong by up to 1.6e-3 after one
+// step with nothing reported. Also float8 (its casts' amax all-reduce over
+// TP inside the same nodes).
+TEST(TrainerPipelineParallel, AsyncTpInsideZeroBubbleStagesMatchesReference) {
+  if (titan::testing::world().size() != 4) GTEST_SKIP() << "PP 2 x TP 2 needs 4 ranks";
+  titan::testing::ScratchDir dir("trainer_pp_async_tp");
+  JobConfig c = base_config(dir);
+  c.training.steps = 5;  // this model needs a few more steps to start learning
+  c.training.batch_size = 2;
+  c.experimental.pipeline_parallel_degree = 2;
+  c.training.data_parallel_shard_degree = 1;
+  c.training.tensor_parallel_degree = 2;
+  c.training.enable_sequence_parallel = true;
+  c.training.enable_async_tensor_parallel = true;
+  for (const char* s : {"ZBVZeroBubble", "InterleavedZeroBubble"}) {
+    c.experimental.pipeline_parallel_schedule = s;
+    expect_matches_reference(c, std::string("PP 2 x async TP 2 (") + s + ")", pp_model(true), kPpWeightTol);
+  }
 }
 
 // fsdp_reshard_after_forward = "always" under PP (torchtitan accepts it;

@@ -95,7 +95,9 @@ std::string apply_tp(Transformer& model, const dist::DeviceMesh& tp_mesh, const 
     present.push_back(std::move(entry));
   }
   tp::parallelize_module(*model, tp_mesh, present);
-  if (options.async_tp) tp::enable_async_tp(*model);
+  // A pipeline stage without blocks (the embeddings alone, or the norm and
+  // output) has no all-gather -> matmul or matmul -> reduce-scatter to fuse.
+  if (options.async_tp && model->layers->size() > 0) tp::enable_async_tp(*model);
   return "TP over " + std::to_string(tp_mesh.size(0)) + " ranks (" +
          (options.sequence_parallel ? "sequence parallel" : "no sequence parallel") +
          (options.loss_parallel ? ", loss parallel" : "") + (options.async_tp ? ", async" : "") + ")";

@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <memory>
+#include <algorithm>
 #include <unordered_map>
 #include <utility>
 
@@ -103,6 +104,14 @@ SplitBackward::SplitBackward(const at::Tensor& target, const at::Tensor& input) 
     node->add_pre_hook(std::make_unique<KeepGradients>(b.grads));
     s_->boundaries.push_back(std::move(b));
   }
+  // W runs them in this order, and some run collectives inside (async TP's
+  // rings, float8's amax all-reduces under TP): every rank of such a group
+  // must run them in the same order, which the map's (pointer-hashed) order
+  // is not. Creation order is: the same forward on every rank makes its
+  // nodes in the same order. Latest first, as a backward meets them.
+  std::sort(s_->boundaries.begin(), s_->boundaries.end(), [](const State::Boundary& a, const State::Boundary& b) {
+    return a.node->sequence_nr() > b.node->sequence_nr();
+  });
 }
 
 SplitBackward::~SplitBackward() = default;
