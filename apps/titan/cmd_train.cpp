@@ -9,10 +9,28 @@
 #include "commands.hpp"
 #include "titan/config/config.hpp"
 #include "titan/launch/program.hpp"
+#include "titan/dist/launch_env.hpp"
+#include "titan/train/device.hpp"
+#include "titan/train/job_layout.hpp"
 #include "titan/train/trainer.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::cli {
+
+// `--nproc N`: the config is read and the layout worked out once, here in
+// the launcher, before any rank starts; a bad one is one line (each rank
+// would print the same line, and ranks that fail apart make the launcher
+// name the first as the failure). The ranks check again (torchrun starts
+// them without this launcher).
+static void check_before_launch(int argc, char** argv, int nproc) {
+  std::vector<std::string> own;
+  const config::JobConfig cfg = config::parse_job_config(argc, argv, 2, &own);
+  if (!own.empty()) return;  // --help, or an argument the ranks will refuse
+  dist::LaunchEnv env;
+  env.world_size = nproc;
+  env.local_world_size = nproc;
+  train::plan_job_layout(cfg, nproc, train::resolve_device(cfg.training.device, env));
+}
 
 static int cmd_train(int argc, char** argv) {
   return run_main(argc, argv, [](int argc, char** argv) {
@@ -35,7 +53,7 @@ static int cmd_train(int argc, char** argv) {
     train::TrainSummary summary = trainer.train();
     // 128 + SIGINT, the shell's code for a run ended by Ctrl-C.
     return summary.interrupted ? 130 : 0;
-  });
+  }, check_before_launch);
 }
 
 TITAN_COMMAND("train", cmd_train, "train a Llama 3 model from a TOML config, on one rank or N (--nproc N, torchrun, srun)");

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -300,6 +301,34 @@ TEST(TrainCli, EarlyStepInBackwardTrainsAndRefusesPipelinesAndDdp) {
                          " --parallelism.data_parallel_replicate_degree 2 --parallelism.data_parallel_shard_degree 1");
   EXPECT_EQ(ddp.exit_code, 1) << ddp.output;
   EXPECT_HAS(ddp.output, "[optimizer] early_step_in_backward with DDP is not supported");
+}
+
+// `--nproc N` works the layout out in the launcher before starting any
+// rank: a bad config is one line from one process (it was the same line
+// from each of the N ranks, then the launcher's line naming rank 0), and no
+// rank starts.
+TEST(TrainCli, ABadConfigUnderNprocIsOneLineFromTheLauncher) {
+  ScratchDir dir("train_cli_nproc_bad");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--training.tensor_parallel_degree 3", "4 ranks do not divide by dp_replicate*cp*tp*pp = 3"},
+      {"--parallelism.context_parallel_load_balancer none",
+       "context_parallel_load_balancer = \"none\" is not valid: expected one of \"headtail\", \"contiguous\""},
+      {"--optimizer.early_step_in_backward --parallelism.pipeline_parallel_degree 2",
+       "[optimizer] early_step_in_backward with pipeline parallelism is not supported"},
+  };
+  for (const auto& [flags, message] : cases) {
+    auto r = run_command(debug_run(dir) + " --nproc 4 " + flags);
+    EXPECT_EQ(r.exit_code, 1) << flags << "\n" << r.output;
+    EXPECT_HAS(r.output, "error: ");
+    EXPECT_HAS(r.output, message);
+    int error_lines = 0;
+    std::istringstream in(r.output);
+    for (std::string line; std::getline(in, line);) error_lines += line.find("error") != std::string::npos;
+    EXPECT_EQ(error_lines, 1) << flags << ": one line\n" << r.output;
+    EXPECT_EQ(r.output.find("[rank"), std::string::npos) << flags << ": no rank started\n" << r.output;
+    EXPECT_EQ(r.output.find("titan run:"), std::string::npos) << flags << "\n" << r.output;
+    std::printf("%s\n  -> %s", flags.c_str(), r.output.c_str());
+  }
 }
 
 TEST(TrainCli, TensorParallelDegreeThatDoesNotDivideTheHeadsIsOneLine) {

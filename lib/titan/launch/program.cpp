@@ -67,7 +67,8 @@ std::string error_message(const std::exception& e) {
   return what.substr(0, what.find('\n'));
 }
 
-std::optional<int> maybe_self_launch(int& argc, char** argv) {
+std::optional<int> maybe_self_launch(int& argc, char** argv,
+                                     const std::function<void(int, char**, int)>& before_launch) {
   auto nproc = take_flag(argc, argv, "--nproc");
   auto port = take_flag(argc, argv, "--master-port");
   if (!nproc) return std::nullopt;
@@ -77,6 +78,7 @@ std::optional<int> maybe_self_launch(int& argc, char** argv) {
     TITAN_CHECK(std::atoi(world) == n, "--nproc ", n, " but the launcher started WORLD_SIZE=", world);
     return std::nullopt;
   }
+  if (before_launch) before_launch(argc, argv, n);
   launch::LaunchOptions opts;
   opts.nproc = n;
   opts.master_port = port ? to_positive(*port, "--master-port") : 0;
@@ -85,7 +87,8 @@ std::optional<int> maybe_self_launch(int& argc, char** argv) {
   return launch::launch_local(opts);
 }
 
-int run_main(int argc, char** argv, const std::function<int(int, char**)>& body) {
+int run_main(int argc, char** argv, const std::function<int(int, char**)>& body,
+             const std::function<void(int, char**, int)>& before_launch) {
   // A write to a socket that a dead peer closed (Gloo's pairs, the
   // rendezvous store) then fails with EPIPE, which the collective turns into
   // an error naming the peer; at its default SIGPIPE would kill this rank
@@ -94,7 +97,7 @@ int run_main(int argc, char** argv, const std::function<int(int, char**)>& body)
   // from start-up.
   std::signal(SIGPIPE, SIG_IGN);
   try {
-    if (auto code = maybe_self_launch(argc, argv)) return *code;
+    if (auto code = maybe_self_launch(argc, argv, before_launch)) return *code;
     int rc = body(argc, argv);
     dist::shutdown();
     return rc;

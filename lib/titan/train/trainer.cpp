@@ -42,6 +42,7 @@
 #include "titan/train/determinism.hpp"
 #include "titan/train/device.hpp"
 #include "titan/train/host_memory_check.hpp"
+#include "titan/train/job_layout.hpp"
 #include "titan/train/stop_signal.hpp"
 #include "titan/train/train_step.hpp"
 #include "titan/train/validator.hpp"
@@ -96,16 +97,16 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   const bool single = options_.single_process.has_value();
   const dist::LaunchEnv env = single ? dist::LaunchEnv{} : dist::read_launch_env();
   rank_ = env.rank;
-  config::check_supported(cfg_, env.world_size);
-  dims_ = parallel::ParallelDims::from_config(cfg_, env.world_size);
-  if (cfg_.checkpoint.create_seed_checkpoint) {
-    TITAN_CHECK(cfg_.checkpoint.enable_checkpoint,
-                "[checkpoint] create_seed_checkpoint needs [checkpoint] enable_checkpoint = true");
-    TITAN_CHECK(env.world_size == 1, "[checkpoint] create_seed_checkpoint runs on one process (the seed holds whole, "
-                "unsharded weights), not under WORLD_SIZE=", env.world_size);
-  }
-  plan_ = config::plan_batches(cfg_, single ? options_.single_process->degree : dims_.dp_degree());
   device_ = resolve_device(cfg_.training.device, env);
+  // The layout, the batches, the model's shape and every parallelism's
+  // options, read and checked once (a bad layout fails here, before the job
+  // starts; `titan train --nproc N` ran the same in its launcher).
+  JobLayout layout = plan_job_layout(cfg_, env.world_size, device_, options_.model_args,
+                                     single ? std::optional<int64_t>(options_.single_process->degree) : std::nullopt);
+  dims_ = layout.dims;
+  plan_ = layout.batches;
+  args_ = layout.args;
+  parallelize_options_ = std::move(layout.parallelize);
   // Float8 GEMMs need float8 tensor cores (or emulation): refused here, in
   // one line, rather than deep in cuBLAS at the first forward.
   if (cfg_.float8.enable_float8_linear && device_.is_cuda()) {
@@ -117,10 +118,6 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // Mixed precision without FSDP: torchtitan's AMP for one device and DDP.
   autocast_ = autocast_dtype(dims_, cfg_.training.mixed_precision_param, device_, options_.autocast_on_cpu);
 
-  args_ = build_model_args(cfg_, options_.model_args, device_);
-  // Every parallelism's options, read and checked once (a bad layout fails
-  // here, before the job starts).
-  parallelize_options_ = models::llama3::parallelize_options(cfg_, dims_, args_, plan_.local_batch);
   // A CPU job over the host's memory would be killed by the kernel without
   // a word, or swap for hours: refuse it now (a reference run is a test's).
   // An init-only run (steps 0, a seed checkpoint) holds its parameter shards,

@@ -1,0 +1,43 @@
+#pragma once
+/// @file
+/// @brief What a job's config makes of its ranks, worked out and checked
+/// before any of them starts: the parallel layout, the batches, the model's
+/// shape and every parallelism's options. The trainer builds on it, and
+/// `titan train --nproc N` runs it once in the launcher, so that a bad
+/// config is one line from one process rather than the same line from
+/// every rank.
+
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "titan/config/job_config.hpp"
+#include "titan/config/validate.hpp"
+#include "titan/models/llama3/model_args.hpp"
+#include "titan/models/llama3/parallelize_options.hpp"
+#include "titan/parallel/parallel_dims.hpp"
+
+namespace titan::train {
+
+/// @brief A job's layout on its world, as the trainer will build it.
+struct JobLayout {
+  parallel::ParallelDims dims;                 ///< the mesh's degrees
+  config::BatchPlan batches;                   ///< local / global batch, accumulation steps
+  models::llama3::ModelArgs args;              ///< the model's shape
+  models::llama3::ParallelizeOptions parallelize;  ///< every parallelism's options, read and checked
+};
+
+/// @brief The layout of `cfg` on `world_size` ranks computing on `device`
+/// (`model_args`: a test's model instead of [model] flavor's;
+/// `batch_dp_degree`: the data-parallel degree the batches are cut for,
+/// when not the layout's own, as a single-process reference reads a
+/// parallel job's batches). Throws titan::Error, one line, for anything
+/// the config, the world size or the device cannot do: an unsupported
+/// key, degrees that do not multiply to the world, batches that do not
+/// divide, a layout a parallelism refuses.
+JobLayout plan_job_layout(const config::JobConfig& cfg, int64_t world_size, c10::Device device,
+                          const std::optional<models::llama3::ModelArgs>& model_args = std::nullopt,
+                          std::optional<int64_t> batch_dp_degree = std::nullopt);
+
+}  // namespace titan::train
