@@ -43,6 +43,7 @@ BlockActivations block_activations(const models::llama3::ModelArgs& args, const 
   // reduction), w1's and w3's.
   b.kept_op = b.kept_full + a * (q_dim + 2 * kv_dim) / t + 2 * a * d + 2 * a * f / t;
   b.grad_transient = a * (stream + f / t);
+  b.weight_step_gradients = a * ((q_dim + 2 * kv_dim) / t + d + 2 * f / t + d + 2 * stream);
   return b;
 }
 
@@ -58,6 +59,7 @@ HeadActivations head_activations(const models::llama3::ModelArgs& args, const Ac
 
   HeadActivations h;
   h.stage_input = a * stream;
+  h.weight_step_gradients = a * (v / t + stream);  // the output projection's own V/t, the final norm's
   const double final_norm =
       (layout.fused_norm ? 0.0 : a * stream) + (layout.sequence_parallel ? kFp32 / t : kFp32) + a * d;
   // Loss parallelism has its own loss (op by op, whatever fused_kernels says).

@@ -61,6 +61,10 @@ struct BlockActivations {
   double kept_full = 0;     ///< checkpointed (full / selective N): the block's output only
   double kept_op = 0;       ///< per-op SAC: the output plus the 7 matmul outputs
   double grad_transient = 0;  ///< gradients alive inside its backward: the incoming one (D) and one F-sized
+  /// a zero-bubble schedule's split backward: the output gradients its
+  /// weight-bearing nodes received in I, kept for W (each linear's output,
+  /// wo's and w2's whole D, the two norms' on the stream's tokens)
+  double weight_step_gradients = 0;
 };
 
 /// @brief Bytes per token of the model's ends.
@@ -68,6 +72,9 @@ struct HeadActivations {
   double stage_input = 0;  ///< the first block's input: the embeddings' output or the received activations
   double saved = 0;        ///< final norm, logits, their fp32 copy, log_softmax's output
   double transient = 0;    ///< the logits' gradient at the start of backward (fp32)
+  /// the last stage's share of BlockActivations::weight_step_gradients:
+  /// the output projection's gradient (V/t) and the final norm's
+  double weight_step_gradients = 0;
 };
 
 /// @brief What one block keeps (see the table in the file comment).

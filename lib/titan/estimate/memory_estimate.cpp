@@ -96,6 +96,19 @@ RootShare root_share(const ModelArgs& args, const UnitBytes& root, int64_t tp, i
 
 // The most micro-batches whose forward ran and whose backward has not, per
 // stage, in the schedule's own order of actions.
+// Per stage, the most micro-batches between their I and their W at once
+// (a zero-bubble schedule's split backward; the first stage's I does
+// nothing, its W is the whole backward: none there).
+std::map<int, int64_t> microbatches_awaiting_weight_step(const pp::RankActions& actions) {
+  std::map<int, int64_t> live, most;
+  for (const pp::Action& a : actions) {
+    if (a.stage == 0) continue;
+    if (a.type == pp::ActionType::BackwardInput) most[a.stage] = std::max(most[a.stage], ++live[a.stage]);
+    if (a.type == pp::ActionType::BackwardWeight) --live[a.stage];
+  }
+  return most;
+}
+
 std::map<int, int64_t> microbatches_in_flight(const pp::RankActions& actions) {
   std::map<int, int64_t> live, most;
   for (const pp::Action& a : actions) {
@@ -218,6 +231,8 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
     r.stages = pipelined ? spec.stages_of_rank(pr) : std::vector<int>{0};
     const std::map<int, int64_t> in_flight =
         pipelined ? microbatches_in_flight(actions.at(static_cast<size_t>(pr))) : std::map<int, int64_t>{{0, 1}};
+    const std::map<int, int64_t> awaiting_w =
+        pipelined ? microbatches_awaiting_weight_step(actions.at(static_cast<size_t>(pr))) : std::map<int, int64_t>{};
 
     // Units this rank holds, in forward order, and the root's share.
     struct Block {
@@ -304,6 +319,13 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
         r.microbatches_in_flight = std::max(r.microbatches_in_flight, n);
         m.activations += per_mb * static_cast<double>(n);
         per_mb_all = std::max(per_mb_all, per_mb);
+        // Zero bubble: what each micro-batch's I left for its W.
+        if (awaiting_w.count(s)) {
+          double kept_for_w = s == num_stages - 1 ? head.weight_step_gradients * tokens : 0.0;
+          for (const Block& b : blocks)
+            if (b.stage == s) kept_for_w += block.weight_step_gradients * tokens;
+          m.activations += kept_for_w * static_cast<double>(awaiting_w.at(s));
+        }
       }
       m.activations += head_saved;
       double unsynced = 0;
