@@ -32,9 +32,15 @@
 /// all-gathers and reduce-scatters overlap as without checkpointing.
 ///
 /// The root never reshards after forward (its output layer's backward comes
-/// first), and neither does any unit under a pipeline schedule or
-/// reshard_after_forward = false: they stay Unsharded from forward to the
-/// end of their last backward. A forward without autograd releases at once.
+/// first), and neither does a unit with reshard_after_forward = false (a
+/// pipeline's default): it stays Unsharded from forward to the end of its
+/// last backward. Under a pipeline schedule with reshard_after_forward on,
+/// several micro-batches' graphs share one set of full parameters: each
+/// forward gathers into the storage the others saved and frees it again,
+/// except while a backward of the unit has begun and not ended (a
+/// zero-bubble I before its W), and a backward without gradient sync keeps
+/// what it gathered for the next micro-batch. A forward without autograd
+/// releases at once.
 ///
 /// Gradient reduction is asynchronous, as in FSDP2: unit k's reduce-scatter
 /// runs while unit k−1 computes its backward. At most one reduce-scatter is
