@@ -6,13 +6,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
 #include "titan/config/config.hpp"
+#include "titan/dist/launch_env.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/launch/program.hpp"
+#include "titan/train/device.hpp"
+#include "titan/train/job_layout.hpp"
 #include "titan/util/error.hpp"
 #include "titan/util/strprintf.hpp"
 #include "titan/verify/layout_check.hpp"
@@ -61,34 +65,55 @@ std::string divergence(const verify::LayoutCheckStep& s, const verify::LayoutChe
       static_cast<long long>(s.step), s.grad_norm, s.ref_grad_norm, s.grad_norm_rel, r.rel_bound());
 }
 
+// verify's own flags (--steps, --flavor, --rtol, --wtol); nullopt for --help.
+std::optional<verify::LayoutCheckOptions> parse_options(const std::vector<std::string>& own) {
+  verify::LayoutCheckOptions o;
+  for (size_t i = 0; i < own.size(); ++i) {
+    const std::string& a = own[i];
+    if (a == "--help" || a == "-h") return std::nullopt;
+    if (a == "--steps") {
+      const double steps = number(a, value_of(own, i));
+      TITAN_CHECK(steps >= 1 && steps == static_cast<double>(static_cast<int64_t>(steps)),
+                  "titan verify: --steps takes a whole number of at least 1, got ", own[i]);
+      o.steps = static_cast<int64_t>(steps);
+    } else if (a == "--flavor") {
+      const std::string& f = value_of(own, i);
+      o.flavor = f == "config" ? "" : f;
+    } else if (a == "--rtol") {
+      o.rel_tol = number(a, value_of(own, i));
+    } else if (a == "--wtol") {
+      o.weight_tol = number(a, value_of(own, i));
+    } else {
+      throw Error("titan verify: unexpected argument '" + a + "' (see titan verify --help)");
+    }
+  }
+  return o;
+}
+
+// `--nproc N`: the layout the ranks will train, worked out once here before
+// any starts (as `titan train` does), so that a bad config is one line.
+void check_before_launch(int argc, char** argv, int nproc) {
+  std::vector<std::string> own;
+  const config::JobConfig cfg = config::parse_job_config(argc, argv, 2, &own);
+  const std::optional<verify::LayoutCheckOptions> o = parse_options(own);
+  if (!o) return;
+  const config::JobConfig checked = verify::layout_check_config(cfg, *o);
+  dist::LaunchEnv env;
+  env.world_size = nproc;
+  env.local_world_size = nproc;
+  train::plan_job_layout(checked, nproc, train::resolve_device(checked.training.device, env));
+}
+
 int cmd_verify(int argc, char** argv) {
   return run_main(argc, argv, [](int argc, char** argv) {
     std::vector<std::string> own;
     config::JobConfig cfg = config::parse_job_config(argc, argv, 2, &own);
-    verify::LayoutCheckOptions o;
-    for (size_t i = 0; i < own.size(); ++i) {
-      const std::string& a = own[i];
-      if (a == "--help" || a == "-h") {
-        print_help();
-        return 0;
-      }
-      if (a == "--steps") {
-        const double steps = number(a, value_of(own, i));
-        TITAN_CHECK(steps >= 1 && steps == static_cast<double>(static_cast<int64_t>(steps)),
-                    "titan verify: --steps takes a whole number of at least 1, got ", own[i]);
-        o.steps = static_cast<int64_t>(steps);
-      } else if (a == "--flavor") {
-        const std::string& f = value_of(own, i);
-        o.flavor = f == "config" ? "" : f;
-      } else if (a == "--rtol") {
-        o.rel_tol = number(a, value_of(own, i));
-      } else if (a == "--wtol") {
-        o.weight_tol = number(a, value_of(own, i));
-      } else {
-        throw Error("titan verify: unexpected argument '" + a + "' (see titan verify --help)");
-      }
+    const std::optional<verify::LayoutCheckOptions> o = parse_options(own);
+    if (!o) {
+      print_help();
+      return 0;
     }
-    const verify::LayoutCheckReport report = verify::check_layout(cfg, o);
+    const verify::LayoutCheckReport report = verify::check_layout(cfg, *o);
     if (report.steps.empty()) return 0;  // a rank other than 0: rank 0 judges
     std::cout << verify::format_layout_check(report) << std::flush;
     const int64_t failed = report.first_failed_step();
@@ -96,7 +121,7 @@ int cmd_verify(int argc, char** argv) {
     std::fprintf(stderr, "error: titan verify: %s\n",
                  divergence(report.steps[static_cast<size_t>(failed - 1)], report).c_str());
     return 1;
-  });
+  }, check_before_launch);
 }
 
 }  // namespace

@@ -241,6 +241,14 @@ TEST(VerifyCli, BadFlagsAreOneLine) {
     EXPECT_EQ(r.exit_code, 1) << extra << "\n" << r.output;
     EXPECT_HAS(r.output, "titan verify: ");
   }
+  // Flags and layouts are checked in the launcher, before any rank starts:
+  // one line, not one per rank.
+  for (const char* extra : {"--frobnicate 3", "--training.tensor_parallel_degree 3"}) {
+    auto r = run_command(verify_run(dir, 2, extra));
+    EXPECT_EQ(r.exit_code, 1) << extra << "\n" << r.output;
+    EXPECT_HAS(r.output, "error: ");
+    EXPECT_EQ(r.output.find("[rank"), std::string::npos) << extra << ": no rank started\n" << r.output;
+  }
 }
 
 TEST(VerifyCli, ParameterGroups) {
