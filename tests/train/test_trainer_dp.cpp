@@ -565,6 +565,34 @@ TEST(TrainerPipelineParallel, AsyncTpInsideZeroBubbleStagesMatchesReference) {
     c.experimental.pipeline_parallel_schedule = s;
     expect_matches_reference(c, std::string("PP 2 x async TP 2 (") + s + ")", pp_model(true), kPpWeightTol);
   }
+  // The split costs no ring work: I asks the async nodes for dx alone and W
+  // for the weights' gradients alone, so the backward ring steps that run
+  // GEMMs are as many as under Interleaved1F1B's whole backwards (48
+  // against 32 before 2026-12-06: W reran the nodes' rings), and W only
+  // gathers dY for the matmul -> reduce-scatter Linears.
+  auto backward_ring_steps = [&](const char* schedule, bool gather_only) {
+    JobConfig cfg = c;
+    cfg.experimental.pipeline_parallel_schedule = schedule;
+    cfg.training.steps = 1;
+    cfg.job.dump_folder += std::string("/rings_") + schedule + std::to_string(titan::testing::world().rank());
+    titan::tp::clear_async_tp_events();
+    train(cfg, 0, pp_model(true));
+    int64_t n = 0;
+    for (const auto& e : titan::tp::async_tp_events())
+      if (e.kind == "matmul" && e.label.find("(backward)") != std::string::npos &&
+          (e.label.find("(gather only)") != std::string::npos) == gather_only)
+        ++n;
+    return n;
+  };
+  const int64_t whole = backward_ring_steps("Interleaved1F1B", false);
+  const int64_t split = backward_ring_steps("InterleavedZeroBubble", false);
+  const int64_t split_gathers = backward_ring_steps("InterleavedZeroBubble", true);
+  std::printf("backward ring steps with GEMMs: %lld (Interleaved1F1B), %lld (InterleavedZeroBubble, plus %lld "
+              "gather-only in W)\n",
+              static_cast<long long>(whole), static_cast<long long>(split), static_cast<long long>(split_gathers));
+  EXPECT_GT(whole, 0);
+  EXPECT_EQ(split, whole) << "a zero-bubble W step reran ring GEMMs";
+  EXPECT_GT(split_gathers, 0);
 }
 
 // fsdp_reshard_after_forward = "always" under PP (torchtitan accepts it;

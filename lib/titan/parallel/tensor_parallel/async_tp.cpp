@@ -209,11 +209,15 @@ struct AllGatherMatmulFn : torch::autograd::Function<AllGatherMatmulFn> {
       ys.back() = saved[i].size(0);
       gy.push_back(grads[i].defined() ? grads[i] : at::zeros(ys, gathered.options()));
     }
+    // Only what autograd asks for: a zero-bubble schedule's I step wants dx
+    // alone and its W step the weights' alone (pipeline/split_backward.hpp),
+    // so neither runs the other's ring or GEMMs.
     // dx: Σᵢ dYᵢ · Wᵢ, reduce-scattered on the sequence (overlapped too).
-    at::Tensor dx = ring_matmul_reduce_scatter(gy, ws, g, label);
+    at::Tensor dx = ctx->needs_input_grad(0) ? ring_matmul_reduce_scatter(gy, ws, g, label) : at::Tensor();
     tensor_list out{dx};
     const at::Tensor x2 = gathered.flatten(0, -2);
-    for (const at::Tensor& d : gy) out.push_back(d.flatten(0, -2).t().matmul(x2));
+    for (size_t i = 0; i < gy.size(); ++i)
+      out.push_back(ctx->needs_input_grad(1 + i) ? gy[i].flatten(0, -2).t().matmul(x2) : at::Tensor());
     out.push_back(at::Tensor());
     out.push_back(at::Tensor());
     out.push_back(at::Tensor());
@@ -243,10 +247,17 @@ struct MatmulReduceScatterFn : torch::autograd::Function<MatmulReduceScatterFn> 
     ys[1] /= g.size();
     ys.back() = w.size(0);
     const at::Tensor gy = grads[0].defined() ? grads[0].contiguous() : at::zeros(ys, a.options());
-    // da = all_gather(dY) · W; dW = all_gather(dY)ᵀ · a.
-    auto out = ring_all_gather_matmul(gy, {w}, g, label);
-    at::Tensor dw = out[0].flatten(0, -2).t().matmul(a.flatten(0, -2));
-    return {out[1], dw, at::Tensor(), at::Tensor(), at::Tensor()};
+    // da = all_gather(dY) · W; dW = all_gather(dY)ᵀ · a. Only what autograd
+    // asks for (as AllGatherMatmulFn): a W step without da gathers dY alone.
+    at::Tensor gathered, da;
+    if (ctx->needs_input_grad(0)) {
+      auto out = ring_all_gather_matmul(gy, {w}, g, label);
+      gathered = out[0], da = out[1];
+    } else {
+      gathered = detail::ring_all_gather(gy, g, label + " (gather only)", [](int64_t, const at::Tensor&) {});
+    }
+    at::Tensor dw = ctx->needs_input_grad(1) ? gathered.flatten(0, -2).t().matmul(a.flatten(0, -2)) : at::Tensor();
+    return {da, dw, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 

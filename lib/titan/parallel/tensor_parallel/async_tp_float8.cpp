@@ -118,21 +118,30 @@ struct Float8AllGatherMatmulFn : torch::autograd::Function<Float8AllGatherMatmul
       gq[i] = float8::scale_tensorwise(gy, at::kFloat8_e5m2, amax_group_of(ctx));
       wq_cols[i] = Scaled{column_major(wq.data), wq.scale};
     }
+    // Only the gradients autograd asks for (a zero-bubble I wants dx alone,
+    // its W the weights' alone; the casts above, whose amax all-reduce every
+    // rank runs either way, serve both).
     // dx: Σᵢ gᵢ·Wᵢ per chunk, reduce-scattered round the ring.
-    at::Tensor dx = detail::ring_reduce_scatter(
-        [&](int64_t j) {
-          at::Tensor p;
-          for (size_t i = 0; i < m; ++i) {
-            at::Tensor t = chunk_mm(gq[i].data.narrow(1, j * c, c), gq[i].scale, wq_cols[i], x_dtype,
-                                    /*fast_accum=*/false);
-            p = p.defined() ? p.add_(t) : t;
-          }
-          return p;
-        },
-        g, label);
+    at::Tensor dx;
+    if (ctx->needs_input_grad(0))
+      dx = detail::ring_reduce_scatter(
+          [&](int64_t j) {
+            at::Tensor p;
+            for (size_t i = 0; i < m; ++i) {
+              at::Tensor t = chunk_mm(gq[i].data.narrow(1, j * c, c), gq[i].scale, wq_cols[i], x_dtype,
+                                      /*fast_accum=*/false);
+              p = p.defined() ? p.add_(t) : t;
+            }
+            return p;
+          },
+          g, label);
     tensor_list out{dx};
     const Scaled x_cols{column_major(xq.data.reshape({b * s, d})), xq.scale};
     for (size_t i = 0; i < m; ++i) {
+      if (!ctx->needs_input_grad(1 + i)) {
+        out.push_back(at::Tensor());
+        continue;
+      }
       const at::Tensor g2 = gq[i].data.reshape({b * s, gq[i].data.size(2)});
       out.push_back(float8::scaled_mm(Scaled{g2.t().contiguous(), gq[i].scale}, x_cols, w_dtype, /*fast_accum=*/false));
     }
@@ -182,14 +191,22 @@ struct Float8MatmulReduceScatterFn : torch::autograd::Function<Float8MatmulReduc
     // This rank's chunk, scaled with the amax of the whole gradient.
     const Scaled gq = float8::scale_tensorwise(gy, at::kFloat8_e5m2, amax_group_of(ctx));
     const Scaled w_cols{column_major(wq.data), wq.scale};
-    at::Tensor da = at::empty({b, s, k}, gy.options());
-    const at::Tensor gathered = detail::ring_all_gather(gq.data, g, label, [&](int64_t j, const at::Tensor& chunk) {
-      da.narrow(1, j * c, c).copy_(chunk_mm(chunk, gq.scale, w_cols, gy.scalar_type(), /*fast_accum=*/false));
-    });
-    const at::Tensor g2 = gathered.reshape({b * s, o});
-    at::Tensor dw = float8::scaled_mm(Scaled{g2.t().contiguous(), gq.scale},
-                                      Scaled{column_major(aq.data.reshape({b * s, k})), aq.scale}, w_dtype,
-                                      /*fast_accum=*/false);
+    // Only what autograd asks for, as Float8AllGatherMatmulFn: without da
+    // the ring only gathers.
+    const bool need_da = ctx->needs_input_grad(0);
+    at::Tensor da = need_da ? at::empty({b, s, k}, gy.options()) : at::Tensor();
+    const at::Tensor gathered = detail::ring_all_gather(
+        gq.data, g, need_da ? label : label + " (gather only)", [&](int64_t j, const at::Tensor& chunk) {
+          if (need_da)
+            da.narrow(1, j * c, c).copy_(chunk_mm(chunk, gq.scale, w_cols, gy.scalar_type(), /*fast_accum=*/false));
+        });
+    at::Tensor dw;
+    if (ctx->needs_input_grad(1)) {
+      const at::Tensor g2 = gathered.reshape({b * s, o});
+      dw = float8::scaled_mm(Scaled{g2.t().contiguous(), gq.scale},
+                             Scaled{column_major(aq.data.reshape({b * s, k})), aq.scale}, w_dtype,
+                             /*fast_accum=*/false);
+    }
     return {da, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
