@@ -94,12 +94,17 @@ struct Float8Matmul : public torch::autograd::Function<Float8Matmul> {
     const auto out_dtype = static_cast<at::ScalarType>(ctx->saved_data["out_dtype"].toInt());
     const auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt());
     Scaled g = scale_tensorwise(grads[0].contiguous(), at::kFloat8_e5m2, group_of(ctx));
+    // Only the gradients autograd asks for: a zero-bubble schedule's I wants
+    // grad_x alone and its W grad_W alone (pipeline/split_backward.hpp).
     // grad_x [N, in] = g [N, out] · W [out, in]
-    at::Tensor grad_x = scaled_mm(g, Scaled{column_major(wq.data), wq.scale}, out_dtype, /*fast_accum=*/false);
+    at::Tensor grad_x = ctx->needs_input_grad(0)
+                            ? scaled_mm(g, Scaled{column_major(wq.data), wq.scale}, out_dtype, /*fast_accum=*/false)
+                            : at::Tensor();
     // grad_W [out, in] = gᵀ [out, N] · x [N, in]
-    at::Tensor grad_w =
-        scaled_mm(Scaled{g.data.t().contiguous(), g.scale}, Scaled{column_major(xq.data), xq.scale}, w_dtype,
-                  /*fast_accum=*/false);
+    at::Tensor grad_w;
+    if (ctx->needs_input_grad(1))
+      grad_w = scaled_mm(Scaled{g.data.t().contiguous(), g.scale}, Scaled{column_major(xq.data), xq.scale}, w_dtype,
+                         /*fast_accum=*/false);
     return {grad_x, grad_w, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -155,17 +160,24 @@ struct Float8RowwiseMatmul : public torch::autograd::Function<Float8RowwiseMatmu
     // Along `out`: reduced when TP cut the output features.
     const auto* along_out =
         static_cast<TpCut>(ctx->saved_data["cut"].toInt()) == TpCut::Output ? group_of(ctx) : nullptr;
+    // Only the gradients autograd asks for (as Float8Matmul); every TP rank
+    // asks the same, so the amax all-reduces below still pair up.
     // grad_x [N, in] = g [N, out] · W [out, in]: g per row, W per column.
-    const Scaled g_rows = scale_axiswise(g, at::kFloat8_e4m3fn, 1, along_out);
-    const Scaled w_cols = scale_axiswise(w, at::kFloat8_e4m3fn, 0, along_out);  // [1, in]
-    at::Tensor grad_x = rowwise_mm(g_rows, Scaled{column_major(w_cols.data), w_cols.scale}, x2d.scalar_type(),
-                                   /*fast_accum=*/false);
+    at::Tensor grad_x, grad_w;
+    if (ctx->needs_input_grad(0)) {
+      const Scaled g_rows = scale_axiswise(g, at::kFloat8_e4m3fn, 1, along_out);
+      const Scaled w_cols = scale_axiswise(w, at::kFloat8_e4m3fn, 0, along_out);  // [1, in]
+      grad_x = rowwise_mm(g_rows, Scaled{column_major(w_cols.data), w_cols.scale}, x2d.scalar_type(),
+                          /*fast_accum=*/false);
+    }
     // grad_W [out, in] = gᵀ [out, N] · x [N, in]: both per column (over tokens).
-    const Scaled g_cols = scale_axiswise(g, at::kFloat8_e4m3fn, 0);  // [1, out]
-    const Scaled x_cols = scale_axiswise(x2d, at::kFloat8_e4m3fn, 0);  // [1, in]
-    at::Tensor grad_w = rowwise_mm(Scaled{g_cols.data.t().contiguous(), g_cols.scale.t()},
-                                   Scaled{column_major(x_cols.data), x_cols.scale}, w.scalar_type(),
-                                   /*fast_accum=*/false);
+    if (ctx->needs_input_grad(1)) {
+      const Scaled g_cols = scale_axiswise(g, at::kFloat8_e4m3fn, 0);    // [1, out]
+      const Scaled x_cols = scale_axiswise(x2d, at::kFloat8_e4m3fn, 0);  // [1, in]
+      grad_w = rowwise_mm(Scaled{g_cols.data.t().contiguous(), g_cols.scale.t()},
+                          Scaled{column_major(x_cols.data), x_cols.scale}, w.scalar_type(),
+                          /*fast_accum=*/false);
+    }
     // grad_W's casts are along the tokens, which every TP rank holds whole.
     return {grad_x, grad_w, at::Tensor(), at::Tensor(), at::Tensor()};
   }

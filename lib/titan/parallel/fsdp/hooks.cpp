@@ -29,10 +29,10 @@
 //    prefetched.
 
 #include <ATen/ATen.h>
-
-#include <algorithm>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
+
+#include <algorithm>
 
 #include "titan/dist/comm_log.hpp"
 #include "titan/ops/backward_callbacks.hpp"
