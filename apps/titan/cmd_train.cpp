@@ -9,8 +9,6 @@
 #include "commands.hpp"
 #include "titan/config/config.hpp"
 #include "titan/launch/program.hpp"
-#include "titan/dist/launch_env.hpp"
-#include "titan/train/device.hpp"
 #include "titan/train/job_layout.hpp"
 #include "titan/train/trainer.hpp"
 #include "titan/util/error.hpp"
@@ -26,10 +24,7 @@ static void check_before_launch(int argc, char** argv, int nproc) {
   std::vector<std::string> own;
   const config::JobConfig cfg = config::parse_job_config(argc, argv, 2, &own);
   if (!own.empty()) return;  // --help, or an argument the ranks will refuse
-  dist::LaunchEnv env;
-  env.world_size = nproc;
-  env.local_world_size = nproc;
-  train::plan_job_layout(cfg, nproc, train::resolve_device(cfg.training.device, env));
+  train::check_job_before_launch(cfg, nproc);
 }
 
 static int cmd_train(int argc, char** argv) {

@@ -12,10 +12,8 @@
 
 #include "commands.hpp"
 #include "titan/config/config.hpp"
-#include "titan/dist/launch_env.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/launch/program.hpp"
-#include "titan/train/device.hpp"
 #include "titan/train/job_layout.hpp"
 #include "titan/util/error.hpp"
 #include "titan/util/strprintf.hpp"
@@ -97,11 +95,7 @@ void check_before_launch(int argc, char** argv, int nproc) {
   const config::JobConfig cfg = config::parse_job_config(argc, argv, 2, &own);
   const std::optional<verify::LayoutCheckOptions> o = parse_options(own);
   if (!o) return;
-  const config::JobConfig checked = verify::layout_check_config(cfg, *o);
-  dist::LaunchEnv env;
-  env.world_size = nproc;
-  env.local_world_size = nproc;
-  train::plan_job_layout(checked, nproc, train::resolve_device(checked.training.device, env));
+  train::check_job_before_launch(verify::layout_check_config(cfg, *o), nproc);
 }
 
 int cmd_verify(int argc, char** argv) {

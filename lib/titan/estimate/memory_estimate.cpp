@@ -94,21 +94,20 @@ RootShare root_share(const ModelArgs& args, const UnitBytes& root, int64_t tp, i
   return r;
 }
 
-// The most micro-batches whose forward ran and whose backward has not, per
-// stage, in the schedule's own order of actions.
 // Per stage, the most micro-batches between their I and their W at once
-// (a zero-bubble schedule's split backward; the first stage's I does
-// nothing, its W is the whole backward: none there).
+// (a zero-bubble schedule's split backward; none on the first stage, whose
+// I computes nothing: pp::Action::computes).
 std::map<int, int64_t> microbatches_awaiting_weight_step(const pp::RankActions& actions) {
   std::map<int, int64_t> live, most;
   for (const pp::Action& a : actions) {
-    if (a.stage == 0) continue;
-    if (a.type == pp::ActionType::BackwardInput) most[a.stage] = std::max(most[a.stage], ++live[a.stage]);
-    if (a.type == pp::ActionType::BackwardWeight) --live[a.stage];
+    if (a.computes() == pp::ActionType::BackwardInput) most[a.stage] = std::max(most[a.stage], ++live[a.stage]);
+    if (a.computes() == pp::ActionType::BackwardWeight) --live[a.stage];
   }
   return most;
 }
 
+// The most micro-batches whose forward ran and whose backward has not, per
+// stage, in the schedule's own order of actions.
 std::map<int, int64_t> microbatches_in_flight(const pp::RankActions& actions) {
   std::map<int, int64_t> live, most;
   for (const pp::Action& a : actions) {
@@ -335,6 +334,12 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
       }
       m.grads = fsdp ? unsynced : all_grads;
       m.gathered = root_gathered;
+      // The largest block unit: what one gather holds, and its shard.
+      int64_t largest_numel = 0, largest_shard_numel = 0;
+      for (const Block& b : blocks) {
+        largest_numel = std::max(largest_numel, b.unit.gathered_numel);
+        largest_shard_numel = std::max(largest_shard_numel, b.unit.shard_numel);
+      }
       if (!blocks_reshard) {
         // Every block gathered from the first forward to the last backward.
         for (const Block& b : blocks) m.gathered += gathered(b);
@@ -345,13 +350,10 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
         // starts on the in-flight micro-batches gathers them again, one
         // block ahead (its own and the prefetched one, each with the
         // gather's output buffer and send buffer).
-        double largest = 0, largest_shard = 0;
-        for (const Block& b : blocks) {
-          largest = std::max(largest, gathered(b));
-          largest_shard = std::max(largest_shard, static_cast<double>(param_bytes * b.unit.shard_numel));
-        }
+        const double largest = fsdp ? static_cast<double>(param_bytes * largest_numel) : 0.0;  // as gathered(b)
         m.gathered += 2 * largest;
-        m.transient = std::max(head_transient, saved_block + flow) + largest + largest_shard;
+        m.transient = std::max(head_transient, saved_block + flow) + largest +
+                      static_cast<double>(param_bytes * largest_shard_numel);
         moments.push_back(m);
         // A backward without gradient sync keeps the weights it gathered
         // (torch's pipelining drives FSDP2 so): at its end every block is
@@ -369,11 +371,8 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
         // each unit hands its summed gradients, plus this backward's, to
         // its reduce-scatter (staged in reduce dtype; Gloo reduces a copy of
         // the input as well) while the units before it still hold theirs.
-        double largest_unit = static_cast<double>(root.gathered_numel), largest_shard = 0;
-        for (const Block& b : blocks) {
-          largest_unit = std::max(largest_unit, static_cast<double>(b.unit.gathered_numel));
-          largest_shard = std::max(largest_shard, static_cast<double>(b.unit.shard_numel));
-        }
+        const double largest_unit = static_cast<double>(std::max(root.gathered_numel, largest_numel));
+        const double largest_shard = static_cast<double>(largest_shard_numel);
         Moment last = m;
         last.phase = "the step's last backward";
         last.activations = per_mb_all + head_saved;

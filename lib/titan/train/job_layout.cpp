@@ -1,7 +1,9 @@
 #include "titan/train/job_layout.hpp"
 
 #include "titan/config/supported.hpp"
+#include "titan/dist/launch_env.hpp"
 #include "titan/train/builders.hpp"
+#include "titan/train/device.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::train {
@@ -23,6 +25,13 @@ JobLayout plan_job_layout(const config::JobConfig& cfg, int64_t world_size, c10:
   out.args = build_model_args(cfg, model_args, device);
   out.parallelize = models::llama3::parallelize_options(cfg, out.dims, out.args, out.batches.local_batch);
   return out;
+}
+
+void check_job_before_launch(const config::JobConfig& cfg, int world_size) {
+  dist::LaunchEnv env;
+  env.world_size = world_size;
+  env.local_world_size = world_size;
+  plan_job_layout(cfg, world_size, resolve_device(cfg.training.device, env));
 }
 
 }  // namespace titan::train

@@ -40,4 +40,9 @@ JobLayout plan_job_layout(const config::JobConfig& cfg, int64_t world_size, c10:
                           const std::optional<models::llama3::ModelArgs>& model_args = std::nullopt,
                           std::optional<int64_t> batch_dp_degree = std::nullopt);
 
+/// @brief plan_job_layout for a job about to start `world_size` local ranks
+/// (`titan train` / `titan verify --nproc N`, in their launcher): on the
+/// device local rank 0 would pick. Throws as plan_job_layout does.
+void check_job_before_launch(const config::JobConfig& cfg, int world_size);
+
 }  // namespace titan::train

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 
 #include "titan/config/job_config.hpp"
 #include "titan/config/validate.hpp"
@@ -153,18 +152,15 @@ StepComm measured_step_comm(int64_t step) {
 // backward that finds its weights freed; a forward frees them again unless a
 // backward of the unit has begun and not finished (a zero-bubble I before
 // its W); a backward without gradient sync keeps them for the next
-// micro-batch (fsdp/hooks.cpp).
+// micro-batch (fsdp/hooks.cpp). The first stage's I does nothing and its W
+// is the whole backward (pp::Action::computes).
 int64_t gathers_of_resharded_stage_block(const pp::RankActions& actions, int stage) {
   bool gathered = false;
   int begun = 0;
   int64_t gathers = 0;
   for (const pp::Action& a : actions) {
-    if (a.stage != stage) continue;
-    pp::ActionType type = a.type;
-    // The first stage's input (token ids) has no gradient: its I does
-    // nothing and its W is the whole backward (pipeline/stage.cpp).
-    if (stage == 0 && type == pp::ActionType::BackwardInput) continue;
-    if (stage == 0 && type == pp::ActionType::BackwardWeight) type = pp::ActionType::Backward;
+    if (a.stage != stage || !a.computes()) continue;
+    const pp::ActionType type = *a.computes();
     switch (type) {
       case pp::ActionType::Forward:
         if (!gathered) ++gathers, gathered = true;
@@ -235,18 +231,20 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
     const int n = static_cast<int>(l.fsdp_n);
     const std::string& policy = cfg.training.fsdp_reshard_after_forward;
     const double block = block_unit_bytes(args, l);
-    std::map<int, int64_t> resharded_gathers;  // per stage of this rank, under PP with "always"
-    if (dims.pp_enabled() && policy == "always") {
-      const pp::RankActions actions = plan.actions().front();
-      for (int stage : stage_ids) resharded_gathers[stage] = gathers_of_resharded_stage_block(actions, stage);
-    }
+    // Under PP with "always", rank 0's actions (the zero-bubble lists come
+    // from list scheduling over all ranks: made once).
+    const pp::RankActions rank0_actions =
+        dims.pp_enabled() && policy == "always" ? plan.actions().front() : pp::RankActions{};
     for (const StagePart& s : parts) {
       const double root = root_unit_bytes(args, l, s);
+      // Under PP a block's gathers per schedule step: "default" and "never"
+      // gather once and keep the weights over the micro-batches.
+      const int64_t pp_block_gathers =
+          rank0_actions.empty() ? 1 : gathers_of_resharded_stage_block(rank0_actions, s.stage);
       int64_t block_gathers = 0;
       for (int64_t b = s.first_block; b < s.first_block + s.blocks; ++b) {
         if (dims.pp_enabled()) {
-          // "default" and "never": gathered once, kept over the micro-batches.
-          block_gathers += schedule_steps * (policy == "always" ? resharded_gathers.at(s.stage) : 1);
+          block_gathers += schedule_steps * pp_block_gathers;
         } else {
           const bool freed = recomputed[static_cast<size_t>(b)] || policy == "always" ||
                              (policy == "default" && b + 1 < args.n_layers);

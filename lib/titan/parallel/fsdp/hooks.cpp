@@ -92,18 +92,17 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
   // reshard_after_forward=True gathers once per micro-batch forward alike.
   const bool refill = sharded_state_ == ShardedState::ShardedPostForward &&
                       (graphs_in_flight_ > 0 || holds_unsynced_gradients()) && shards_unchanged();
-  if (refill) {
-    unshard();
-    if (next_forward && !ops::in_recompute()) next_forward->issue_all_gather(/*prefetch=*/true);
-  } else if (!reuse) {
-    // Backward releases the full parameters, so any still here come from a
-    // forward whose backward never ran (a discarded graph): the shards may
-    // have changed since, start from them.
-    if (sharded_state_ != ShardedState::Sharded || !full_.empty()) release_full();
-    // Unsynced gradients still here belong to weights the optimizer has
-    // changed since: a step that never reached its synced backward (it
-    // failed part-way). They must not leak into this one.
-    unsynced_grads_.clear();
+  if (!reuse) {
+    if (!refill) {
+      // Backward releases the full parameters, so any still here come from
+      // a forward whose backward never ran (a discarded graph): the shards
+      // may have changed since, start from them.
+      if (sharded_state_ != ShardedState::Sharded || !full_.empty()) release_full();
+      // Unsynced gradients still here belong to weights the optimizer has
+      // changed since: a step that never reached its synced backward (it
+      // failed part-way). They must not leak into this one.
+      unsynced_grads_.clear();
+    }
     unshard();
     // Prefetch: the next unit's all-gather runs while this unit computes —
     // not in a recompute inside backward (activation checkpointing), where

@@ -239,6 +239,12 @@ bool Action::is_compute() const {
          type == ActionType::BackwardWeight;
 }
 
+std::optional<ActionType> Action::computes() const {
+  if (stage == 0 && type == ActionType::BackwardInput) return std::nullopt;
+  if (stage == 0 && type == ActionType::BackwardWeight) return ActionType::Backward;
+  return type;
+}
+
 ScheduleKind parse_schedule_kind(const std::string& name) {
   std::string names;
   for (const auto& [kind, n] : kind_names()) {

@@ -13,6 +13,7 @@
 /// "1SEND_F0").
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,10 @@ struct Action {
   std::string str() const;
   /// F, B, I or W (not communication).
   bool is_compute() const;
+  /// What the action computes on its stage: its type, except on the first
+  /// stage, whose input (token ids) has no gradient, so its I computes
+  /// nothing (nullopt) and its W is the whole backward (B) (PipelineStage).
+  std::optional<ActionType> computes() const;
   bool operator==(const Action& o) const {
     return type == o.type && stage == o.stage && microbatch == o.microbatch;
   }
