@@ -173,6 +173,13 @@ BLOCKS = {
                                                       "--training.context_parallel_degree", "2",
                                                       "--training.tensor_parallel_degree", "8",
                                                       "--experimental.pipeline_parallel_degree", "4"]),
+    "ch12-estimate-128-cp-rs": dict(page="docs/chapters/12-capstone.md", prompt=True, start="model ", compare=r".",
+                                    cmd=ESTIMATE_405B + ["--nproc", "128", "--training.data_parallel_shard_degree", "2",
+                                                         "--training.context_parallel_degree", "2",
+                                                         "--training.tensor_parallel_degree", "8",
+                                                         "--experimental.pipeline_parallel_degree", "4",
+                                                         "--training.fsdp_reduce_scatter_per_microbatch", "true",
+                                                         "--training.fsdp_reshard_after_forward", "always"]),
 }
 
 MARK = re.compile(r"^<!-- output: ([a-z0-9-]+) -->$")

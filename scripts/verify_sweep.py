@@ -125,6 +125,11 @@ def draw(rng):
     if rng.random() < 0.15 and deg["pp"] == 1 and shard * deg["cp"] > 1:
         flags["optimizer.early_step_in_backward"] = "true"
         words.append("step in backward")
+    # Drawn last, so that the draws above (and so every older trial's
+    # layout) stay as they were.
+    if rng.random() < 0.3 and deg["pp"] > 1 and shard * deg["cp"] > 1:
+        flags["parallelism.fsdp_reduce_scatter_per_microbatch"] = "true"
+        words.append("reduce-scatter per micro-batch")
     args = []
     for key, value in flags.items():
         args += [f"--{key}", str(value)]

@@ -618,6 +618,30 @@ TEST(TrainerPipelineParallel, FsdpReshardingAfterEveryForwardMatchesReference) {
   expect_matches_reference(c, "PP 2 x FSDP 2, reshard always, full AC (Interleaved1F1B)", pp_model(), kPpWeightTol);
 }
 
+// fsdp_reduce_scatter_per_microbatch (titan's) under PP: every micro-batch's
+// backward reduce-scatters into the shards' gradients instead of summing
+// them unsharded until the step's last backward, and frees the gathered
+// weights once no graph in flight holds them. Same sums in another order:
+// each layout trains as the one process, within PP's bounds.
+TEST(TrainerPipelineParallel, FsdpReduceScatterPerMicroBatchMatchesReference) {
+  if (titan::testing::world().size() != 4) GTEST_SKIP() << "PP 2 x FSDP 2 needs 4 ranks";
+  titan::testing::ScratchDir dir("trainer_pp_rs_per_mb");
+  JobConfig c = base_config(dir);
+  c.training.steps = 3;
+  c.training.batch_size = 4;  // 4 micro-batches of 1 per rank
+  c.experimental.pipeline_parallel_degree = 2;
+  c.training.fsdp_reduce_scatter_per_microbatch = true;
+  for (const char* s : {"1F1B", "InterleavedZeroBubble", "ZBVZeroBubble"}) {
+    c.experimental.pipeline_parallel_schedule = s;
+    expect_matches_reference(c, std::string("PP 2 x FSDP 2, reduce-scatter per micro-batch (") + s + ")", pp_model(),
+                             kPpWeightTol);
+  }
+  c.training.fsdp_reshard_after_forward = "always";
+  c.experimental.pipeline_parallel_schedule = "Interleaved1F1B";
+  expect_matches_reference(c, "PP 2 x FSDP 2, reduce-scatter per micro-batch, reshard always (Interleaved1F1B)",
+                           pp_model(), kPpWeightTol);
+}
+
 // torchtitan's module_fqns_per_model_part: stages named module by module.
 // On 2 ranks an uneven cut (1 | 3 layers, 1F1B); on 4, PP 2 x FSDP 2 with 4
 // stages, the first holding only the embeddings (Interleaved1F1B). Each

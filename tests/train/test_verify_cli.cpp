@@ -122,6 +122,13 @@ TEST(VerifyCli, EveryModelledLayoutSendsWhatTheCountSays) {
           "--training.fsdp_reshard_after_forward always"},
       {4, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule ZBVZeroBubble "
           "--training.fsdp_reshard_after_forward always"},
+      // fsdp_reduce_scatter_per_microbatch: a reduce-scatter per unit and
+      // micro-batch, and a gather again after a backward leaves no graph in
+      // flight (1F1B's last stage: every micro-batch).
+      {4, "--experimental.pipeline_parallel_degree 2 --training.fsdp_reduce_scatter_per_microbatch true "
+          "--training.batch_size 4"},
+      {4, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule ZBVZeroBubble "
+          "--training.fsdp_reduce_scatter_per_microbatch true --training.fsdp_reshard_after_forward always"},
   };
   for (const auto& [nproc, flags] : layouts) {
     auto r = run_command(verify_run(dir, nproc, flags));

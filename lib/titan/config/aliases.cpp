@@ -9,6 +9,8 @@ namespace titan::config {
 const std::vector<Alias>& aliases() {
   static const std::vector<Alias> table = {
       {"parallelism", "fsdp_reshard_after_forward", "training.fsdp_reshard_after_forward", false, "torchtitan v0.2"},
+      {"parallelism", "fsdp_reduce_scatter_per_microbatch", "training.fsdp_reduce_scatter_per_microbatch", false,
+       "titan's, in torchtitan v0.2's section for FSDP keys"},
       {"parallelism", "data_parallel_replicate_degree", "training.data_parallel_replicate_degree", false, "torchtitan v0.2"},
       {"parallelism", "data_parallel_shard_degree", "training.data_parallel_shard_degree", false, "torchtitan v0.2"},
       {"parallelism", "tensor_parallel_degree", "training.tensor_parallel_degree", false, "torchtitan v0.2"},

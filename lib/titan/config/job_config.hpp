@@ -130,6 +130,13 @@ struct TrainingSection {
   /// backward ("never"), or torchtitan's "default" (always, except the last
   /// block, whose backward comes first; and never under pipelining).
   std::string fsdp_reshard_after_forward = "default";
+  /// titan's: under pipeline parallelism, FSDP reduce-scatters each
+  /// micro-batch's gradients into the shards' (as it does for plain
+  /// gradient accumulation) instead of summing them unsharded in reduce
+  /// dtype until the step's last backward (torch's pipelining, the
+  /// default): no full-stage fp32 gradient sums, one reduce-scatter per
+  /// unit and micro-batch instead of per step.
+  bool fsdp_reduce_scatter_per_microbatch = false;
   int64_t data_parallel_replicate_degree = 1;  ///< DDP replicas
   int64_t data_parallel_shard_degree = -1;     ///< FSDP shards; -1 = the remaining ranks
   int64_t tensor_parallel_degree = 1;          ///< TP ranks

@@ -131,6 +131,10 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(training, fsdp_reshard_after_forward,
                   "FSDP: free gathered weights after forward (always), keep them for backward (never), or default",
                   "default", "always", "never"),
+      TITAN_FIELD(training, fsdp_reduce_scatter_per_microbatch,
+                  "titan's: under PP, FSDP reduce-scatters every micro-batch's gradients instead of summing a whole "
+                  "stage's unsharded (reduce dtype) until the step's last backward; less memory, more reduce-scatters "
+                  "(without PP FSDP always does)"),
       TITAN_FIELD(training, data_parallel_replicate_degree, "DDP replicas (>= 1)"),
       TITAN_FIELD(training, data_parallel_shard_degree, "FSDP shard group size (>= 1); -1 = the remaining ranks"),
       TITAN_FIELD(training, tensor_parallel_degree, "tensor-parallel ranks (>= 1)"),

@@ -33,7 +33,37 @@ std::vector<std::string> overrides_between(const config::JobConfig& cfg, const c
     add("training.data_parallel_shard_degree", std::to_string(c.training.data_parallel_shard_degree));
   if (c.activation_checkpoint.mode != cfg.activation_checkpoint.mode)
     add("activation_checkpoint.mode", c.activation_checkpoint.mode);
+  if (c.training.fsdp_reduce_scatter_per_microbatch != cfg.training.fsdp_reduce_scatter_per_microbatch)
+    add("training.fsdp_reduce_scatter_per_microbatch", c.training.fsdp_reduce_scatter_per_microbatch ? "true" : "false");
+  if (c.training.fsdp_reshard_after_forward != cfg.training.fsdp_reshard_after_forward)
+    add("training.fsdp_reshard_after_forward", c.training.fsdp_reshard_after_forward);
   return s;
+}
+
+// What the search may change besides the degrees.
+struct Move {
+  std::string ac_mode;
+  bool reduce_scatter_per_microbatch = false;
+  std::string reshard_after_forward;
+};
+
+// The config's own choices first, then activation checkpointing, then,
+// under PP x FSDP, FSDP reducing every micro-batch (no unsharded gradient
+// sums over the step, the largest term at scale) alone and with
+// resharding after every forward and backward (a stage then holds two
+// blocks' gathered weights, not all): both cost communication, so each
+// comes after what the config already says.
+std::vector<Move> moves_of(const config::JobConfig& cfg) {
+  std::vector<std::string> ac_modes{cfg.activation_checkpoint.mode};
+  if (cfg.activation_checkpoint.mode != "full") ac_modes.push_back("full");
+  std::vector<Move> out;
+  for (const std::string& ac : ac_modes) {
+    const std::string& reshard = cfg.training.fsdp_reshard_after_forward;
+    out.push_back({ac, cfg.training.fsdp_reduce_scatter_per_microbatch, reshard});
+    if (!cfg.training.fsdp_reduce_scatter_per_microbatch) out.push_back({ac, true, reshard});
+    if (reshard != "always") out.push_back({ac, true, "always"});
+  }
+  return out;
 }
 
 }  // namespace
@@ -47,8 +77,7 @@ FitAdvice fit_advice(const config::JobConfig& cfg, int64_t world_size, const Job
     if (static_cast<double>(r.peak) / kGiB > budget_gib) a.over_budget_pp_ranks.push_back(r.pp_rank);
   if (a.over_budget_pp_ranks.empty()) return a;
 
-  std::vector<std::string> ac_modes{cfg.activation_checkpoint.mode};
-  if (cfg.activation_checkpoint.mode != "full") ac_modes.push_back("full");
+  const std::vector<Move> moves = moves_of(cfg);
   const int64_t cp = std::max<int64_t>(cfg.training.context_parallel_degree, 1);
   for (int64_t world = world_size; world <= 64 * world_size; world *= 2) {
     // Of the layouts that fit on this many ranks, the one closest to the
@@ -56,11 +85,18 @@ FitAdvice fit_advice(const config::JobConfig& cfg, int64_t world_size, const Job
     std::tuple<size_t, int64_t, int64_t> best_key{SIZE_MAX, 0, 0};
     for (int64_t pp : {1, 2, 4, 8, 16}) {
       for (int64_t tp : {1, 2, 4, 8}) {
-        for (const std::string& ac : ac_modes) {
+        for (const Move& m : moves) {
+          // FSDP's moves are for pipelined stages: without PP the reduction
+          // is per micro-batch already and "always" frees one block more.
+          const bool fsdp_move = m.reduce_scatter_per_microbatch != cfg.training.fsdp_reduce_scatter_per_microbatch ||
+                                 m.reshard_after_forward != cfg.training.fsdp_reshard_after_forward;
+          if (fsdp_move && pp == 1) continue;
           config::JobConfig c = cfg;
           c.training.tensor_parallel_degree = tp;
           c.experimental.pipeline_parallel_degree = pp;
-          c.activation_checkpoint.mode = ac;
+          c.activation_checkpoint.mode = m.ac_mode;
+          c.training.fsdp_reduce_scatter_per_microbatch = m.reduce_scatter_per_microbatch;
+          c.training.fsdp_reshard_after_forward = m.reshard_after_forward;
           // FSDP takes the ranks the others leave; replicas stay as written
           // when they still divide the world, else go.
           if (world % (tp * pp * cp) != 0) continue;
@@ -78,6 +114,7 @@ FitAdvice fit_advice(const config::JobConfig& cfg, int64_t world_size, const Job
           } catch (const Error&) {
             continue;  // degrees the model or the batch cannot take (heads, layers, micro-batches)
           }
+          if (fsdp_move && !candidate.dims.fsdp_enabled()) continue;
           if (peak_gib(candidate) > budget_gib) continue;
           const std::vector<std::string> changes = overrides_between(cfg, c);
           const std::tuple<size_t, int64_t, int64_t> key{changes.size(), pp, tp};

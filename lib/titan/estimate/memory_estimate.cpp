@@ -305,7 +305,8 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
       // Several micro-batches in flight per stage, after the first backward.
       // Under FSDP each unit sums its micro-batches' gradients unsharded, in
       // reduce dtype, until the step's last backward reduce-scatters them
-      // (the shards' own gradients come only then, after the peak); without
+      // (the shards' own gradients come only then, after the peak), unless
+      // fsdp_reduce_scatter_per_microbatch reduces each backward's; without
       // FSDP every gradient is in .grad already.
       double per_mb_all = 0;
       Moment m;
@@ -327,23 +328,35 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
         }
       }
       m.activations += head_saved;
-      double unsynced = 0;
-      if (fsdp) {
-        unsynced = static_cast<double>(reduce_bytes * root.gathered_numel);
-        for (const Block& b : blocks) unsynced += static_cast<double>(reduce_bytes * b.unit.gathered_numel);
-      }
-      m.grads = fsdp ? unsynced : all_grads;
-      m.gathered = root_gathered;
       // The largest block unit: what one gather holds, and its shard.
       int64_t largest_numel = 0, largest_shard_numel = 0;
       for (const Block& b : blocks) {
         largest_numel = std::max(largest_numel, b.unit.gathered_numel);
         largest_shard_numel = std::max(largest_shard_numel, b.unit.shard_numel);
       }
+      // A unit's reduce-scatter in a backward: its unsharded gradients (in
+      // the compute dtype), staged in reduce dtype with its output shard;
+      // Gloo reduces a copy of the input as well.
+      const double largest_unit = static_cast<double>(std::max(root.gathered_numel, largest_numel));
+      const double reduction = static_cast<double>(param_bytes) * largest_unit +
+                               static_cast<double>(reduce_bytes) *
+                                   (largest_unit * (on_gpu ? 1 : 2) + static_cast<double>(largest_shard_numel));
+      if (fsdp && cfg.training.fsdp_reduce_scatter_per_microbatch) {
+        // Every backward reduce-scatters into the shards' gradients: no
+        // unsharded sums, a reduction in flight at any backward.
+        m.grads = all_grads;
+        m.transient += reduction;
+      } else if (fsdp) {
+        m.grads = static_cast<double>(reduce_bytes * root.gathered_numel);
+        for (const Block& b : blocks) m.grads += static_cast<double>(reduce_bytes * b.unit.gathered_numel);
+      } else {
+        m.grads = all_grads;
+      }
+      m.gathered = root_gathered;
       if (!blocks_reshard) {
         // Every block gathered from the first forward to the last backward.
         for (const Block& b : blocks) m.gathered += gathered(b);
-        m.transient = std::max(head_transient, saved_block + flow);
+        m.transient += std::max(head_transient, saved_block + flow);
         moments.push_back(m);
       } else {
         // "always": a forward frees its block's weights, so a backward that
@@ -352,32 +365,32 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
         // gather's output buffer and send buffer).
         const double largest = fsdp ? static_cast<double>(param_bytes * largest_numel) : 0.0;  // as gathered(b)
         m.gathered += 2 * largest;
-        m.transient = std::max(head_transient, saved_block + flow) + largest +
-                      static_cast<double>(param_bytes * largest_shard_numel);
+        m.transient += std::max(head_transient, saved_block + flow) + largest +
+                       static_cast<double>(param_bytes * largest_shard_numel);
         moments.push_back(m);
         // A backward without gradient sync keeps the weights it gathered
         // (torch's pipelining drives FSDP2 so): at its end every block is
-        // gathered again, one micro-batch fewer in flight.
-        Moment end = m;
-        end.phase = "end of a micro-batch's backward";
-        end.activations = m.activations - per_mb_all;
-        end.gathered = root_gathered;
-        for (const Block& b : blocks) end.gathered += gathered(b);
-        end.transient = flow;
-        moments.push_back(end);
+        // gathered again, one micro-batch fewer in flight. One that
+        // reduce-scatters frees each block's as it finishes it: only the
+        // steady state's two remain.
+        if (!(fsdp && cfg.training.fsdp_reduce_scatter_per_microbatch)) {
+          Moment end = m;
+          end.phase = "end of a micro-batch's backward";
+          end.activations = m.activations - per_mb_all;
+          end.gathered = root_gathered;
+          for (const Block& b : blocks) end.gathered += gathered(b);
+          end.transient = flow;
+          moments.push_back(end);
+        }
       }
-      if (fsdp) {
+      if (fsdp && !cfg.training.fsdp_reduce_scatter_per_microbatch) {
         // The step's last backward (with gradient sync), on one micro-batch:
         // each unit hands its summed gradients, plus this backward's, to
-        // its reduce-scatter (staged in reduce dtype; Gloo reduces a copy of
-        // the input as well) while the units before it still hold theirs.
-        const double largest_unit = static_cast<double>(std::max(root.gathered_numel, largest_numel));
-        const double largest_shard = static_cast<double>(largest_shard_numel);
+        // its reduce-scatter while the units before it still hold theirs.
         Moment last = m;
         last.phase = "the step's last backward";
         last.activations = per_mb_all + head_saved;
-        last.transient = flow + static_cast<double>(param_bytes) * largest_unit +
-                         static_cast<double>(reduce_bytes) * (largest_unit * (on_gpu ? 1 : 2) + largest_shard);
+        last.transient = flow + reduction;
         if (!blocks_reshard) last.gathered = moments.front().gathered;
         moments.push_back(last);
       }

@@ -147,31 +147,49 @@ StepComm measured_step_comm(int64_t step) {
   return out;
 }
 
-// All-gathers of one FSDP block unit of `stage` in one schedule step under
-// reshard_after_forward = "always": the unit gathers at a forward or a
-// backward that finds its weights freed; a forward frees them again unless a
-// backward of the unit has begun and not finished (a zero-bubble I before
-// its W); a backward without gradient sync keeps them for the next
-// micro-batch (fsdp/hooks.cpp). The first stage's I does nothing and its W
-// is the whole backward (pp::Action::computes).
-int64_t gathers_of_resharded_stage_block(const pp::RankActions& actions, int stage) {
+// All-gathers of one FSDP unit of `stage` in one schedule step (fsdp/hooks.cpp):
+// the unit gathers at a forward or a backward that finds its weights freed.
+// With `reshard_after_forward` ("always", block units only) a forward frees
+// them again unless a backward of the unit has begun and not finished (a
+// zero-bubble I before its W). A backward without gradient sync keeps them
+// for the next micro-batch; with sync (`sync_every_backward`) it frees them
+// once no other micro-batch's graph holds them, or under
+// `reshard_after_forward` unless a backward of the unit has begun. The first
+// stage's I does nothing and its W is the whole backward
+// (pp::Action::computes).
+int64_t gathers_of_stage_unit(const pp::RankActions& actions, int stage, bool reshard_after_forward,
+                              bool sync_every_backward) {
   bool gathered = false;
-  int begun = 0;
+  int begun = 0, in_flight = 0;
   int64_t gathers = 0;
+  auto gather = [&] {
+    if (!gathered) ++gathers, gathered = true;
+  };
+  auto backward_done = [&] {
+    --in_flight;
+    if (sync_every_backward && (in_flight == 0 || (reshard_after_forward && begun == 0))) gathered = false;
+  };
   for (const pp::Action& a : actions) {
     if (a.stage != stage || !a.computes()) continue;
     const pp::ActionType type = *a.computes();
     switch (type) {
       case pp::ActionType::Forward:
-        if (!gathered) ++gathers, gathered = true;
-        if (begun == 0) gathered = false;
+        gather();
+        ++in_flight;
+        if (reshard_after_forward && begun == 0) gathered = false;
         break;
       case pp::ActionType::Backward:
-      case pp::ActionType::BackwardInput:
-        if (!gathered) ++gathers, gathered = true;
-        if (type == pp::ActionType::BackwardInput) ++begun;
+        gather();
+        backward_done();
         break;
-      case pp::ActionType::BackwardWeight: begun = std::max(0, begun - 1); break;
+      case pp::ActionType::BackwardInput:
+        gather();
+        ++begun;
+        break;
+      case pp::ActionType::BackwardWeight:
+        begun = std::max(0, begun - 1);
+        backward_done();
+        break;
       default: break;
     }
   }
@@ -231,16 +249,21 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
     const int n = static_cast<int>(l.fsdp_n);
     const std::string& policy = cfg.training.fsdp_reshard_after_forward;
     const double block = block_unit_bytes(args, l);
-    // Under PP with "always", rank 0's actions (the zero-bubble lists come
-    // from list scheduling over all ranks: made once).
-    const pp::RankActions rank0_actions =
-        dims.pp_enabled() && policy == "always" ? plan.actions().front() : pp::RankActions{};
+    // Under PP, rank 0's actions (the zero-bubble lists come from list
+    // scheduling over all ranks: made once), and whether every micro-batch's
+    // backward reduce-scatters or only the step's last.
+    const pp::RankActions rank0_actions = dims.pp_enabled() ? plan.actions().front() : pp::RankActions{};
+    const bool sync_every_backward = dims.pp_enabled() && cfg.training.fsdp_reduce_scatter_per_microbatch;
     for (const StagePart& s : parts) {
       const double root = root_unit_bytes(args, l, s);
-      // Under PP a block's gathers per schedule step: "default" and "never"
-      // gather once and keep the weights over the micro-batches.
+      // Under PP a unit's gathers per schedule step: with "default" and
+      // "never" and no sync before the last backward, one (the weights stay
+      // over the micro-batches). The root never reshards after forward.
       const int64_t pp_block_gathers =
-          rank0_actions.empty() ? 1 : gathers_of_resharded_stage_block(rank0_actions, s.stage);
+          dims.pp_enabled() ? gathers_of_stage_unit(rank0_actions, s.stage, policy == "always", sync_every_backward)
+                            : 0;
+      const int64_t pp_root_gathers =
+          dims.pp_enabled() ? gathers_of_stage_unit(rank0_actions, s.stage, false, sync_every_backward) : 0;
       int64_t block_gathers = 0;
       for (int64_t b = s.first_block; b < s.first_block + s.blocks; ++b) {
         if (dims.pp_enabled()) {
@@ -253,8 +276,8 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
       }
       // A middle stage's root holds no weights: nothing to gather.
       const int64_t roots = root > 0 ? 1 : 0;
-      const int64_t root_gathers = roots * (dims.pp_enabled() ? schedule_steps : M);
-      const int64_t scatters = dims.pp_enabled() ? schedule_steps : M;  // per unit
+      const int64_t root_gathers = roots * (dims.pp_enabled() ? schedule_steps * pp_root_gathers : M);
+      const int64_t scatters = dims.pp_enabled() && !sync_every_backward ? schedule_steps : M;  // per unit
       c.all_gather(l.fsdp_group, block_gathers, block, n);
       c.all_gather(l.fsdp_group, root_gathers, root, n);
       c.reduce_scatter(l.fsdp_group, scatters * s.blocks, block, n);

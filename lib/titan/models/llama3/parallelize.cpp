@@ -55,12 +55,15 @@ void apply_fsdp(Transformer& model, const dist::DeviceMesh& mesh, const FsdpJobO
   // Under PP the stage calls the hooks before each micro-batch's weight
   // backward, true for its last: FSDP sums the micro-batches' gradients
   // unsharded and reduce-scatters once per step, as torch's pipelining
-  // drives FSDP2. Plain gradient accumulation keeps one reduce-scatter per
-  // micro-batch (torchtitan's train step does not turn sync off either):
-  // there the unsharded sum would cost a full copy of the model's gradients.
-  r.step_hooks.add(std::make_shared<fsdp::FsdpStepHooks>(model.ptr(), /*reduce_once_per_step=*/pipelined));
+  // drives FSDP2 — unless reduce_scatter_per_microbatch asks otherwise.
+  // Plain gradient accumulation keeps one reduce-scatter per micro-batch
+  // (torchtitan's train step does not turn sync off either): there the
+  // unsharded sum would cost a full copy of the model's gradients.
+  r.step_hooks.add(std::make_shared<fsdp::FsdpStepHooks>(
+      model.ptr(), /*reduce_once_per_step=*/pipelined && !o.reduce_scatter_per_microbatch));
   r.description = "FSDP per block + root, " + config_dtype_name(o.param_dtype) + " params, " +
-                  config_dtype_name(o.reduce_dtype) + " reduce" + (o.cpu_offload ? ", CPU offload" : "");
+                  config_dtype_name(o.reduce_dtype) + " reduce" + (o.cpu_offload ? ", CPU offload" : "") +
+                  (pipelined && o.reduce_scatter_per_microbatch ? ", reduce-scatter per micro-batch" : "");
 }
 
 // DDP over dp_replicate: one all-reduce per 25 MiB bucket, launched from

@@ -37,6 +37,7 @@ ParallelizeOptions parallelize_options(const config::JobConfig& cfg, const paral
   o.fsdp.reduce_dtype = dtype_named("mixed_precision_reduce", t.mixed_precision_reduce);
   o.fsdp.cpu_offload = t.enable_cpu_offload;
   o.fsdp.reshard = reshard_named(t.fsdp_reshard_after_forward);
+  o.fsdp.reduce_scatter_per_microbatch = t.fsdp_reduce_scatter_per_microbatch;
 
   o.tp.sequence_parallel = t.enable_sequence_parallel;
   o.tp.loss_parallel = t.enable_loss_parallel;

@@ -40,12 +40,17 @@ enum class ReshardAfterForward {
 };
 
 /// @brief What FSDP is asked for ([training] mixed_precision_param,
-/// mixed_precision_reduce, enable_cpu_offload, fsdp_reshard_after_forward).
+/// mixed_precision_reduce, enable_cpu_offload, fsdp_reshard_after_forward,
+/// fsdp_reduce_scatter_per_microbatch).
 struct FsdpJobOptions {
   at::ScalarType param_dtype = at::kFloat;
   at::ScalarType reduce_dtype = at::kFloat;
   bool cpu_offload = false;
   ReshardAfterForward reshard = ReshardAfterForward::Default;
+  /// Under PP: reduce-scatter each micro-batch's gradients (true) or sum
+  /// them unsharded until the step's last backward (false, torch's
+  /// pipelining). Without PP every micro-batch is reduce-scattered anyway.
+  bool reduce_scatter_per_microbatch = false;
 };
 
 /// @brief [activation_checkpoint], resolved against the model's layers.

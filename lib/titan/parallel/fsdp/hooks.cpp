@@ -234,7 +234,12 @@ void FsdpUnit::post_backward(const std::vector<at::Tensor>& full_grads) {
   // FSDP2 reshards after backward: the full parameters are not needed
   // until the next forward gathers them again — unless other micro-batches'
   // graphs still use them (pipeline schedules); the last backward releases.
+  // Under reshard_after_forward those graphs get them back the way they
+  // would after a forward: the storage is freed, and the next forward or
+  // backward of the unit refills it (a pipeline stage reduce-scattering
+  // every micro-batch then holds only the blocks in use, not all of them).
   if (graphs_in_flight_ <= 0) release_full();
+  else if (options_.reshard_after_forward && !is_root && backwards_begun_ == 0) free_full_storage();
   // Whatever is still in flight when the backward ends (this reduction, if
   // no unit issues after it) is waited then. Queued once per unit: a
   // backward that stopped early never runs its callbacks, so a "queued
