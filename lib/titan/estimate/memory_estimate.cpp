@@ -1,6 +1,7 @@
-// The per-rank walk of memory_estimate.hpp: parameters from the model on
-// the meta device, split as TP and FSDP split them; activations from
-// activations.hpp; the peak as the largest of the step's moments.
+// The job-level estimate of memory_estimate.hpp: parameters from the model
+// on the meta device, split as TP and FSDP split them into units; per-token
+// activations from activations.hpp; each pipeline rank's moments from
+// rank_moments.hpp, and its peak as the largest of them.
 #include "titan/estimate/memory_estimate.hpp"
 
 #include <ATen/Context.h>
@@ -12,6 +13,7 @@
 
 #include "titan/config/validate.hpp"
 #include "titan/estimate/activations.hpp"
+#include "titan/estimate/rank_moments.hpp"
 #include "titan/metrics/format.hpp"
 #include "titan/models/llama3/flops.hpp"
 #include "titan/models/llama3/parallelize_options.hpp"
@@ -48,13 +50,6 @@ std::vector<int64_t> tp_local_shape(const std::string& fqn, std::vector<int64_t>
   return shape;
 }
 
-// One FSDP unit's (or, without FSDP, one group's) sizes on this rank.
-struct UnitBytes {
-  int64_t shard_numel = 0;     // this rank's (padded) shard elements
-  int64_t gathered_numel = 0;  // the unsharded, padded elements
-  int64_t output_and_norm_numel = 0;  // root unit only: the parameters whose gradients come first
-};
-
 // Walks the meta model's parameters into units: "root" and "layers.<id>".
 std::map<std::string, UnitBytes> unit_sizes(const ModelArgs& args, int64_t tp, int64_t shards) {
   models::llama3::Transformer model(args, at::TensorOptions().dtype(at::kFloat).device(at::kMeta));
@@ -77,10 +72,6 @@ std::map<std::string, UnitBytes> unit_sizes(const ModelArgs& args, int64_t tp, i
 
 // Root parameters a stage holds: the embedding on the first, norm and
 // output on the last (the numels of `root` split accordingly).
-struct RootShare {
-  int64_t shard_numel = 0, gathered_numel = 0, output_and_norm_numel = 0;
-};
-
 RootShare root_share(const ModelArgs& args, const UnitBytes& root, int64_t tp, int64_t shards, bool first, bool last) {
   const int64_t emb_rows = ceil_div(ceil_div(args.vocab_size, tp), shards);
   const int64_t emb_shard = emb_rows * args.dim, emb_gathered = emb_rows * shards * args.dim;
@@ -178,8 +169,6 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
   layout.fused_kernels = cfg.model.fused_kernels;
   layout.fused_norm = cfg.model.fused_kernels && !on_gpu;
   layout.loss_kernel = cfg.model.fused_kernels && on_gpu;
-  const BlockActivations block = block_activations(args, layout);
-  const HeadActivations head = head_activations(args, layout);
   const AcChoice ac = ac_choice(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option,
                                 args.n_layers);
 
@@ -221,6 +210,26 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
       recompute_per_token * static_cast<double>(wrapped_count) * static_cast<double>(e.tokens_per_step);
 
   const int num_stages = static_cast<int>(stage_layers.size());
+  StepFacts facts;
+  facts.fsdp = fsdp;
+  facts.offload = offload;
+  facts.on_gpu = on_gpu;
+  facts.blocks_reshard = blocks_reshard;
+  facts.reduce_per_microbatch = fsdp && pipelined && cfg.training.fsdp_reduce_scatter_per_microbatch;
+  facts.accumulating = batches.accumulation_steps > 1;
+  facts.early = cfg.optimizer.early_step_in_backward;
+  facts.ac_per_op = ac.per_op;
+  facts.storage_bytes = storage_bytes;
+  facts.param_bytes = param_bytes;
+  facts.reduce_bytes = reduce_bytes;
+  // Weights already stored in the autocast dtype are used as they are.
+  facts.amp_bytes = amp && static_cast<int64_t>(c10::elementSize(*amp)) != storage_bytes
+                        ? static_cast<double>(c10::elementSize(*amp))
+                        : 0.0;
+  facts.tokens = tokens;
+  facts.num_stages = num_stages;
+  facts.block = block_activations(args, layout);
+  facts.head = head_activations(args, layout);
   // Every rank's compute actions, made once (the zero-bubble lists come
   // from list scheduling over all ranks).
   const std::vector<pp::RankActions> actions = pipelined ? plan.actions() : std::vector<pp::RankActions>{};
@@ -228,259 +237,35 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
     RankMemory r;
     r.pp_rank = pr;
     r.stages = pipelined ? spec.stages_of_rank(pr) : std::vector<int>{0};
-    const std::map<int, int64_t> in_flight =
-        pipelined ? microbatches_in_flight(actions.at(static_cast<size_t>(pr))) : std::map<int, int64_t>{{0, 1}};
-    const std::map<int, int64_t> awaiting_w =
-        pipelined ? microbatches_awaiting_weight_step(actions.at(static_cast<size_t>(pr))) : std::map<int, int64_t>{};
 
-    // Units this rank holds, in forward order, and the root's share.
-    struct Block {
-      std::string name;
-      UnitBytes unit;
-      bool wrapped = false;
-      int stage = 0;
-    };
-    std::vector<Block> blocks;
-    RootShare root;
-    bool has_first = false, has_last = false;
+    // Units this rank holds, in forward order, the root's share, and how
+    // many micro-batches its schedule keeps.
+    RankUnits u;
+    u.stages = r.stages;
+    if (pipelined) {
+      u.in_flight = microbatches_in_flight(actions.at(static_cast<size_t>(pr)));
+      u.awaiting_w = microbatches_awaiting_weight_step(actions.at(static_cast<size_t>(pr)));
+    }
+    bool has_first = false;
     for (int s : r.stages) {
       for (int64_t l = stage_layers[static_cast<size_t>(s)].begin; l < stage_layers[static_cast<size_t>(s)].end; ++l) {
         const std::string name = "layers." + std::to_string(l);
-        blocks.push_back({name, units.at(name), static_cast<bool>(ac.wrapped[static_cast<size_t>(l)]), s});
+        u.blocks.push_back({name, units.at(name), static_cast<bool>(ac.wrapped[static_cast<size_t>(l)]), s});
       }
       has_first = has_first || s == 0;
-      has_last = has_last || s == num_stages - 1;
+      u.has_last = u.has_last || s == num_stages - 1;
     }
-    const RootShare share = root_share(args, units.at("root"), dims.tp, shards, has_first, has_last);
-    root = share;
+    u.root = root_share(args, units.at("root"), dims.tp, shards, has_first, u.has_last);
 
-    int64_t shard_numel = root.shard_numel;
-    for (const Block& b : blocks) shard_numel += b.unit.shard_numel;
+    const int64_t shard_numel = shard_numel_of(u);
     r.parameters = offload ? 0 : storage_bytes * shard_numel;
     r.gradients = r.parameters;
     r.optimizer_state = 2 * r.parameters;
     r.ddp_buckets = ddp ? storage_bytes * shard_numel : 0;
     const double persistent = static_cast<double>(r.parameters + r.optimizer_state + r.ddp_buckets);
 
-    // Activation bytes of each block for this rank's micro-batch.
-    auto kept = [&](const Block& b) {
-      const double per_token = !b.wrapped ? block.saved : (ac.per_op ? block.kept_op : block.kept_full);
-      return per_token * tokens;
-    };
-    const double saved_block = block.saved * tokens;
-    const double head_in = head.stage_input * tokens;  // every stage keeps its input
-    const double head_saved = has_last ? head.saved * tokens : 0.0;
-    const double head_transient = has_last ? head.transient * tokens : 0.0;
-    const double flow = block.grad_transient * tokens;
-
-    auto gathered = [&](const Block& b) { return fsdp ? static_cast<double>(param_bytes * b.unit.gathered_numel) : 0.0; };
-    // Under autocast each matmul's weight is cast to the compute dtype and
-    // autograd keeps the cast until that matmul's backward: a block's casts
-    // live from its forward to its backward (a checkpointed block's only
-    // during its recompute), the LM head's until the loss's backward. The
-    // embedding is not cast (a lookup).
-    // Weights already stored in the autocast dtype are used as they are.
-    const double amp_bytes =
-        amp && static_cast<int64_t>(c10::elementSize(*amp)) != storage_bytes ? static_cast<double>(c10::elementSize(*amp)) : 0.0;
-    auto cast = [&](const Block& b) { return amp_bytes * static_cast<double>(b.unit.gathered_numel); };
-    const double head_cast = has_last ? amp_bytes * static_cast<double>(root.output_and_norm_numel) : 0.0;
-    const double root_gathered = fsdp ? static_cast<double>(param_bytes * root.gathered_numel) : 0.0;
-    auto local_grads = [&](const Block& b) {
-      return offload ? 0.0 : static_cast<double>(storage_bytes * b.unit.shard_numel);
-    };
-    // Gradients of the norm and LM head come first in backward; under FSDP
-    // the root unit holds them unsharded until the embedding's arrives.
-    const double head_grads = fsdp ? static_cast<double>(param_bytes * root.output_and_norm_numel)
-                                   : static_cast<double>(storage_bytes * root.output_and_norm_numel);
-    const double all_grads = static_cast<double>(r.gradients);
-
-    struct Moment {
-      std::string phase;
-      double activations = 0, gathered = 0, grads = 0, transient = 0;
-      double total(double p) const { return p + activations + gathered + grads + transient; }
-    };
-    std::vector<Moment> moments;
-
-    if (pipelined) {
-      // Several micro-batches in flight per stage, after the first backward.
-      // Under FSDP each unit sums its micro-batches' gradients unsharded, in
-      // reduce dtype, until the step's last backward reduce-scatters them
-      // (the shards' own gradients come only then, after the peak), unless
-      // fsdp_reduce_scatter_per_microbatch reduces each backward's; without
-      // FSDP every gradient is in .grad already.
-      double per_mb_all = 0;
-      Moment m;
-      m.phase = "steady state";
-      for (int s : r.stages) {
-        double per_mb = head_in;
-        for (const Block& b : blocks)
-          if (b.stage == s) per_mb += kept(b);
-        const int64_t n = in_flight.count(s) ? in_flight.at(s) : 1;
-        r.microbatches_in_flight = std::max(r.microbatches_in_flight, n);
-        m.activations += per_mb * static_cast<double>(n);
-        per_mb_all = std::max(per_mb_all, per_mb);
-        // Zero bubble: what each micro-batch's I left for its W.
-        if (awaiting_w.count(s)) {
-          double kept_for_w = s == num_stages - 1 ? head.weight_step_gradients * tokens : 0.0;
-          for (const Block& b : blocks)
-            if (b.stage == s) kept_for_w += block.weight_step_gradients * tokens;
-          m.activations += kept_for_w * static_cast<double>(awaiting_w.at(s));
-        }
-      }
-      m.activations += head_saved;
-      // The largest block unit: what one gather holds, and its shard.
-      int64_t largest_numel = 0, largest_shard_numel = 0;
-      for (const Block& b : blocks) {
-        largest_numel = std::max(largest_numel, b.unit.gathered_numel);
-        largest_shard_numel = std::max(largest_shard_numel, b.unit.shard_numel);
-      }
-      // A unit's reduce-scatter in a backward: its unsharded gradients (in
-      // the compute dtype), staged in reduce dtype with its output shard;
-      // Gloo reduces a copy of the input as well.
-      const double largest_unit = static_cast<double>(std::max(root.gathered_numel, largest_numel));
-      const double reduction = static_cast<double>(param_bytes) * largest_unit +
-                               static_cast<double>(reduce_bytes) *
-                                   (largest_unit * (on_gpu ? 1 : 2) + static_cast<double>(largest_shard_numel));
-      if (fsdp && cfg.training.fsdp_reduce_scatter_per_microbatch) {
-        // Every backward reduce-scatters into the shards' gradients: no
-        // unsharded sums, a reduction in flight at any backward.
-        m.grads = all_grads;
-        m.transient += reduction;
-      } else if (fsdp) {
-        m.grads = static_cast<double>(reduce_bytes * root.gathered_numel);
-        for (const Block& b : blocks) m.grads += static_cast<double>(reduce_bytes * b.unit.gathered_numel);
-      } else {
-        m.grads = all_grads;
-      }
-      m.gathered = root_gathered;
-      if (!blocks_reshard) {
-        // Every block gathered from the first forward to the last backward.
-        for (const Block& b : blocks) m.gathered += gathered(b);
-        m.transient += std::max(head_transient, saved_block + flow);
-        moments.push_back(m);
-      } else {
-        // "always": a forward frees its block's weights, so a backward that
-        // starts on the in-flight micro-batches gathers them again, one
-        // block ahead (its own and the prefetched one, each with the
-        // gather's output buffer and send buffer).
-        const double largest = fsdp ? static_cast<double>(param_bytes * largest_numel) : 0.0;  // as gathered(b)
-        m.gathered += 2 * largest;
-        m.transient += std::max(head_transient, saved_block + flow) + largest +
-                       static_cast<double>(param_bytes * largest_shard_numel);
-        moments.push_back(m);
-        // A backward without gradient sync keeps the weights it gathered
-        // (torch's pipelining drives FSDP2 so): at its end every block is
-        // gathered again, one micro-batch fewer in flight. One that
-        // reduce-scatters frees each block's as it finishes it: only the
-        // steady state's two remain.
-        if (!(fsdp && cfg.training.fsdp_reduce_scatter_per_microbatch)) {
-          Moment end = m;
-          end.phase = "end of a micro-batch's backward";
-          end.activations = m.activations - per_mb_all;
-          end.gathered = root_gathered;
-          for (const Block& b : blocks) end.gathered += gathered(b);
-          end.transient = flow;
-          moments.push_back(end);
-        }
-      }
-      if (fsdp && !cfg.training.fsdp_reduce_scatter_per_microbatch) {
-        // The step's last backward (with gradient sync), on one micro-batch:
-        // each unit hands its summed gradients, plus this backward's, to
-        // its reduce-scatter while the units before it still hold theirs.
-        Moment last = m;
-        last.phase = "the step's last backward";
-        last.activations = per_mb_all + head_saved;
-        last.transient = flow + reduction;
-        if (!blocks_reshard) last.gathered = moments.front().gathered;
-        moments.push_back(last);
-      }
-    } else {
-      // Gradient accumulation: the micro-steps after the first start with
-      // every gradient already there.
-      const bool accumulating = batches.accumulation_steps > 1;
-      // [optimizer] early_step_in_backward (refused with PP and DDP): in the
-      // step's last backward each gradient is applied and freed once final
-      // (a plain parameter's at once; an FSDP shard's when its reduction is
-      // waited, at the next unit's issue). Without accumulation a finished
-      // block leaves no gradient behind; with it, the accumulated ones go
-      // as their blocks finish.
-      const bool early = cfg.optimizer.early_step_in_backward;
-      const double head_stored = offload ? 0.0 : static_cast<double>(storage_bytes * root.output_and_norm_numel);
-      const double root_shard_grads = offload ? 0.0 : static_cast<double>(storage_bytes * root.shard_numel);
-      // 1. Start of backward.
-      Moment start;
-      start.phase = "start of backward";
-      start.activations = head_in + head_saved;
-      for (const Block& b : blocks) start.activations += kept(b);
-      start.gathered = root_gathered + head_cast;
-      for (const Block& b : blocks) start.gathered += blocks_reshard && &b != &blocks.back() ? 0.0 : gathered(b);
-      for (const Block& b : blocks) start.gathered += b.wrapped ? 0.0 : cast(b);
-      start.grads = accumulating ? all_grads : 0.0;
-      start.transient = head_transient;
-      moments.push_back(start);
-      // 2. Backward of each block, last to first.
-      for (size_t i = blocks.size(); i-- > 0;) {
-        Moment m;
-        m.phase = "backward of " + blocks[i].name;
-        m.activations = head_in;
-        for (size_t j = 0; j < i; ++j) m.activations += kept(blocks[j]);
-        // Its own saved set: kept from forward, or rebuilt by the recompute
-        // (per-op SAC rebuilds it around the matmul outputs it kept).
-        m.activations += saved_block;
-        double done = head_grads;
-        for (size_t j = i + 1; j < blocks.size(); ++j) done += local_grads(blocks[j]);
-        // Its own parameters' gradients, made during this backward: in .grad
-        // at once without FSDP; under FSDP unsharded, in the compute dtype,
-        // until the end of the block stages them for the reduce-scatter.
-        if (!fsdp) done += local_grads(blocks[i]);
-        m.grads = accumulating ? all_grads + (fsdp ? head_grads : 0.0) : done;
-        if (early) {
-          // Applied already: the blocks after i (under FSDP all but the one
-          // whose reduction is still in flight) and, without FSDP, the
-          // head's and this block's own.
-          double applied = fsdp ? 0.0 : head_stored + local_grads(blocks[i]);
-          for (size_t j = i + (fsdp ? 2 : 1); j < blocks.size(); ++j) applied += local_grads(blocks[j]);
-          m.grads = accumulating ? all_grads + (fsdp ? head_grads : 0.0) - applied : (fsdp ? head_grads : 0.0);
-        }
-        m.gathered = root_gathered + gathered(blocks[i]) + cast(blocks[i]);
-        for (size_t j = 0; j < i; ++j) m.gathered += blocks[j].wrapped ? 0.0 : cast(blocks[j]);
-        m.transient = flow;
-        if (fsdp) m.transient += static_cast<double>(param_bytes * blocks[i].unit.gathered_numel);
-        // The next block to run backward was freed after forward (or only
-        // ran its checkpointed first pass) and is prefetched now: its
-        // weights, and its shard's send buffer until the gather is waited.
-        if (fsdp && blocks_reshard && i > 0) {
-          m.gathered += gathered(blocks[i - 1]);
-          m.transient += static_cast<double>(param_bytes * blocks[i - 1].unit.shard_numel);
-        }
-        // The block after it (done just before) is still reduce-scattering
-        // (with activation checkpointing too: its reduction overlaps this
-        // block's recompute and backward): its staged input and its output.
-        // Gloo (CPU) reduces a copy of the input as well; NCCL does not.
-        if (fsdp && i + 1 < blocks.size()) {
-          const UnitBytes& after = blocks[i + 1].unit;
-          m.transient += static_cast<double>(reduce_bytes * (after.gathered_numel + after.shard_numel));
-          if (!on_gpu) m.transient += static_cast<double>(reduce_bytes * after.gathered_numel);
-        }
-        moments.push_back(m);
-      }
-      // 3. End of backward: every gradient, the root's reduction in flight.
-      Moment end;
-      end.phase = "end of backward";
-      end.grads = all_grads + (fsdp ? head_grads : 0.0);
-      // With the step in backward only what waits for the root's reduction
-      // is left: its unsharded gradients and, accumulated, its shard's and
-      // the first block's.
-      if (early) {
-        const double accumulated_waiting =
-            accumulating ? root_shard_grads + (blocks.empty() ? 0.0 : local_grads(blocks.front())) : 0.0;
-        end.grads = fsdp ? head_grads + accumulated_waiting : 0.0;
-      }
-      end.gathered = root_gathered;
-      if (fsdp) end.transient = static_cast<double>(reduce_bytes * root.gathered_numel);
-      moments.push_back(end);
-    }
-
+    const std::vector<Moment> moments =
+        pipelined ? pipelined_moments(facts, u, r.microbatches_in_flight) : unpipelined_moments(facts, u);
     const Moment& top = *std::max_element(moments.begin(), moments.end(), [&](const Moment& a, const Moment& b) {
       return a.total(persistent) < b.total(persistent);
     });
