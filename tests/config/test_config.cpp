@@ -15,6 +15,7 @@
 #include "support/temp_toml.hpp"
 #include "titan/config/config.hpp"
 #include "titan/config/suggest.hpp"
+#include "titan/parallel/context_parallel/sharding.hpp"
 #include "titan/util/error.hpp"
 
 namespace fs = std::filesystem;
@@ -305,6 +306,14 @@ TEST(ConfigSupported, LaterFeaturesAreRefusedWithTheirChapter) {
   EXPECT_NO_THROW(check_supported(parse({"--parallelism.context_parallel_degree", "4",
                                          "--parallelism.context_parallel_rotate_method", "alltoall",
                                          "--parallelism.context_parallel_load_balancer", "contiguous"})));
+  // torchtitan's command line spells "no load balancing" None: the
+  // contiguous split.
+  const JobConfig none = parse({"--parallelism.context_parallel_degree", "2",
+                                "--parallelism.context_parallel_load_balancer", "None"});
+  EXPECT_NO_THROW(check_supported(none));
+  EXPECT_EQ(titan::cp::parse_load_balance(none.training.context_parallel_load_balancer),
+            titan::cp::LoadBalance::contiguous);
+  EXPECT_EQ(titan::cp::parse_load_balance("headtail"), titan::cp::LoadBalance::head_tail);
   EXPECT_NO_THROW(check_supported(parse({"--training.tensor_parallel_degree", "4", "--training.enable_loss_parallel",
                                          "--training.enable_async_tensor_parallel"})));
   EXPECT_NO_THROW(check_supported(parse({"--activation_checkpoint.mode", "full"})));

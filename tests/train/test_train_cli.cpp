@@ -311,8 +311,9 @@ TEST(TrainCli, ABadConfigUnderNprocIsOneLineFromTheLauncher) {
   ScratchDir dir("train_cli_nproc_bad");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--training.tensor_parallel_degree 3", "4 ranks do not divide by dp_replicate*cp*tp*pp = 3"},
-      {"--parallelism.context_parallel_load_balancer none",
-       "context_parallel_load_balancer = \"none\" is not valid: expected one of \"headtail\", \"contiguous\""},
+      {"--parallelism.context_parallel_load_balancer ptrr",
+       "context_parallel_load_balancer = \"ptrr\" is not valid: expected one of \"headtail\", \"contiguous\", "
+       "\"None\""},
       {"--optimizer.early_step_in_backward --parallelism.pipeline_parallel_degree 2",
        "[optimizer] early_step_in_backward with pipeline parallelism is not supported"},
   };

@@ -145,7 +145,8 @@ struct TrainingSection {
   /// (round the ring, overlapped with the blocks' compute).
   std::string context_parallel_rotate_method = "allgather";
   /// CP: "headtail" (2·cp chunks, rank i holds i and 2·cp−1−i: equal causal
-  /// work) or "contiguous" (rank i holds the i-th cp-th of the sequence).
+  /// work) or "contiguous" (rank i holds the i-th cp-th of the sequence;
+  /// "None", torchtitan's spelling of no load balancing, is the same).
   std::string context_parallel_load_balancer = "headtail";
   bool enable_loss_parallel = false;           ///< keep logits sharded through the loss (TP)
   /// TP: shard the residual stream on the sequence between blocks (SP);

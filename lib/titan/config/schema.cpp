@@ -143,8 +143,9 @@ std::vector<Field> make_fields() {
                   "CP: K/V gathered at once (allgather) or passed round the ring under the compute (alltoall)",
                   "allgather", "alltoall"),
       TITAN_FIELD(training, context_parallel_load_balancer,
-                  "CP: 2 x cp chunks, rank i holding i and 2 x cp-1-i (headtail), or one contiguous cp-th per rank",
-                  "headtail", "contiguous"),
+                  "CP: 2 x cp chunks, rank i holding i and 2 x cp-1-i (headtail), or one contiguous cp-th per rank "
+                  "(contiguous, or torchtitan's None)",
+                  "headtail", "contiguous", "None"),
       TITAN_FIELD(training, enable_loss_parallel, "compute the loss on vocabulary-sharded logits (TP)"),
       TITAN_FIELD(training, enable_sequence_parallel,
                   "TP: keep activations sharded on the sequence between blocks (all-gather/reduce-scatter)"),

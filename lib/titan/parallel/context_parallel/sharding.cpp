@@ -9,8 +9,10 @@ namespace titan::cp {
 
 LoadBalance parse_load_balance(const std::string& name) {
   if (name == "headtail") return LoadBalance::head_tail;
-  if (name == "contiguous") return LoadBalance::contiguous;
-  throw Error("unknown context-parallel load balancer '" + name + "' (valid: headtail, contiguous)");
+  // torchtitan's None (no load balancing; "None" on its command line) is
+  // the contiguous split.
+  if (name == "contiguous" || name == "None") return LoadBalance::contiguous;
+  throw Error("unknown context-parallel load balancer '" + name + "' (valid: headtail, contiguous, None)");
 }
 
 std::string to_string(LoadBalance b) { return b == LoadBalance::head_tail ? "headtail" : "contiguous"; }

@@ -26,7 +26,9 @@ enum class LoadBalance {
   head_tail,   ///< 2·cp chunks, rank i holds chunks i and 2·cp−1−i
 };
 
-/// The accepted names: "headtail" (torchtitan's name) and "contiguous".
+/// The accepted names: "headtail" (torchtitan's name), "contiguous", and
+/// "None" (torchtitan's command-line spelling of no load balancing: the
+/// contiguous split).
 LoadBalance parse_load_balance(const std::string& name);
 std::string to_string(LoadBalance b);
 
