@@ -220,6 +220,11 @@ TEST(EstimateCli, TheNamedLayoutFits) {
     if (i == 0) {
       EXPECT_EQ(m[3].str(),
                 "--training.fsdp_reduce_scatter_per_microbatch true --training.fsdp_reshard_after_forward always");
+      // What it costs: 8 micro-batches (batch 8 of one sequence each).
+      EXPECT_HAS(r.output, "\ncost       FSDP reduce-scatters each unit 8 times a step instead of once and gathers a "
+                           "block again at each forward and backward that finds it freed");
+    } else {
+      EXPECT_EQ(r.output.find("\ncost "), std::string::npos) << r.output;
     }
     if (layouts[i].find("pipeline_parallel_degree") == std::string::npos) {
       EXPECT_EQ(m[3].str().find("fsdp_"), std::string::npos) << m[0];

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <tuple>
 #include <vector>
 
+#include "titan/config/validate.hpp"
 #include "titan/metrics/format.hpp"
 #include "titan/util/error.hpp"
 #include "titan/util/strprintf.hpp"
@@ -64,6 +66,25 @@ std::vector<Move> moves_of(const config::JobConfig& cfg) {
     if (reshard != "always") out.push_back({ac, true, "always"});
   }
   return out;
+}
+
+// What FSDP's moves under PP cost in collectives (one line; "" when the
+// layout keeps the config's reduction and resharding).
+std::string fsdp_move_cost(const config::JobConfig& cfg, const config::JobConfig& c, const JobEstimate& estimate) {
+  std::vector<std::string> parts;
+  if (c.training.fsdp_reduce_scatter_per_microbatch != cfg.training.fsdp_reduce_scatter_per_microbatch) {
+    const config::BatchPlan batches = config::plan_batches(c, estimate.dims.dp_degree());
+    const int64_t microbatches =
+        batches.accumulation_steps * (batches.local_batch / c.experimental.pipeline_parallel_microbatch_size);
+    parts.push_back(titan::strprintf("reduce-scatters each unit %lld times a step instead of once",
+                                     static_cast<long long>(microbatches)));
+  }
+  if (c.training.fsdp_reshard_after_forward != cfg.training.fsdp_reshard_after_forward)
+    parts.push_back("gathers a block again at each forward and backward that finds it freed");
+  if (parts.empty()) return "";
+  std::string s = "FSDP " + parts.front();
+  if (parts.size() > 1) s += " and " + parts.back();
+  return s;
 }
 
 }  // namespace
@@ -125,6 +146,8 @@ FitAdvice fit_advice(const config::JobConfig& cfg, int64_t world_size, const Job
           for (const std::string& o : changes) a.overrides += (a.overrides.empty() ? "" : " ") + o;
           a.world_size = world;
           a.peak_gib = peak_gib(candidate);
+          a.cost.clear();
+          a.cost = fsdp_move_cost(cfg, c, candidate);
         }
       }
     }
@@ -152,6 +175,7 @@ std::string format_fit_advice(const FitAdvice& a, int64_t world_size) {
       a.world_size == world_size ? "" : titan::strprintf("--nproc %lld ", static_cast<long long>(a.world_size));
   s += titan::strprintf("fit        %s%s: peak %.1f GiB per rank\n", world.c_str(),
                           a.overrides.empty() ? "(the layout as written)" : a.overrides.c_str(), a.peak_gib);
+  if (!a.cost.empty()) s += "cost       " + a.cost + " (docs/train.md)\n";
   return s;
 }
 

@@ -35,13 +35,18 @@ struct FitAdvice {
   int64_t world_size = 0;
   double peak_gib = 0;
   bool found = false;
+  /// What the named layout costs besides memory, when it changes FSDP's
+  /// reduction or resharding under PP (more collectives per step); "" else.
+  std::string cost;
 };
 
 /// @brief Checks `e` (the estimate of `cfg` on `world_size` ranks) against
 /// `budget_gib` per rank and, when some rank is over, searches layouts that
 /// fit: tensor_parallel_degree in {1, 2, 4, 8} (no more than a node),
 /// pipeline_parallel_degree in {1, 2, 4, 8, 16}, the config's activation
-/// checkpointing and then full, the rest FSDP; on `world_size`, then up to
+/// checkpointing and then full, the rest FSDP, and under PP x FSDP
+/// fsdp_reduce_scatter_per_microbatch alone and with
+/// fsdp_reshard_after_forward "always"; on `world_size`, then up to
 /// 64 times as many ranks. Of the layouts that fit on the fewest ranks, the
 /// one closest to the config is taken: the fewest changed keys, then the
 /// least PP, then the least TP.

@@ -457,7 +457,10 @@ StepResult Trainer::train_step() {
   // device, and their values come to the host in one copy. That copy still
   // comes before the optimizer step, so a NaN loss or norm stops the run
   // before it reaches the weights (what was trained, and checkpointed, up to
-  // the previous step stays usable).
+  // the previous step stays usable). With [optimizer] early_step_in_backward
+  // most parameters took their step during backward already: the run still
+  // stops here, saving nothing, and the checkpoints of earlier steps (an
+  // async save stages its copy when it starts) hold the last good weights.
   const auto f64 = acc.loss_sum.options().dtype(at::kDouble);
   at::Tensor loss_and_tokens =
       at::stack({acc.loss_sum.to(at::kDouble), at::scalar_tensor(static_cast<double>(acc.tokens), f64)});
