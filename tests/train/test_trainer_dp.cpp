@@ -595,6 +595,18 @@ TEST(TrainerPipelineParallel, AsyncTpInsideZeroBubbleStagesMatchesReference) {
   EXPECT_GT(split_gathers, 0);
 }
 
+// PP 2 x FSDP 2 on 4 ranks, 3 steps of 4 micro-batches of 1 per rank: the
+// layout the FSDP-under-PP option tests below vary.
+namespace {
+JobConfig pp2_fsdp2_config(const titan::testing::ScratchDir& dir) {
+  JobConfig c = base_config(dir);
+  c.training.steps = 3;
+  c.training.batch_size = 4;
+  c.experimental.pipeline_parallel_degree = 2;
+  return c;
+}
+}  // namespace
+
 // fsdp_reshard_after_forward = "always" under PP (torchtitan accepts it;
 // "default" keeps a stage's weights gathered over the step): every
 // micro-batch's forward frees its blocks' weights and the next forward or
@@ -604,10 +616,7 @@ TEST(TrainerPipelineParallel, AsyncTpInsideZeroBubbleStagesMatchesReference) {
 TEST(TrainerPipelineParallel, FsdpReshardingAfterEveryForwardMatchesReference) {
   if (titan::testing::world().size() != 4) GTEST_SKIP() << "PP 2 x FSDP 2 needs 4 ranks";
   titan::testing::ScratchDir dir("trainer_pp_reshard");
-  JobConfig c = base_config(dir);
-  c.training.steps = 3;
-  c.training.batch_size = 4;  // 4 micro-batches of 1 per rank
-  c.experimental.pipeline_parallel_degree = 2;
+  JobConfig c = pp2_fsdp2_config(dir);
   c.training.fsdp_reshard_after_forward = "always";
   for (const char* s : {"1F1B", "InterleavedZeroBubble", "ZBVZeroBubble"}) {
     c.experimental.pipeline_parallel_schedule = s;
@@ -626,10 +635,7 @@ TEST(TrainerPipelineParallel, FsdpReshardingAfterEveryForwardMatchesReference) {
 TEST(TrainerPipelineParallel, FsdpReduceScatterPerMicroBatchMatchesReference) {
   if (titan::testing::world().size() != 4) GTEST_SKIP() << "PP 2 x FSDP 2 needs 4 ranks";
   titan::testing::ScratchDir dir("trainer_pp_rs_per_mb");
-  JobConfig c = base_config(dir);
-  c.training.steps = 3;
-  c.training.batch_size = 4;  // 4 micro-batches of 1 per rank
-  c.experimental.pipeline_parallel_degree = 2;
+  JobConfig c = pp2_fsdp2_config(dir);
   c.training.fsdp_reduce_scatter_per_microbatch = true;
   for (const char* s : {"1F1B", "InterleavedZeroBubble", "ZBVZeroBubble"}) {
     c.experimental.pipeline_parallel_schedule = s;

@@ -93,7 +93,7 @@ std::vector<Moment> RankWalk::pipelined() {
   const double reduction = static_cast<double>(param_bytes) * largest_unit +
                            static_cast<double>(reduce_bytes) *
                                (largest_unit * (on_gpu ? 1 : 2) + static_cast<double>(largest_shard_numel));
-  if (fsdp && reduce_per_microbatch) {
+  if (reduce_per_microbatch) {
     // Every backward reduce-scatters into the shards' gradients: no
     // unsharded sums, a reduction in flight at any backward.
     m.grads = all_grads;
@@ -125,7 +125,7 @@ std::vector<Moment> RankWalk::pipelined() {
     // gathered again, one micro-batch fewer in flight. One that
     // reduce-scatters frees each block's as it finishes it: only the
     // steady state's two remain.
-    if (!(fsdp && reduce_per_microbatch)) {
+    if (!reduce_per_microbatch) {
       Moment end = m;
       end.phase = "end of a micro-batch's backward";
       end.activations = m.activations - per_mb_all;

@@ -35,7 +35,7 @@ struct StepFacts {
   /// FSDP frees a block's gathered weights after its forward.
   bool blocks_reshard = false;
   /// PP x FSDP: every micro-batch's backward reduce-scatters (no
-  /// unsharded sums over the step).
+  /// unsharded sums over the step); false without FSDP or PP.
   bool reduce_per_microbatch = false;
   /// Without PP: several micro-steps, the later ones starting with every
   /// gradient there.
