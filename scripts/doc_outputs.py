@@ -39,6 +39,10 @@ into pieces, and `start` is then a list, one first line per piece, each
 searched for after the piece before it. `prompt` says the block's first line
 is the command as typed, `$ build/bin/NAME ARGS` (compared like the rest);
 `status` is the exit status the command must end with (a refusal: 1).
+A `prompt` block shows what its command prints to the end: a line the
+program prints after the block's last is stale too (`to_end`, True by
+default for `prompt` blocks; set it for others that end where the output
+does). `--only REGEX` checks or updates the blocks whose names match.
 """
 import argparse
 import os
@@ -239,7 +243,8 @@ def run(bin_dir, spec, cache):
 def excerpt(output, spec, page, name):
     """The program's lines for a page block `page` (a list of lines): from
     each start on, as many lines as the block's piece has, pieces joined by
-    `...` (see the top)."""
+    `...` (see the top). Also returns the non-empty lines the program
+    printed after the last piece's end."""
     starts = spec["start"] if isinstance(spec["start"], list) else [spec["start"]]
     pieces = [[]]
     for line in page:
@@ -259,7 +264,7 @@ def excerpt(output, spec, page, name):
             sys.exit(f"error: {name}: no line starting with '{start}' in the program's output")
         fresh += output[i:i + n] + (["..."] if k + 1 < len(pieces) else [])
         at = i + n
-    return fresh
+    return fresh, [line for line in output[at:] if line.strip()]
 
 
 def blocks_of(text):
@@ -301,7 +306,9 @@ def main():
     mode.add_argument("--check", action="store_true")
     mode.add_argument("--update", action="store_true")
     ap.add_argument("bin_dir")
+    ap.add_argument("--only", default=None, help="only the blocks whose names match this regular expression")
     args = ap.parse_args()
+    only = re.compile(args.only) if args.only else None
 
     cache, stale, seen = {}, [], set()
     pages = sorted({b["page"] for b in BLOCKS.values()})
@@ -312,9 +319,16 @@ def main():
             if name not in BLOCKS or BLOCKS[name]["page"] != page:
                 sys.exit(f"error: {page}: unknown output block '{name}'")
             seen.add(name)
+            if only and not only.search(name):
+                continue
             spec = BLOCKS[name]
             want_re = re.compile(spec["compare"])
-            fresh = excerpt(run(args.bin_dir, spec, cache), spec, lines[a:b], name)
+            fresh, after = excerpt(run(args.bin_dir, spec, cache), spec, lines[a:b], name)
+            if spec.get("to_end", spec.get("prompt", False)) and after:
+                stale.append(f"{page}:{b + 1}: block {name} ends before the program does: {len(after)} more "
+                             f"line(s), the first: {after[0]}")
+                if args.update and spec.get("whole"):
+                    fresh += after
             page_cmp = [(k, l) for k, l in enumerate(lines[a:b]) if want_re.search(l)]
             fresh_cmp = [l for l in fresh if want_re.search(l)]
             if len(page_cmp) != len(fresh_cmp):

@@ -43,30 +43,32 @@ namespace {
 using torch::autograd::Node;
 using torch::autograd::variable_list;
 
-struct Param {
-  std::string name;
-  at::Tensor tensor;
-  size_t bucket = 0;
-  int64_t offset = 0;  // in elements, inside the bucket buffer
-  // Keeping the AccumulateGrad node alive keeps our hook on it: the tensor
-  // itself holds only a weak reference and would build a fresh node (with
-  // no hooks) for the next graph otherwise.
-  std::shared_ptr<Node> accumulator;
-  uintptr_t hook_key = 0;
-  bool ready = false;
-};
-
-struct Bucket {
-  std::vector<size_t> params;
-  at::Tensor buffer;
-  int64_t pending = 0;  // parameters whose gradient has not arrived this backward
-  bool launched = false;
-  std::shared_ptr<dist::PendingWork> work;
-};
-
 }  // namespace
 
 struct DataParallel::State : std::enable_shared_from_this<DataParallel::State> {
+  // A parameter and a bucket as the reducer tracks them (members, not
+  // file-local types: State has external linkage).
+  struct Param {
+    std::string name;
+    at::Tensor tensor;
+    size_t bucket = 0;
+    int64_t offset = 0;  // in elements, inside the bucket buffer
+    // Keeping the AccumulateGrad node alive keeps our hook on it: the tensor
+    // itself holds only a weak reference and would build a fresh node (with
+    // no hooks) for the next graph otherwise.
+    std::shared_ptr<Node> accumulator;
+    uintptr_t hook_key = 0;
+    bool ready = false;
+  };
+
+  struct Bucket {
+    std::vector<size_t> params;
+    at::Tensor buffer;
+    int64_t pending = 0;  // parameters whose gradient has not arrived this backward
+    bool launched = false;
+    std::shared_ptr<dist::PendingWork> work;
+  };
+
   std::shared_ptr<dist::ProcessGroup> group;
   std::vector<Param> params;
   std::vector<Bucket> buckets;
@@ -194,7 +196,7 @@ DataParallel::DataParallel(torch::nn::Module& module, std::shared_ptr<dist::Proc
   std::vector<int64_t> bytes, kinds;
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {
     if (!item.value().requires_grad()) continue;
-    Param p;
+    State::Param p;
     p.name = item.key();
     p.tensor = item.value();
     TITAN_CHECK(p.tensor.is_contiguous(), "replicate: parameter ", p.name, " is not contiguous");
@@ -206,7 +208,7 @@ DataParallel::DataParallel(torch::nn::Module& module, std::shared_ptr<dist::Proc
 
   auto plan = plan_buckets(bytes, kinds, static_cast<int64_t>(options.bucket_cap_mb * 1024 * 1024));
   for (size_t b = 0; b < plan.size(); ++b) {
-    Bucket bucket;
+    State::Bucket bucket;
     int64_t numel = 0;
     for (size_t i : plan[b]) {
       s.params[i].bucket = b;
@@ -227,7 +229,7 @@ DataParallel::DataParallel(torch::nn::Module& module, std::shared_ptr<dist::Proc
         b.buffer.narrow(0, s.params[i].offset, s.params[i].tensor.numel()).copy_(s.params[i].tensor.reshape(-1));
       s.group->broadcast(b.buffer, 0);
       for (size_t i : b.params) {
-        Param& p = s.params[i];
+        State::Param& p = s.params[i];
         p.tensor.copy_(b.buffer.narrow(0, p.offset, p.tensor.numel()).view(p.tensor.sizes()));
       }
     }
@@ -239,7 +241,7 @@ DataParallel::DataParallel(torch::nn::Module& module, std::shared_ptr<dist::Proc
   }
 
   for (size_t i = 0; i < s.params.size(); ++i) {
-    Param& p = s.params[i];
+    State::Param& p = s.params[i];
     p.accumulator = torch::autograd::impl::grad_accumulator(p.tensor);
     TITAN_CHECK(p.accumulator, "replicate: parameter ", p.name, " is not a leaf that accumulates gradients");
     p.hook_key = p.accumulator->add_post_hook(std::make_unique<ReadyHook>(state_, i));

@@ -262,9 +262,9 @@ void FsdpUnit::release_full() {
 }
 
 // ------------------------------------------------- gradient reductions in flight
-namespace {
-
-// One unit's gradient reduction, from its issue to shard.grad.
+// One unit's gradient reduction, from its issue to shard.grad (not in the
+// anonymous namespace: CommContext::Reductions, which has external linkage,
+// holds them).
 struct GradReduction {
   std::shared_ptr<FsdpUnit> unit;  // a graph (and so a reduction) may outlive the model
   at::Tensor staged;               // [n · flat], reduce_dtype: the big buffer, dropped when the RS is done
@@ -273,6 +273,8 @@ struct GradReduction {
   std::shared_ptr<dist::PendingWork> ar;  // HSDP all-reduce over replicas, until waited
   double rs_issued_us = 0, ar_issued_us = 0;
 };
+
+namespace {
 
 void finish_reduce_scatter(GradReduction& r) {
   const double wait_start = event_clock_us();
