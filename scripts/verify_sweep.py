@@ -7,7 +7,8 @@ them (pipeline schedule and micro-batch size, layers per stage, activation
 checkpointing mode, float8 recipe and its FSDP all-gather, async TP, loss
 parallel, CP rotation and load balancer, block-causal attention, titan's
 flash kernel, FSDP resharding, CPU offload, gradient accumulation, the
-optimizer step in backward, clipping). `titan verify` trains that layout
+optimizer step in backward, clipping, and a resume from a checkpoint
+saved mid-run, synchronously or in the background). `titan verify` trains that layout
 and one process on the same batches and compares every step; a trial
 passes when it says so. The draws are seeded: trial k of seed S is always
 the same layout, so a failure is rerun with the command printed for it.
@@ -133,6 +134,13 @@ def draw(rng):
     args = []
     for key, value in flags.items():
         args += [f"--{key}", str(value)]
+    # A resume (titan verify --resume-at, of its 3 steps): the layout saves
+    # a checkpoint, a new run loads it. Drawn after every key above.
+    if rng.random() < 0.25:
+        at = rng.choice([1, 2])
+        mode = rng.choice(["disabled", "async", "async_with_pinned_mem"])
+        args += ["--checkpoint.async_mode", mode, "--resume-at", str(at)]
+        words.append(f"resumed after step {at}" + ("" if mode == "disabled" else f" ({mode} save)"))
     if "model.flavor" in flags:
         args += ["--flavor", "config"]  # verify's default model is the debug flavor
     return nproc, args, ", ".join(words)

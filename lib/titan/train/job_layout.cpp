@@ -27,11 +27,11 @@ JobLayout plan_job_layout(const config::JobConfig& cfg, int64_t world_size, c10:
   return out;
 }
 
-void check_job_before_launch(const config::JobConfig& cfg, int world_size) {
+JobLayout check_job_before_launch(const config::JobConfig& cfg, int world_size) {
   dist::LaunchEnv env;
   env.world_size = world_size;
   env.local_world_size = world_size;
-  plan_job_layout(cfg, world_size, resolve_device(cfg.training.device, env));
+  return plan_job_layout(cfg, world_size, resolve_device(cfg.training.device, env));
 }
 
 }  // namespace titan::train

@@ -42,7 +42,8 @@ JobLayout plan_job_layout(const config::JobConfig& cfg, int64_t world_size, c10:
 
 /// @brief plan_job_layout for a job about to start `world_size` local ranks
 /// (`titan train` / `titan verify --nproc N`, in their launcher): on the
-/// device local rank 0 would pick. Throws as plan_job_layout does.
-void check_job_before_launch(const config::JobConfig& cfg, int world_size);
+/// device local rank 0 would pick. Throws as plan_job_layout does;
+/// returns the layout.
+JobLayout check_job_before_launch(const config::JobConfig& cfg, int world_size);
 
 }  // namespace titan::train

@@ -329,7 +329,7 @@ void Trainer::build_checkpointer() {
         if (banner_printed_) print(line);
         else early_lines_.push_back(line);
       });
-  if (!cfg_.checkpoint.create_seed_checkpoint) {
+  if (!cfg_.checkpoint.create_seed_checkpoint && options_.load_checkpoint) {
     // Loading reads only the rows of this rank's boxes (checkpoint/dcp.hpp):
     // what it holds beyond the model is measured, as init's is.
     const int64_t before = metrics::tensor_memory(device_).current_bytes;

@@ -113,6 +113,11 @@ struct TrainerOptions {
   /// Mixed precision without FSDP (autocast.hpp) on the CPU too: it is
   /// applied on GPUs only by default; tests use this to run that path.
   bool autocast_on_cpu = false;
+  /// With [checkpoint] enable_checkpoint: false builds the checkpoint
+  /// manager (it saves when asked) but loads nothing at construction, so
+  /// the run starts fresh whatever the folder holds (titan verify's run
+  /// that is interrupted and resumed).
+  bool load_checkpoint = true;
 };
 
 /// @brief A training run on one rank.

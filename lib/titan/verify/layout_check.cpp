@@ -6,12 +6,15 @@
 #include <cmath>
 #include <sstream>
 
+#include "titan/checkpoint/manager.hpp"
 #include "titan/dist/comm_log.hpp"
+#include "titan/dist/world.hpp"
 #include "titan/metrics/format.hpp"
 #include "titan/train/determinism.hpp"
 #include "titan/train/trainer.hpp"
 #include "titan/verify/reference_trainer.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/files.hpp"
 #include "titan/util/strprintf.hpp"
 
 namespace titan::verify {
@@ -65,6 +68,10 @@ config::JobConfig layout_check_config(config::JobConfig cfg, const LayoutCheckOp
   TITAN_CHECK(options.steps >= 1, "titan verify: --steps must be at least 1, got ", options.steps);
   TITAN_CHECK(options.rel_tol > 0 && options.weight_tol > 0, "titan verify: the bounds must be positive, got --rtol ",
               options.rel_tol, " and --wtol ", options.weight_tol);
+  TITAN_CHECK(options.resume_at >= 0 && options.resume_at < options.steps,
+              "titan verify: --resume-at must be a step before the last (--steps ", options.steps, "), got ",
+              options.resume_at);
+  TITAN_CHECK(options.resume_at > 0 || !options.resume_as, "titan verify: --resume-as needs --resume-at");
   cfg.training.steps = options.steps;
   if (!options.flavor.empty()) cfg.model.flavor = options.flavor;
   // fp32 on both sides: one process runs without FSDP, so without its
@@ -82,8 +89,39 @@ config::JobConfig layout_check_config(config::JobConfig cfg, const LayoutCheckOp
   return cfg;
 }
 
+void check_resume_layout(const train::JobLayout& saved, const train::JobLayout& resumed) {
+  const auto same = [](const char* what, int64_t before, int64_t after) {
+    TITAN_CHECK(before == after, "titan verify: --resume-as must keep the ", what, " (", before, " before, ", after,
+                " after): the resumed run would not train the batches one process trains");
+  };
+  same("data-parallel degree", saved.dims.dp_degree(), resumed.dims.dp_degree());
+  same("local batch", saved.batches.local_batch, resumed.batches.local_batch);
+  same("global batch", saved.batches.global_batch, resumed.batches.global_batch);
+  same("sequence length", saved.args.max_seq_len, resumed.args.max_seq_len);
+}
+
+namespace {
+
+// The checkpointing of a run that is resumed: in the run's scratch folder,
+// saved only when check_layout says, loaded only by the resumed run (at
+// the step it saved). The config's async mode and exclusions stay: they
+// are part of what is checked.
+config::JobConfig with_resume_checkpoint(config::JobConfig cfg, int64_t load_step) {
+  cfg.checkpoint.enable_checkpoint = true;
+  cfg.checkpoint.folder = "checkpoint";
+  cfg.checkpoint.load_step = load_step;
+  cfg.checkpoint.load_only = false;
+  cfg.checkpoint.create_seed_checkpoint = false;
+  cfg.checkpoint.initial_load_path.clear();
+  cfg.checkpoint.keep_latest_k = 0;
+  return cfg;
+}
+
+}  // namespace
+
 LayoutCheckReport check_layout(const config::JobConfig& job, const LayoutCheckOptions& options) {
   const config::JobConfig cfg = layout_check_config(job, options);
+  const int64_t resume_at = options.resume_at;
   // Both runs' GEMMs in full fp32 on a GPU too: the bounds are fp32's.
   train::use_full_fp32_matmuls();
   LayoutCheckReport report;
@@ -96,17 +134,12 @@ LayoutCheckReport check_layout(const config::JobConfig& job, const LayoutCheckOp
   std::map<int64_t, StepComm> comm;
   std::map<int64_t, ExpectedComm> expected;
   bool on_rank0 = true;
-  {
-    config::JobConfig pc = cfg;
-    pc.job.dump_folder += "/layout";
-    train::Trainer trainer(pc, quiet_options());
-    const parallel::ParallelDims& dims = trainer.parallel_dims();
-    report.layout = dims.describe();
-    report.world_size = static_cast<int>(dims.world_size);
-    report.emulated_ranks = dims.dp_degree();
+  auto& log = dist::CommLog::instance();
+  // Steps [first, last] of `trainer` (its first step is the pipeline's
+  // shape handshake, counted as such).
+  const auto run_steps = [&](train::Trainer& trainer, int64_t first, int64_t last) {
     on_rank0 = trainer.rank() == 0;
-    auto& log = dist::CommLog::instance();
-    for (int64_t s = 1; s <= options.steps; ++s) {
+    for (int64_t s = first; s <= last; ++s) {
       log.begin_step(s);
       parallel_steps.push_back(trainer.train_step());
       log.begin_step(kBetweenSteps);
@@ -115,10 +148,50 @@ LayoutCheckReport check_layout(const config::JobConfig& job, const LayoutCheckOp
         for (auto& [name, t] : w) t = t.to(at::kCPU, at::kDouble);
         parallel_weights.push_back(std::move(w));
         comm[s] = measured_step_comm(s);
-        expected[s] = expected_step_comm(trainer.config(), dims, trainer.model()->args(),
-                                         /*first_step=*/s == 1);
+        expected[s] = expected_step_comm(trainer.config(), trainer.parallel_dims(), trainer.model()->args(),
+                                         /*first_step=*/s == first);
       }
     }
+  };
+  {
+    config::JobConfig pc = cfg;
+    pc.job.dump_folder += "/layout";
+    train::TrainerOptions po = quiet_options();
+    if (resume_at > 0) {
+      pc = with_resume_checkpoint(pc, -1);
+      po.load_checkpoint = false;  // a fresh start, whatever an earlier check left
+    }
+    train::Trainer trainer(pc, po);
+    const parallel::ParallelDims& dims = trainer.parallel_dims();
+    report.layout = dims.describe();
+    report.world_size = static_cast<int>(dims.world_size);
+    report.emulated_ranks = dims.dp_degree();
+    if (options.resume_as)
+      check_resume_layout(train::plan_job_layout(cfg, dims.world_size, trainer.device()),
+                          train::plan_job_layout(layout_check_config(*options.resume_as, options), dims.world_size,
+                                                 trainer.device()));
+    run_steps(trainer, 1, resume_at > 0 ? resume_at : options.steps);
+    if (resume_at > 0) {
+      // An earlier check's checkpoints must not be the one resumed, nor
+      // count against this one's.
+      checkpoint::CheckpointManager& ckpt = *trainer.checkpointer();
+      if (trainer.rank() == 0) files::remove_all(ckpt.folder());
+      if (dims.world_size > 1) dist::world().group()->barrier();
+      ckpt.save(resume_at);
+      ckpt.close();  // an async save completes (or fails on every rank) here
+      report.resume_save_mode = pc.checkpoint.async_mode == "disabled" ? "sync" : pc.checkpoint.async_mode;
+    }
+  }
+  if (resume_at > 0) {
+    config::JobConfig later = options.resume_as ? layout_check_config(*options.resume_as, options) : cfg;
+    later.job.dump_folder = cfg.job.dump_folder + "/layout";
+    later = with_resume_checkpoint(later, resume_at);
+    train::Trainer trainer(later, quiet_options());
+    TITAN_CHECK(trainer.step() == resume_at, "titan verify: the resumed run starts after step ", trainer.step(),
+                ", not after step ", resume_at, " where its checkpoint was saved (the step was not loaded: ",
+                "train_state in [checkpoint] exclude_from_loading?)");
+    report.resumed_layout = trainer.parallel_dims().describe();
+    run_steps(trainer, resume_at + 1, options.steps);
   }
   if (!on_rank0) return report;
 
@@ -178,6 +251,13 @@ std::string format_layout_check(const LayoutCheckReport& r) {
       "steps, fp32%s\n",
       r.layout.c_str(), r.world_size, r.world_size == 1 ? "" : "s", static_cast<long long>(r.emulated_ranks),
       r.emulated_ranks == 1 ? "" : "s", r.steps.size(), r.float8 ? " with float8 linears" : "");
+  const int64_t resume_at = r.options.resume_at;
+  if (resume_at > 0)
+    out += strprintf("  resumed: after step %lld the layout saves a checkpoint (%s) and stops; a new run%s loads it and "
+                     "trains steps %lld-%zu, while one process runs on\n",
+                     static_cast<long long>(resume_at), r.resume_save_mode.c_str(),
+                     r.resumed_layout == r.layout ? "" : (" as " + r.resumed_layout).c_str(),
+                     static_cast<long long>(resume_at + 1), r.steps.size());
   if (!r.float8)
     out += strprintf("  bounds: loss and gradient norm %.1e relative, weights %.1e absolute (fp32 rounding: the "
                      "equivalence matrix measured 1.4e-7 and 7.0e-5 at worst)\n",
@@ -191,10 +271,12 @@ std::string format_layout_check(const LayoutCheckReport& r) {
   out += "\n";
   out += strprintf("  %4s  %12s  %12s  %9s  %9s  %9s  %-34s  %s\n", "step", "loss", "1 process", "rel diff",
                    "norm diff", "max |dw|", "where", "verdict");
-  for (const LayoutCheckStep& s : r.steps)
+  for (const LayoutCheckStep& s : r.steps) {
     out += strprintf("  %4lld  %12.8f  %12.8f  %9.2e  %9.2e  %9.2e  %-34s  %s\n", static_cast<long long>(s.step),
                      s.loss, s.ref_loss, s.loss_rel, s.grad_norm_rel, s.max_weight_diff, s.worst_parameter.c_str(),
                      s.passed ? "ok" : "DIVERGES");
+    if (s.step == resume_at) out += "        (checkpoint saved, run ended; resumed from it)\n";
+  }
   // What each mesh dimension carried per step (rank 0's sends), against
   // the analytic count.
   const bool modelled = r.comm_not_modelled_because.empty();
@@ -225,8 +307,10 @@ std::string format_layout_check(const LayoutCheckReport& r) {
     out += strprintf("    %-28s %9.2e (step %lld)\n", g.c_str(), w.first, static_cast<long long>(w.second));
   const int64_t failed = r.first_failed_step();
   if (failed == 0) {
-    out += strprintf("\nverdict: the layout trains as one process does (%zu steps within the bounds)\n",
-                     r.steps.size());
+    out += strprintf("\nverdict: the layout trains as one process does (%zu steps within the bounds%s)\n",
+                     r.steps.size(),
+                     resume_at > 0 ? strprintf(", resumed after step %lld", static_cast<long long>(resume_at)).c_str()
+                                   : "");
   }
   if (!modelled) return out;
   const int64_t differs = r.first_comm_difference_step();

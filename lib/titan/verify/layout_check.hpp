@@ -17,6 +17,13 @@
 /// 2.5e-4. A layout that drops an average, a micro-batch or a shard moves
 /// them by 1e-3 and more.
 ///
+/// With a resume (LayoutCheckOptions::resume_at) the layout's run saves a
+/// checkpoint after that step and ends; a new run of the layout (or of
+/// another one, resume_as) loads it and trains the remaining steps, while
+/// the reference runs on uninterrupted: a checkpoint that leaves out any
+/// of the state a step depends on (optimizer moments, the LR schedule,
+/// the data's position, the RNG) diverges like any other bug.
+///
 /// Beside the numbers, each step's communication on rank 0, per mesh
 /// dimension, is set against the analytic count of verify/comm_count.hpp.
 /// A difference is reported (it is about titan's algorithms, not the
@@ -25,10 +32,12 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "titan/config/job_config.hpp"
+#include "titan/train/job_layout.hpp"
 #include "titan/verify/comm_count.hpp"
 
 namespace titan::verify {
@@ -50,6 +59,14 @@ struct LayoutCheckOptions {
   /// apart (measured 5.3e-4 at lr 2.7e-4): no weight bound separates that
   /// from a bug.
   double float8_rel_tol = 5e-4;
+  /// After this step the layout's run saves a checkpoint ([checkpoint]
+  /// async_mode and exclude_from_loading as the config says) and ends, and
+  /// a new run loads it for the remaining steps; 0 = one uninterrupted run.
+  /// Must be below `steps`.
+  int64_t resume_at = 0;
+  /// With resume_at, the config the new run resumes as (another layout of
+  /// the same ranks: check_resume_layout); none = the same config.
+  std::optional<config::JobConfig> resume_as;
 };
 
 /// @brief One step of the comparison.
@@ -76,6 +93,9 @@ struct LayoutCheckStep {
 /// @brief The whole comparison.
 struct LayoutCheckReport {
   std::string layout;     ///< the parallel run's description, e.g. "FSDP 2 x TP 2"
+  /// With a resume: the resumed run's layout (= layout unless resume_as)
+  /// and how the checkpoint was saved ("sync", "async", ...).
+  std::string resumed_layout, resume_save_mode;
   int world_size = 1;
   int64_t emulated_ranks = 1;  ///< data-parallel ranks the reference reads for
   std::vector<LayoutCheckStep> steps;  ///< filled on rank 0 only
@@ -104,6 +124,13 @@ std::string parameter_group(const std::string& name);
 /// a scratch dump folder (checkpointing, profiling, TensorBoard and
 /// validation off).
 config::JobConfig layout_check_config(config::JobConfig cfg, const LayoutCheckOptions& options);
+
+/// @brief Throws a one-line titan::Error unless a run laid out as
+/// `resumed` can continue the checkpoint of one laid out as `saved` on the
+/// same batches: the same data-parallel degree (another one restarts the
+/// data streams), local and global batch and sequence length. The other
+/// degrees may differ: the checkpoint reshards.
+void check_resume_layout(const train::JobLayout& saved, const train::JobLayout& resumed);
 
 /// @brief Runs the comparison. Collective: every rank of the job calls it
 /// (the parallel run); rank 0 then also runs the reference and fills the
