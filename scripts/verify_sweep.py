@@ -7,8 +7,9 @@ them (pipeline schedule and micro-batch size, layers per stage, activation
 checkpointing mode, float8 recipe and its FSDP all-gather, async TP, loss
 parallel, CP rotation and load balancer, block-causal attention, titan's
 flash kernel, FSDP resharding, CPU offload, gradient accumulation, the
-optimizer step in backward, clipping, and a resume from a checkpoint
-saved mid-run, synchronously or in the background). `titan verify` trains that layout
+optimizer step in backward, clipping, a resume from a checkpoint saved
+mid-run, synchronously or in the background, and [validation]'s held-out
+loss). `titan verify` trains that layout
 and one process on the same batches and compares every step; a trial
 passes when it says so. The draws are seeded: trial k of seed S is always
 the same layout, so a failure is rerun with the command printed for it.
@@ -141,6 +142,13 @@ def draw(rng):
         mode = rng.choice(["disabled", "async", "async_with_pinned_mem"])
         args += ["--checkpoint.async_mode", mode, "--resume-at", str(at)]
         words.append(f"resumed after step {at}" + ("" if mode == "disabled" else f" ({mode} save)"))
+    # [validation] after steps 1 and 2, its batches the training's shape
+    # (what pipeline, context and sequence parallelism require).
+    if rng.random() < 0.25:
+        args += ["--validation.enable", "true", "--validation.freq", "2", "--validation.steps", "2",
+                 "--validation.local_batch_size", str(local_batch),
+                 "--validation.seq_len", str(flags.get("training.seq_len", 128))]
+        words.append("validation")
     if "model.flavor" in flags:
         args += ["--flavor", "config"]  # verify's default model is the debug flavor
     return nproc, args, ", ".join(words)

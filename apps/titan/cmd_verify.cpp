@@ -28,7 +28,8 @@ void print_help() {
       "                    [--steps K] [--flavor NAME|config] [--rtol X] [--wtol X]\n"
       "                    [--resume-at S [--resume-as --section.key value ...]]\n"
       "Trains the config's parallel layout on N ranks for K steps (default 3) and one process on the same\n"
-      "global batches, in fp32, and compares them step by step: loss, gradient norm, every weight.\n"
+      "global batches, in fp32, and compares them step by step: loss, gradient norm, every weight (and the\n"
+      "validation loss with [validation] enable).\n"
       "The model is the debug flavor unless --flavor names another (--flavor config: the config's own).\n"
       "Bounds (fp32 rounding): --rtol on losses and gradient norms (default 1e-6), --wtol on weights\n"
       "(default 2.5e-4). With float8 linears, losses and gradient norms are judged at 5e-4 (float8\n"
@@ -80,6 +81,10 @@ std::string divergence(const verify::LayoutCheckStep& s, const verify::LayoutChe
   if (!(s.loss_rel <= r.rel_bound()))
     return strprintf("step %lld diverges from one process: the loss is %.8f against %.8f (%.2e relative, bound %.1e)",
                      static_cast<long long>(s.step), s.loss, s.ref_loss, s.loss_rel, r.rel_bound());
+  if (!(s.val_loss_rel <= r.rel_bound()))
+    return strprintf("step %lld diverges from one process: the validation loss is %.8f against %.8f (%.2e relative, "
+                     "bound %.1e)",
+                     static_cast<long long>(s.step), *s.val_loss, *s.ref_val_loss, s.val_loss_rel, r.rel_bound());
   return strprintf(
       "step %lld diverges from one process: the gradient norm is %.8f against %.8f (%.2e relative, bound %.1e)",
       static_cast<long long>(s.step), s.grad_norm, s.ref_grad_norm, s.grad_norm_rel, r.rel_bound());

@@ -4,6 +4,7 @@
 // one line.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <regex>
 #include <string>
@@ -106,8 +107,7 @@ TEST(VerifyCli, EveryModelledLayoutSendsWhatTheCountSays) {
           "--training.tensor_parallel_degree 2"},
       // torchtitan's pp_zbv integration test: its debug config checkpoints
       // every 2nd block; and full AC with TP (each recompute's TP
-      // collectives once more, in the I step, and none in W). (FSDP x PP
-      // with AC has no count; test_trainer_dp checks it bit for bit.)
+      // collectives once more, in the I step, and none in W).
       {2, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule ZBVZeroBubble "
           "--activation_checkpoint.mode selective --activation_checkpoint.selective_ac_option 2"},
       {4, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule InterleavedZeroBubble "
@@ -129,6 +129,17 @@ TEST(VerifyCli, EveryModelledLayoutSendsWhatTheCountSays) {
           "--training.batch_size 4"},
       {4, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule ZBVZeroBubble "
           "--training.fsdp_reduce_scatter_per_microbatch true --training.fsdp_reshard_after_forward always"},
+      // FSDP x PP with activation checkpointing: a checkpointed block's
+      // forward runs without autograd and frees its weights until a
+      // backward of the step leaves unsynced gradient sums (1F1B on 4
+      // micro-batches: 3 gathers a block on the first stage, F F B), and
+      // its backward's recompute gathers them again; also with the
+      // reduction per micro-batch and "always" under ZBV.
+      {4, "--experimental.pipeline_parallel_degree 2 --activation_checkpoint.mode full --training.batch_size 4"},
+      {4, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule ZBVZeroBubble "
+          "--activation_checkpoint.mode selective --activation_checkpoint.selective_ac_option 2 "
+          "--training.fsdp_reduce_scatter_per_microbatch true --training.fsdp_reshard_after_forward always "
+          "--training.batch_size 4"},
   };
   for (const auto& [nproc, flags] : layouts) {
     auto r = run_command(verify_run(dir, nproc, flags));
@@ -282,6 +293,63 @@ TEST(VerifyCli, AResumedRunIsCheckedAgainstOneProcessThatNeverStopped) {
   EXPECT_EQ(dp.exit_code, 1) << dp.output;
   EXPECT_HAS(dp.output, "error: titan verify: --resume-as must keep the data-parallel degree (2 before, 4 after)");
   EXPECT_EQ(dp.output.find("[rank"), std::string::npos) << dp.output;
+}
+
+// The rows of the validation table: "  step  val loss  1 process  rel diff  verdict".
+struct ValRow {
+  int step = 0;
+  double rel = 0;
+  std::string verdict;
+};
+
+std::vector<ValRow> validation_rows(const std::string& out) {
+  const std::regex row(R"(^\s+(\d+)\s+\d+\.\d{8}\s+\d+\.\d{8}\s+(\S+)\s+(ok|DIVERGES)$)");
+  std::vector<ValRow> rows;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("[rank 0] ", 0) == 0) line = line.substr(9);
+    std::smatch m;
+    if (std::regex_match(line, m, row)) rows.push_back({std::stoi(m[1]), std::stod(m[2]), m[3]});
+  }
+  return rows;
+}
+
+// [validation] on: both runs validate after step 1 and every freq-th, and
+// the held-out losses are judged as the training losses are (measured on
+// FSDP 2: 0 and 0; CP 2 x TP 2, PP 2 x FSDP 2 and PP 2 x CP 2 by hand:
+// 4.5e-8 at most). A rank that flips its gradients moves the weights, and
+// so the validation after step 1 too: its row is named.
+TEST(VerifyCli, ValidationLossesAreComparedToo) {
+  ScratchDir dir("verify_validation");
+  const std::string val = "--steps 3 --validation.enable --validation.dataset '' --validation.freq 2 "
+                          "--validation.steps 2 --validation.local_batch_size 2 --validation.seq_len 32";
+  auto r = run_command(verify_run(dir, 2, val));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<ValRow> rows = validation_rows(r.output);
+  ASSERT_EQ(rows.size(), 2u) << "validations after steps 1 and 2:\n" << r.output;
+  for (const ValRow& v : rows) {
+    EXPECT_LE(v.rel, 1e-6) << r.output;
+    EXPECT_EQ(v.verdict, "ok") << r.output;
+  }
+  EXPECT_HAS(r.output, "val loss     1 process   rel diff  verdict");
+  EXPECT_HAS(r.output, "verdict: the layout trains as one process does (3 steps within the bounds)");
+
+  auto flipped = run_command("TITAN_FAULT_SCALE_GRADS=1:-1 " + verify_run(dir, 2, val));
+  EXPECT_EQ(flipped.exit_code, 1) << flipped.output;
+  const std::vector<ValRow> bad = validation_rows(flipped.output);
+  ASSERT_FALSE(bad.empty()) << flipped.output;
+  EXPECT_EQ(bad[0].step, 1);
+  EXPECT_EQ(bad[0].verdict, "DIVERGES") << flipped.output;
+
+  // The judgement alone: a validation loss outside the bound fails a step
+  // whose other numbers agree exactly.
+  titan::verify::LayoutCheckReport report;
+  titan::verify::LayoutCheckStep step;
+  EXPECT_TRUE(titan::verify::step_within_bounds(step, report));
+  step.val_loss_rel = 2e-6;
+  EXPECT_FALSE(titan::verify::step_within_bounds(step, report));
+  step.val_loss_rel = std::nan("");
+  EXPECT_FALSE(titan::verify::step_within_bounds(step, report));
 }
 
 TEST(VerifyCli, BadFlagsAreOneLine) {

@@ -350,6 +350,11 @@ void Trainer::print(const std::string& line) {
   if (options_.console) metrics_->print(line);
 }
 
+std::optional<metrics::ValidationRecord> Trainer::validate_if_due() {
+  if (!validator_ || !validator_->due(step_)) return std::nullopt;
+  return validate(step_);
+}
+
 metrics::ValidationRecord Trainer::validate(int64_t step) {
   const std::shared_ptr<const cp::ContextParallel>& context = model_->context_parallel();
   auto loss_of = [&](data::Batch b) -> LossSum {
@@ -572,7 +577,7 @@ TrainSummary Trainer::train() {
         timed_tokens += r.tokens;
       }
       // Validation before the save, as torchtitan's loop orders them.
-      if (validator_ && validator_->due(step_)) s.validation_losses.push_back({step_, validate(step_).loss});
+      if (const auto v = validate_if_due()) s.validation_losses.push_back({step_, v->loss});
       if (checkpoint_) checkpoint_->maybe_save(step_, step_ == cfg_.training.steps);
       if (options_.on_step) options_.on_step(r);
       const auto agree_t0 = std::chrono::steady_clock::now();

@@ -148,6 +148,11 @@ class Trainer {
   /// Does not log (train() feeds the result to the MetricsProcessor).
   StepResult train_step();
 
+  /// @brief Runs [validation] when it is on and due after the steps done so
+  /// far (step 1 and every freq-th), logs it and returns it; nullopt
+  /// otherwise. Collective. train() calls it after each step, before a save.
+  std::optional<metrics::ValidationRecord> validate_if_due();
+
   /// @brief Steps completed so far.
   int64_t step() const { return step_; }
   const config::JobConfig& config() const { return cfg_; }

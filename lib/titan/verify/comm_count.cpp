@@ -157,9 +157,17 @@ StepComm measured_step_comm(int64_t step) {
 // `reshard_after_forward` unless a backward of the unit has begun. The first
 // stage's I does nothing and its W is the whole backward
 // (pp::Action::computes).
+//
+// A `checkpointed` block (activation checkpointing) runs its forward
+// without autograd: no graph holds its weights, so the forward frees them
+// unless the step's unsynced gradient sums are there (a backward of this
+// step has run without sync, and the next micro-batch reuses the weights)
+// or a recompute's graph is still waiting for its W; its backward
+// recomputes the forward, gathering what it finds freed, and that graph is
+// in flight until the backward's weight half.
 int64_t gathers_of_stage_unit(const pp::RankActions& actions, int stage, bool reshard_after_forward,
-                              bool sync_every_backward) {
-  bool gathered = false;
+                              bool sync_every_backward, bool checkpointed) {
+  bool gathered = false, unsynced = false;
   int begun = 0, in_flight = 0;
   int64_t gathers = 0;
   auto gather = [&] {
@@ -167,23 +175,32 @@ int64_t gathers_of_stage_unit(const pp::RankActions& actions, int stage, bool re
   };
   auto backward_done = [&] {
     --in_flight;
-    if (sync_every_backward && (in_flight == 0 || (reshard_after_forward && begun == 0))) gathered = false;
+    if (!sync_every_backward) {
+      unsynced = true;
+      return;
+    }
+    if (in_flight == 0 || (reshard_after_forward && begun == 0)) gathered = false;
   };
   for (const pp::Action& a : actions) {
     if (a.stage != stage || !a.computes()) continue;
-    const pp::ActionType type = *a.computes();
-    switch (type) {
+    switch (*a.computes()) {
       case pp::ActionType::Forward:
         gather();
-        ++in_flight;
-        if (reshard_after_forward && begun == 0) gathered = false;
+        if (checkpointed) {
+          if (in_flight == 0 && !unsynced) gathered = false;
+        } else {
+          ++in_flight;
+          if (reshard_after_forward && begun == 0) gathered = false;
+        }
         break;
       case pp::ActionType::Backward:
         gather();
+        if (checkpointed) ++in_flight;  // the recompute's graph
         backward_done();
         break;
       case pp::ActionType::BackwardInput:
         gather();
+        if (checkpointed) ++in_flight;
         ++begun;
         break;
       case pp::ActionType::BackwardWeight:
@@ -211,9 +228,6 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
   const std::vector<bool> recomputed =
       ac::blocks_to_checkpoint(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option,
                                args.n_layers);
-  const bool any_ac = std::find(recomputed.begin(), recomputed.end(), true) != recomputed.end();
-  if (dims.pp_enabled() && dims.fsdp_enabled() && any_ac)
-    return refuse("FSDP with activation checkpointing under pipeline parallelism");
   if (dims.pp_enabled() && dims.ddp_enabled()) return refuse("DDP under pipeline parallelism");
 
   const Layout l = layout_of(cfg, dims);
@@ -259,15 +273,19 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
       // Under PP a unit's gathers per schedule step: with "default" and
       // "never" and no sync before the last backward, one (the weights stay
       // over the micro-batches). The root never reshards after forward.
-      const int64_t pp_block_gathers =
-          dims.pp_enabled() ? gathers_of_stage_unit(rank0_actions, s.stage, policy == "always", sync_every_backward)
-                            : 0;
-      const int64_t pp_root_gathers =
-          dims.pp_enabled() ? gathers_of_stage_unit(rank0_actions, s.stage, false, sync_every_backward) : 0;
+      const auto pp_gathers = [&](bool reshard, bool checkpointed) -> int64_t {
+        return dims.pp_enabled()
+                   ? gathers_of_stage_unit(rank0_actions, s.stage, reshard, sync_every_backward, checkpointed)
+                   : 0;
+      };
+      const int64_t pp_block_gathers = pp_gathers(policy == "always", false);
+      const int64_t pp_recomputed_block_gathers = pp_gathers(policy == "always", true);
+      const int64_t pp_root_gathers = pp_gathers(false, false);
       int64_t block_gathers = 0;
       for (int64_t b = s.first_block; b < s.first_block + s.blocks; ++b) {
         if (dims.pp_enabled()) {
-          block_gathers += schedule_steps * pp_block_gathers;
+          block_gathers +=
+              schedule_steps * (recomputed[static_cast<size_t>(b)] ? pp_recomputed_block_gathers : pp_block_gathers);
         } else {
           const bool freed = recomputed[static_cast<size_t>(b)] || policy == "always" ||
                              (policy == "default" && b + 1 < args.n_layers);

@@ -22,7 +22,9 @@
 ///   checkpointed block, whose forward ran without autograd); the root
 ///   never frees. One reduce-scatter per unit per micro-batch; under PP one
 ///   per schedule step (gradient sync is off but on the last micro-batch),
-///   with the weights gathered once per schedule step.
+///   with the weights gathered once per schedule step, or as the schedule's
+///   actions free them (gathers_of_stage_unit: "always", the reduction per
+///   micro-batch, a checkpointed block's forward without autograd).
 /// - **HSDP**: each reduce-scattered shard is then all-reduced over
 ///   dp_replicate. **DDP**: every gradient all-reduced once per step.
 /// - **TP** (sequence parallel), per micro-batch: per block 4 all-gathers
@@ -51,9 +53,7 @@
 ///
 /// Not modelled (the layout check then says so and compares nothing):
 /// float8 (its amax all-reduces and float8 all-gathers), async TP (its
-/// ring of sends), mixed precision other than fp32, FSDP under PP with
-/// activation checkpointing (the gathers then depend on the schedule's
-/// order), and DDP under PP.
+/// ring of sends), mixed precision other than fp32, and DDP under PP.
 
 #include <cstdint>
 #include <map>

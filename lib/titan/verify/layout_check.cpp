@@ -50,6 +50,11 @@ int64_t LayoutCheckReport::first_comm_difference_step() const {
   return 0;
 }
 
+bool step_within_bounds(const LayoutCheckStep& s, const LayoutCheckReport& r) {
+  return within(s.loss_rel, r.rel_bound()) && within(s.grad_norm_rel, r.rel_bound()) &&
+         within(s.val_loss_rel, r.rel_bound()) && (r.float8 || within(s.max_weight_diff, r.options.weight_tol));
+}
+
 std::string parameter_group(const std::string& name) {
   std::string base = name;
   for (const char* suffix : {".weight", ".bias"}) {
@@ -84,7 +89,6 @@ config::JobConfig layout_check_config(config::JobConfig cfg, const LayoutCheckOp
   cfg.profiling.enable_profiling = false;
   cfg.profiling.enable_memory_snapshot = false;
   cfg.metrics.enable_tensorboard = false;
-  cfg.validation.enable = false;
   cfg.job.dump_folder += "/verify";
   return cfg;
 }
@@ -130,6 +134,7 @@ LayoutCheckReport check_layout(const config::JobConfig& job, const LayoutCheckOp
   // The layout, on every rank. Its weights after each step, gathered whole
   // (collective), kept on rank 0 for the reference to meet.
   std::vector<train::StepResult> parallel_steps;
+  std::map<int64_t, double> parallel_val_loss;
   std::vector<std::map<std::string, at::Tensor>> parallel_weights;
   std::map<int64_t, StepComm> comm;
   std::map<int64_t, ExpectedComm> expected;
@@ -142,7 +147,8 @@ LayoutCheckReport check_layout(const config::JobConfig& job, const LayoutCheckOp
     for (int64_t s = first; s <= last; ++s) {
       log.begin_step(s);
       parallel_steps.push_back(trainer.train_step());
-      log.begin_step(kBetweenSteps);
+      log.begin_step(kBetweenSteps);  // validation is not in the analytic count
+      if (const auto v = trainer.validate_if_due()) parallel_val_loss[s] = v->loss;
       std::map<std::string, at::Tensor> w = trainer.full_state_dict();
       if (on_rank0) {
         for (auto& [name, t] : w) t = t.to(at::kCPU, at::kDouble);
@@ -214,6 +220,7 @@ LayoutCheckReport check_layout(const config::JobConfig& job, const LayoutCheckOp
   train::Trainer reference(rc, ro);
   for (int64_t s = 1; s <= options.steps; ++s) {
     const train::StepResult r = reference.train_step();
+    const std::optional<metrics::ValidationRecord> ref_val = reference.validate_if_due();
     const train::StepResult& p = parallel_steps[static_cast<size_t>(s - 1)];
     LayoutCheckStep row;
     row.step = s;
@@ -230,6 +237,13 @@ LayoutCheckReport check_layout(const config::JobConfig& job, const LayoutCheckOp
       g = std::max(g, d);
       if (d > row.max_weight_diff || std::isnan(d)) row.max_weight_diff = d, row.worst_parameter = name;
     }
+    const auto val = parallel_val_loss.find(s);
+    TORCH_INTERNAL_ASSERT(ref_val.has_value() == (val != parallel_val_loss.end()),
+                          "the layout and one process validated after different steps");
+    if (ref_val) {
+      row.val_loss = val->second, row.ref_val_loss = ref_val->loss;
+      row.val_loss_rel = rel(val->second, ref_val->loss);
+    }
     row.comm = comm[s];
     const ExpectedComm& e = expected[s];
     if (e.modelled) {
@@ -238,8 +252,7 @@ LayoutCheckReport check_layout(const config::JobConfig& job, const LayoutCheckOp
     } else {
       report.comm_not_modelled_because = e.not_modelled_because;
     }
-    row.passed = within(row.loss_rel, report.rel_bound()) && within(row.grad_norm_rel, report.rel_bound()) &&
-                 (report.float8 || within(row.max_weight_diff, options.weight_tol));
+    row.passed = step_within_bounds(row, report);
     report.steps.push_back(std::move(row));
   }
   return report;
@@ -276,6 +289,16 @@ std::string format_layout_check(const LayoutCheckReport& r) {
                      s.loss, s.ref_loss, s.loss_rel, s.grad_norm_rel, s.max_weight_diff, s.worst_parameter.c_str(),
                      s.passed ? "ok" : "DIVERGES");
     if (s.step == resume_at) out += "        (checkpoint saved, run ended; resumed from it)\n";
+  }
+  // [validation]'s held-out loss, where both runs validated.
+  bool validated = false;
+  for (const LayoutCheckStep& s : r.steps) validated = validated || s.val_loss.has_value();
+  if (validated) {
+    out += strprintf("\n  %4s  %12s  %12s  %9s  %s\n", "step", "val loss", "1 process", "rel diff", "verdict");
+    for (const LayoutCheckStep& s : r.steps)
+      if (s.val_loss)
+        out += strprintf("  %4lld  %12.8f  %12.8f  %9.2e  %s\n", static_cast<long long>(s.step), *s.val_loss,
+                         *s.ref_val_loss, s.val_loss_rel, within(s.val_loss_rel, r.rel_bound()) ? "ok" : "DIVERGES");
   }
   // What each mesh dimension carried per step (rank 0's sends), against
   // the analytic count.

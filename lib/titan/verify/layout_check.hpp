@@ -24,6 +24,9 @@
 /// of the state a step depends on (optimizer moments, the LR schedule,
 /// the data's position, the RNG) diverges like any other bug.
 ///
+/// With [validation] enabled both runs validate when it is due, and the
+/// held-out losses are judged as the training losses are.
+///
 /// Beside the numbers, each step's communication on rank 0, per mesh
 /// dimension, is set against the analytic count of verify/comm_count.hpp.
 /// A difference is reported (it is about titan's algorithms, not the
@@ -87,7 +90,12 @@ struct LayoutCheckStep {
   StepComm expected_comm;
   /// Where the two differ, one line each (comm_differences).
   std::vector<std::string> comm_differences;
-  bool passed = false;  ///< the numbers: loss, gradient norm, weights
+  /// [validation] after this step (when the config enables it and it is
+  /// due): the layout's held-out loss and one process's over the same
+  /// batches of every data-parallel rank, judged as the step's loss is.
+  std::optional<double> val_loss, ref_val_loss;
+  double val_loss_rel = 0;
+  bool passed = false;  ///< the numbers: loss, gradient norm, weights, validation loss
 };
 
 /// @brief The whole comparison.
@@ -114,6 +122,11 @@ struct LayoutCheckReport {
   int64_t first_comm_difference_step() const;
 };
 
+/// @brief Whether step `s` is within `r`'s bounds: its loss, gradient norm
+/// and validation loss at r.rel_bound(), its weights at the weight bound
+/// (not judged with float8 linears). A NaN difference is outside.
+bool step_within_bounds(const LayoutCheckStep& s, const LayoutCheckReport& r);
+
 /// @brief The group a parameter's difference is reported under:
 /// "layers.3.attention.wq.weight" -> "layers.3.attention",
 /// "tok_embeddings.weight" -> "tok_embeddings".
@@ -121,8 +134,8 @@ std::string parameter_group(const std::string& name);
 
 /// @brief `cfg` as both runs train it: `options.steps` steps, the flavor,
 /// fp32 parameters and reductions, and nothing written but the metrics of
-/// a scratch dump folder (checkpointing, profiling, TensorBoard and
-/// validation off).
+/// a scratch dump folder (checkpointing, profiling and TensorBoard off;
+/// [validation] as the config says: both runs validate and are compared).
 config::JobConfig layout_check_config(config::JobConfig cfg, const LayoutCheckOptions& options);
 
 /// @brief Throws a one-line titan::Error unless a run laid out as
