@@ -18,7 +18,10 @@ the same layout, so a failure is rerun with the command printed for it.
     python3 scripts/verify_sweep.py --show 17 --seed 1     # only print trial 17's command
 
 Exit status: 0 when every trial trained as one process, 1 when one
-diverged or failed (its command is printed), 2 for bad arguments.
+diverged or failed (its command is printed), 2 for bad arguments. A trial
+whose numbers agree but whose communication differs from `titan verify`'s
+analytic count (where the layout is counted) is a failure too, "COMM":
+either titan sends what it should not or the count is wrong.
 Layouts the trainer refuses are counted apart: the generator keeps to what
 titan accepts, so a refusal is worth a look too, but it is not a wrong
 result.
@@ -184,7 +187,7 @@ def main():
         print(shlex.join(command(opts.titan, nproc, args)))
         return 0
 
-    counts = {"ok": 0, "DIVERGES": 0, "FAILED": 0, "refused": 0}
+    counts = {"ok": 0, "DIVERGES": 0, "COMM": 0, "FAILED": 0, "refused": 0}
     failures = []
     print(f"{'trial':>5}  {'verdict':<9} {'time':>5}  layout")
     with tempfile.TemporaryDirectory(prefix="verify_sweep_") as scratch:
@@ -199,7 +202,9 @@ def main():
                 out, code = "timed out", -1
             seconds = time.monotonic() - start
             if code == 0 and "verdict: the layout trains as one process does" in out:
-                verdict = "ok"
+                # The numbers agree; the communication must match the
+                # analytic count too wherever the layout is counted.
+                verdict = "COMM" if "differs from the analytic count" in out else "ok"
             elif "diverges from one process" in out:
                 verdict = "DIVERGES"
             elif code == 1 and "error:" in out and "1 process" not in out and "signal" not in out:
@@ -208,10 +213,13 @@ def main():
                 verdict = "FAILED"
             counts[verdict] += 1
             print(f"{k:>5}  {verdict:<9} {seconds:>4.0f}s  {what}", flush=True)
-            if verdict != "ok":
+            if verdict == "COMM":
+                differs = [line for line in out.splitlines() if "DIFFERS" in line or "by the count" in line]
+                print("\n".join(f"       {line[:300]}" for line in differs[:4]), flush=True)
+            elif verdict != "ok":
                 errors = [line for line in out.splitlines() if "error" in line]
                 print(f"       {(errors or out.splitlines()[-1:] or [''])[0][:300]}", flush=True)
-            if verdict in ("DIVERGES", "FAILED"):
+            if verdict in ("DIVERGES", "COMM", "FAILED"):
                 failures.append((k, cmd[:-2]))
     print(f"\n{opts.trials} trials of seed {opts.seed}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
     for k, cmd in failures:

@@ -136,6 +136,12 @@ TEST(VerifyCli, EveryModelledLayoutSendsWhatTheCountSays) {
       // its backward's recompute gathers them again; also with the
       // reduction per micro-batch and "always" under ZBV.
       {4, "--experimental.pipeline_parallel_degree 2 --activation_checkpoint.mode full --training.batch_size 4"},
+      // Async TP: the blocks' collectives as rings of sends (the recompute's
+      // too), and a zero-bubble W step's rings that gather again.
+      {4, "--training.tensor_parallel_degree 4 --training.enable_async_tensor_parallel "
+          "--activation_checkpoint.mode full"},
+      {4, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule InterleavedZeroBubble "
+          "--training.tensor_parallel_degree 2 --training.enable_async_tensor_parallel --training.batch_size 4"},
       {4, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule ZBVZeroBubble "
           "--activation_checkpoint.mode selective --activation_checkpoint.selective_ac_option 2 "
           "--training.fsdp_reduce_scatter_per_microbatch true --training.fsdp_reshard_after_forward always "

@@ -147,6 +147,8 @@ StepComm measured_step_comm(int64_t step) {
   return out;
 }
 
+namespace {
+
 // All-gathers of one FSDP unit of `stage` in one schedule step (fsdp/hooks.cpp):
 // the unit gathers at a forward or a backward that finds its weights freed.
 // With `reshard_after_forward` ("always", block units only) a forward frees
@@ -213,6 +215,18 @@ int64_t gathers_of_stage_unit(const pp::RankActions& actions, int stage, bool re
   return gathers;
 }
 
+// The weight-gradient halves (W) `stage` runs on its own in one schedule
+// step: a zero-bubble schedule's, except the first stage's, whose W is its
+// whole backward (pp::Action::computes).
+int64_t weight_steps_of_stage(const pp::RankActions& actions, int stage) {
+  int64_t n = 0;
+  for (const pp::Action& a : actions)
+    if (a.stage == stage && a.computes() == pp::ActionType::BackwardWeight) ++n;
+  return n;
+}
+
+}  // namespace
+
 ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::ParallelDims& dims,
                                 const models::llama3::ModelArgs& args, bool first_step) {
   ExpectedComm out;
@@ -221,7 +235,6 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
     return out;
   };
   if (cfg.float8.enable_float8_linear) return refuse("float8 linears");
-  if (dims.tp_enabled() && cfg.training.enable_async_tensor_parallel) return refuse("async tensor parallelism");
   if (cfg.training.mixed_precision_param != "float32" || cfg.training.mixed_precision_reduce != "float32")
     return refuse("mixed precision");
   if (cfg.training.dtype != "float32") return refuse("bf16 parameters ([training] dtype)");
@@ -256,6 +269,9 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
     parts.push_back({0, args.n_layers, true, true});
   }
   const int64_t M = schedule_steps * micro_batches;  // micro-batches through each stage per step
+  // Under PP, rank 0's actions (the zero-bubble lists come from list
+  // scheduling over all ranks: made once).
+  const pp::RankActions rank0_actions = dims.pp_enabled() ? plan.actions().front() : pp::RankActions{};
   Count c;
 
   // FSDP / HSDP / DDP.
@@ -263,10 +279,8 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
     const int n = static_cast<int>(l.fsdp_n);
     const std::string& policy = cfg.training.fsdp_reshard_after_forward;
     const double block = block_unit_bytes(args, l);
-    // Under PP, rank 0's actions (the zero-bubble lists come from list
-    // scheduling over all ranks: made once), and whether every micro-batch's
-    // backward reduce-scatters or only the step's last.
-    const pp::RankActions rank0_actions = dims.pp_enabled() ? plan.actions().front() : pp::RankActions{};
+    // Under PP, whether every micro-batch's backward reduce-scatters or
+    // only the step's last.
     const bool sync_every_backward = dims.pp_enabled() && cfg.training.fsdp_reduce_scatter_per_microbatch;
     for (const StagePart& s : parts) {
       const double root = root_unit_bytes(args, l, s);
@@ -319,7 +333,20 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
       int64_t again = 0;  // recomputed blocks of the stage
       for (int64_t b = s.first_block; b < s.first_block + s.blocks; ++b) again += recomputed[static_cast<size_t>(b)];
       const int64_t ends = (s.has_embedding ? 1 : 0) + (s.has_output ? 1 : 0);
-      if (l.sp) {
+      if (l.sp && cfg.training.enable_async_tensor_parallel) {
+        // Async TP: each block's gathers and reduce-scatters (and the
+        // recompute's) are rings of n−1 sends of a shard, A/n, the same
+        // bytes in other ops; a zero-bubble W step gathers the inputs of
+        // its two fused gather-matmuls again (its I kept no copy).
+        const int64_t w_steps = schedule_steps * weight_steps_of_stage(rank0_actions, s.stage);
+        const int64_t rings = M * 2 * (4 * s.blocks + 2 * again) + w_steps * 2 * s.blocks;
+        c.sends("tp", rings * (n - 1), A / n);
+        c.receives("tp", rings * (n - 1));
+        c.all_gather("tp", M * ends, A, n);
+        c.reduce_scatter("tp", M * ends, A, n);
+        const int64_t norms = 2 * s.blocks + (s.has_output ? 1 : 0);
+        c.all_reduce("tp", M * norms, static_cast<double>(args.dim) * kFloat, n);
+      } else if (l.sp) {
         const int64_t each = 4 * s.blocks + 2 * again + ends;
         c.all_gather("tp", M * each, A, n);
         c.reduce_scatter("tp", M * each, A, n);

@@ -34,7 +34,10 @@
 ///   all-reduced (2 per block, the final norm); without loss parallel the
 ///   logits all-gathered (b·T/cp·vocab·4), with it 3 all-reduces of
 ///   b·T/cp·4. Without sequence parallelism: 4 all-reduces of A per block
-///   (2 more recomputed), 1 for the embedding, 1 for the output.
+///   (2 more recomputed), 1 for the embedding, 1 for the output. **Async
+///   TP**: each block's gathers and reduce-scatters (the recompute's too)
+///   are rings of n−1 sends of A/n (the same bytes), and a zero-bubble W
+///   step gathers its two fused gather-matmuls' inputs again by ring.
 /// - **CP** (ring attention), per micro-batch and block, with P one rank's
 ///   K (or V) piece b·(kv_heads/tp)·(T/cp)·head_dim·4: "allgather" gathers
 ///   K and V forward, again backward, and reduce-scatters dK and dV (the
@@ -52,8 +55,8 @@
 ///   each dimension gradients are sharded on: FSDP's, tp, pp).
 ///
 /// Not modelled (the layout check then says so and compares nothing):
-/// float8 (its amax all-reduces and float8 all-gathers), async TP (its
-/// ring of sends), mixed precision other than fp32, and DDP under PP.
+/// float8 (its amax all-reduces and float8 all-gathers), mixed precision
+/// other than fp32, and DDP under PP.
 
 #include <cstdint>
 #include <map>
