@@ -136,6 +136,9 @@ TEST(VerifyCli, EveryModelledLayoutSendsWhatTheCountSays) {
       // its backward's recompute gathers them again; also with the
       // reduction per micro-batch and "always" under ZBV.
       {4, "--experimental.pipeline_parallel_degree 2 --activation_checkpoint.mode full --training.batch_size 4"},
+      // Without clipping the gradient norm is still reduced (every step
+      // logs it): once over FSDP's group, tp and pp.
+      {4, "--experimental.pipeline_parallel_degree 2 --training.tensor_parallel_degree 2 --training.max_norm 0"},
       // Async TP: the blocks' collectives as rings of sends (the recompute's
       // too), and a zero-bubble W step's rings that gather again.
       {4, "--training.tensor_parallel_degree 4 --training.enable_async_tensor_parallel "

@@ -403,11 +403,11 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
     c.all_reduce(l.loss_group, 1, 2 * kLong, n);  // loss sum and tokens
     c.all_reduce(l.loss_group, 1, kLong, n);      // largest loss
   }
-  if (cfg.training.max_norm > 0) {
-    if (l.fsdp) c.all_reduce(l.fsdp_group, 1, kLong, static_cast<int>(l.fsdp_n));
-    if (dims.tp_enabled()) c.all_reduce("tp", 1, kLong, static_cast<int>(l.tp));
-    if (dims.pp_enabled()) c.all_reduce("pp", 1, kLong, static_cast<int>(l.pp));
-  }
+  // The gradient norm's partial sums: also without clipping (max_norm 0),
+  // since every step logs the norm.
+  if (l.fsdp) c.all_reduce(l.fsdp_group, 1, kLong, static_cast<int>(l.fsdp_n));
+  if (dims.tp_enabled()) c.all_reduce("tp", 1, kLong, static_cast<int>(l.tp));
+  if (dims.pp_enabled()) c.all_reduce("pp", 1, kLong, static_cast<int>(l.pp));
   out.modelled = true;
   out.comm = c.take();
   return out;
