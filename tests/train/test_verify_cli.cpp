@@ -140,9 +140,12 @@ TEST(VerifyCli, EveryModelledLayoutSendsWhatTheCountSays) {
       // logs it): once over FSDP's group, tp and pp.
       {4, "--experimental.pipeline_parallel_degree 2 --training.tensor_parallel_degree 2 --training.max_norm 0"},
       // Async TP: the blocks' collectives as rings of sends (the recompute's
-      // too), and a zero-bubble W step's rings that gather again.
+      // too; per-op AC's recompute only gathers), and a zero-bubble W
+      // step's rings that gather again.
       {4, "--training.tensor_parallel_degree 4 --training.enable_async_tensor_parallel "
           "--activation_checkpoint.mode full"},
+      {4, "--training.tensor_parallel_degree 2 --training.enable_async_tensor_parallel "
+          "--activation_checkpoint.mode selective --activation_checkpoint.selective_ac_option op"},
       {4, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule InterleavedZeroBubble "
           "--training.tensor_parallel_degree 2 --training.enable_async_tensor_parallel --training.batch_size 4"},
       {4, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule ZBVZeroBubble "
@@ -160,13 +163,27 @@ TEST(VerifyCli, EveryModelledLayoutSendsWhatTheCountSays) {
 }
 
 // A layout the count does not cover says so and compares nothing.
-TEST(VerifyCli, Float8IsNotCounted) {
+TEST(VerifyCli, Float8AndForcedMatmulRecomputeAreNotCounted) {
   titan::config::JobConfig cfg;
   cfg.float8.enable_float8_linear = true;
   const auto dims = titan::parallel::ParallelDims::from_config(cfg, 2);
   const auto e = titan::verify::expected_step_comm(cfg, dims, titan::models::llama3::flavor_args("debugmodel"), true);
   EXPECT_FALSE(e.modelled);
   EXPECT_EQ(e.not_modelled_because, "float8 linears");
+
+  // Per-op AC that forces a block's matmuls to be recomputed (the default
+  // list names MoE routers only, which Llama has not).
+  titan::config::JobConfig op;
+  op.training.mixed_precision_param = "float32";  // fp32, as titan verify runs
+  op.training.mixed_precision_reduce = "float32";
+  op.activation_checkpoint.mode = "selective";
+  op.activation_checkpoint.selective_ac_option = "op";
+  const auto args = titan::models::llama3::flavor_args("debugmodel");
+  EXPECT_TRUE(titan::verify::expected_step_comm(op, dims, args, true).modelled);
+  op.activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns = {"feed_forward.w2"};
+  const auto forced = titan::verify::expected_step_comm(op, dims, args, true);
+  EXPECT_FALSE(forced.modelled);
+  EXPECT_EQ(forced.not_modelled_because, "per-op AC forcing block matmuls to recompute");
 }
 
 // FSDP 2 on the debug model (dim 256, 16 heads of 16, FFN 768, vocab

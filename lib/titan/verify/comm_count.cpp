@@ -242,6 +242,17 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
       ac::blocks_to_checkpoint(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option,
                                args.n_layers);
   if (dims.pp_enabled() && dims.ddp_enabled()) return refuse("DDP under pipeline parallelism");
+  const bool op_ac = cfg.activation_checkpoint.mode == "selective" && cfg.activation_checkpoint.selective_ac_option == "op";
+  // Per-op AC keeps every block matmul's output unless the config forces
+  // some to be recomputed (matched by weight shape): those recompute their
+  // GEMMs and collectives, which the count does not follow.
+  if (op_ac)
+    for (const std::string& fqn : cfg.activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns)
+      for (const char* linear : {"attention.wq", "attention.wk", "attention.wv", "attention.wo", "feed_forward.w1",
+                                 "feed_forward.w2", "feed_forward.w3"})
+        for (int64_t b = 0; b < args.n_layers; ++b)
+          if (("layers." + std::to_string(b) + "." + linear).find(fqn) != std::string::npos)
+            return refuse("per-op AC forcing block matmuls to recompute");
 
   const Layout l = layout_of(cfg, dims);
   const config::BatchPlan batches = config::plan_batches(cfg, dims.dp_degree());
@@ -337,9 +348,12 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
         // Async TP: each block's gathers and reduce-scatters (and the
         // recompute's) are rings of n−1 sends of a shard, A/n, the same
         // bytes in other ops; a zero-bubble W step gathers the inputs of
-        // its two fused gather-matmuls again (its I kept no copy).
+        // its two fused gather-matmuls again (its I kept no copy). Per-op
+        // AC keeps every matmul's output, so its recompute runs the two
+        // gather rings only (gather, no GEMM) and no reduce-scatter ring.
         const int64_t w_steps = schedule_steps * weight_steps_of_stage(rank0_actions, s.stage);
-        const int64_t rings = M * 2 * (4 * s.blocks + 2 * again) + w_steps * 2 * s.blocks;
+        const int64_t recompute_rings = op_ac ? 2 : 4;
+        const int64_t rings = M * (8 * s.blocks + recompute_rings * again) + w_steps * 2 * s.blocks;
         c.sends("tp", rings * (n - 1), A / n);
         c.receives("tp", rings * (n - 1));
         c.all_gather("tp", M * ends, A, n);

@@ -37,7 +37,9 @@
 ///   (2 more recomputed), 1 for the embedding, 1 for the output. **Async
 ///   TP**: each block's gathers and reduce-scatters (the recompute's too)
 ///   are rings of n−1 sends of A/n (the same bytes), and a zero-bubble W
-///   step gathers its two fused gather-matmuls' inputs again by ring.
+///   step gathers its two fused gather-matmuls' inputs again by ring;
+///   per-op AC keeps the matmuls' outputs, so its recompute runs the two
+///   gather rings only.
 /// - **CP** (ring attention), per micro-batch and block, with P one rank's
 ///   K (or V) piece b·(kv_heads/tp)·(T/cp)·head_dim·4: "allgather" gathers
 ///   K and V forward, again backward, and reduce-scatters dK and dV (the
@@ -56,7 +58,8 @@
 ///
 /// Not modelled (the layout check then says so and compares nothing):
 /// float8 (its amax all-reduces and float8 all-gathers), mixed precision
-/// other than fp32, and DDP under PP.
+/// other than fp32, DDP under PP, and per-op AC told to recompute block
+/// matmuls (per_op_sac_force_recompute_mm_shapes_by_fqns).
 
 #include <cstdint>
 #include <map>
