@@ -344,26 +344,27 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
       int64_t again = 0;  // recomputed blocks of the stage
       for (int64_t b = s.first_block; b < s.first_block + s.blocks; ++b) again += recomputed[static_cast<size_t>(b)];
       const int64_t ends = (s.has_embedding ? 1 : 0) + (s.has_output ? 1 : 0);
-      if (l.sp && cfg.training.enable_async_tensor_parallel) {
-        // Async TP: each block's gathers and reduce-scatters (and the
-        // recompute's) are rings of n−1 sends of a shard, A/n, the same
-        // bytes in other ops; a zero-bubble W step gathers the inputs of
-        // its two fused gather-matmuls again (its I kept no copy). Per-op
-        // AC keeps every matmul's output, so its recompute runs the two
-        // gather rings only (gather, no GEMM) and no reduce-scatter ring.
-        const int64_t w_steps = schedule_steps * weight_steps_of_stage(rank0_actions, s.stage);
-        const int64_t recompute_rings = op_ac ? 2 : 4;
-        const int64_t rings = M * (8 * s.blocks + recompute_rings * again) + w_steps * 2 * s.blocks;
-        c.sends("tp", rings * (n - 1), A / n);
-        c.receives("tp", rings * (n - 1));
-        c.all_gather("tp", M * ends, A, n);
-        c.reduce_scatter("tp", M * ends, A, n);
-        const int64_t norms = 2 * s.blocks + (s.has_output ? 1 : 0);
-        c.all_reduce("tp", M * norms, static_cast<double>(args.dim) * kFloat, n);
-      } else if (l.sp) {
-        const int64_t each = 4 * s.blocks + 2 * again + ends;
-        c.all_gather("tp", M * each, A, n);
-        c.reduce_scatter("tp", M * each, A, n);
+      if (l.sp) {
+        // Each block's 4 all-gathers and 4 reduce-scatters of A, 2 + 2 more
+        // where recomputed; the embedding's output and the output's input
+        // once each way.
+        int64_t block_ops = 4 * s.blocks + 2 * again;
+        if (cfg.training.enable_async_tensor_parallel) {
+          // Async TP: the blocks' ones are rings of n−1 sends of a shard,
+          // A/n, the same bytes in other ops; a zero-bubble W step gathers
+          // the inputs of its two fused gather-matmuls again (its I kept no
+          // copy). Per-op AC keeps every matmul's output, so its recompute
+          // runs the two gather rings only (gather, no GEMM) and no
+          // reduce-scatter ring.
+          const int64_t w_steps = schedule_steps * weight_steps_of_stage(rank0_actions, s.stage);
+          const int64_t recompute_rings = op_ac ? 2 : 4;
+          const int64_t rings = M * (8 * s.blocks + recompute_rings * again) + w_steps * 2 * s.blocks;
+          c.sends("tp", rings * (n - 1), A / n);
+          c.receives("tp", rings * (n - 1));
+          block_ops = 0;
+        }
+        c.all_gather("tp", M * (block_ops + ends), A, n);
+        c.reduce_scatter("tp", M * (block_ops + ends), A, n);
         const int64_t norms = 2 * s.blocks + (s.has_output ? 1 : 0);
         c.all_reduce("tp", M * norms, static_cast<double>(args.dim) * kFloat, n);
       } else {
