@@ -328,9 +328,10 @@ struct Units {
 ///     their gradients (fp32), (n−1)/n of each. As torch's pipelining
 ///     drives FSDP2, gradient sync is off for all micro-batches but the
 ///     last: their gradients are summed unsharded and the weights stay
-///     gathered for the next one. Under AC a block gathers twice: the
-///     checkpointed forward of the first micro-batch runs without autograd
-///     and releases the weights, and its recompute gathers them again.
+///     gathered for the next one. Under AC too: the checkpointed forward
+///     of the first micro-batch runs without autograd but keeps the
+///     weights for its recompute (reshard after forward is off under PP,
+///     as torchtitan sets it), so a block still gathers once.
 ///   CP, per micro-batch and block: ring attention passes K and V round
 ///     the cp ranks forward (2(cp−1) pieces) and again backward with dK/dV
 ///     home (alltoall: 2·cp pieces more), and the recompute once more.
@@ -356,9 +357,8 @@ std::map<std::string, DimComm> expected_comm(const Layout& l, const Stage& s, co
     const int n = int(l.fsdp_size());
     DimComm& f = e[l.fsdp_dim];
     for (double bytes : units.blocks) {
-      const int64_t gathers = a.ac ? 2 : 1;
-      f.count[DimComm::kAllGather] += gathers;
-      f.sent[DimComm::kAllGather] += double(gathers) * dist::all_gather_bytes(bytes, n);
+      f.count[DimComm::kAllGather] += 1;
+      f.sent[DimComm::kAllGather] += dist::all_gather_bytes(bytes, n);
       f.count[DimComm::kReduceScatter] += 1;
       f.sent[DimComm::kReduceScatter] += dist::reduce_scatter_bytes(bytes, n);
     }
@@ -912,10 +912,10 @@ int main(int argc, char** argv) {
         std::printf("   (analytic: the kinds it names, with their bytes: TP's all-gathers and reduce-scatters, FSDP's\n"
                     "    reduce-scatters, the pipeline's sends+receives. The rest: the all-reduces are the norm weights'\n"
                     "    gradients over tp, the loss, the gradient norm's partial sums and loss parallel's softmax\n"
-                    "    statistics; pp's +1 is the last stage's broadcast of the loss. FSDP's all-gathers follow the\n"
-                    "    schedule: a block gathers for its first checkpointed forward (which releases them) and its first\n"
-                    "    recompute, then keeps them for the step; on stage 0 1F1B runs both forwards before a backward,\n"
-                    "    so each block gathers once more there. One reduce-scatter per unit and step: sync is off for all\n"
+                    "    statistics; pp's +1 is the last stage's broadcast of the loss. FSDP's all-gathers: one per unit\n"
+                    "    and step, as without AC: reshard after forward is off under PP, so a block's checkpointed\n"
+                    "    forward keeps its weights for the recompute, and the backwards without gradient sync keep\n"
+                    "    them for the next micro-batch. One reduce-scatter per unit and step: sync is off for all\n"
                     "    micro-batches but the last)\n");
         std::printf("   %s\n\n", all_ok ? "OK: the trainer's step carries what the layout predicts"
                                         : "MISMATCH: a trainer step differs from the analytic count");

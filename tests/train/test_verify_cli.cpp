@@ -130,11 +130,12 @@ TEST(VerifyCli, EveryModelledLayoutSendsWhatTheCountSays) {
       {4, "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule ZBVZeroBubble "
           "--training.fsdp_reduce_scatter_per_microbatch true --training.fsdp_reshard_after_forward always"},
       // FSDP x PP with activation checkpointing: a checkpointed block's
-      // forward runs without autograd and frees its weights until a
-      // backward of the step leaves unsynced gradient sums (1F1B on 4
-      // micro-batches: 3 gathers a block on the first stage, F F B), and
-      // its backward's recompute gathers them again; also with the
-      // reduction per micro-batch and "always" under ZBV.
+      // forward runs without autograd and keeps its weights for the
+      // recompute (reshard after forward is off under PP: one gather a
+      // block per step, as without AC); with "always" (and the reduction
+      // per micro-batch, under ZBV, the last layout) it frees them until a
+      // backward of the step leaves unsynced gradient sums, and its
+      // backward's recompute gathers them again.
       {4, "--experimental.pipeline_parallel_degree 2 --activation_checkpoint.mode full --training.batch_size 4"},
       // Without clipping the gradient norm is still reduced (every step
       // logs it): once over FSDP's group, tp and pp.

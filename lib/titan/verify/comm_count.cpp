@@ -161,16 +161,18 @@ namespace {
 // (pp::Action::computes).
 //
 // A `checkpointed` block (activation checkpointing) runs its forward
-// without autograd: no graph holds its weights, so the forward frees them
-// unless the step's unsynced gradient sums are there (a backward of this
-// step has run without sync, and the next micro-batch reuses the weights)
-// or a recompute's graph is still waiting for its W; its backward
-// recomputes the forward, gathering what it finds freed, and that graph is
-// in flight until the backward's weight half.
+// without autograd. Without `reshard_after_forward` it keeps the weights
+// for its recompute (a pending recompute holds them as a graph would);
+// with it no graph holds them, so the forward frees them unless the step's
+// unsynced gradient sums are there (a backward of this step has run
+// without sync, and the next micro-batch reuses the weights) or a
+// recompute's graph is still waiting for its W. Its backward recomputes
+// the forward, gathering what it finds freed, and that graph is in flight
+// until the backward's weight half.
 int64_t gathers_of_stage_unit(const pp::RankActions& actions, int stage, bool reshard_after_forward,
                               bool sync_every_backward, bool checkpointed) {
   bool gathered = false, unsynced = false;
-  int begun = 0, in_flight = 0;
+  int begun = 0, in_flight = 0, recomputes_pending = 0;
   int64_t gathers = 0;
   auto gather = [&] {
     if (!gathered) ++gathers, gathered = true;
@@ -181,7 +183,12 @@ int64_t gathers_of_stage_unit(const pp::RankActions& actions, int stage, bool re
       unsynced = true;
       return;
     }
-    if (in_flight == 0 || (reshard_after_forward && begun == 0)) gathered = false;
+    if ((in_flight == 0 && recomputes_pending == 0) || (reshard_after_forward && begun == 0)) gathered = false;
+  };
+  auto recompute = [&] {
+    gather();
+    recomputes_pending = std::max(0, recomputes_pending - 1);
+    ++in_flight;  // the recompute's graph
   };
   for (const pp::Action& a : actions) {
     if (a.stage != stage || !a.computes()) continue;
@@ -189,20 +196,21 @@ int64_t gathers_of_stage_unit(const pp::RankActions& actions, int stage, bool re
       case pp::ActionType::Forward:
         gather();
         if (checkpointed) {
-          if (in_flight == 0 && !unsynced) gathered = false;
+          if (!reshard_after_forward) ++recomputes_pending;
+          else if (in_flight == 0 && !unsynced) gathered = false;
         } else {
           ++in_flight;
           if (reshard_after_forward && begun == 0) gathered = false;
         }
         break;
       case pp::ActionType::Backward:
-        gather();
-        if (checkpointed) ++in_flight;  // the recompute's graph
+        if (checkpointed) recompute();
+        else gather();
         backward_done();
         break;
       case pp::ActionType::BackwardInput:
-        gather();
-        if (checkpointed) ++in_flight;
+        if (checkpointed) recompute();
+        else gather();
         ++begun;
         break;
       case pp::ActionType::BackwardWeight:
@@ -312,8 +320,9 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
           block_gathers +=
               schedule_steps * (recomputed[static_cast<size_t>(b)] ? pp_recomputed_block_gathers : pp_block_gathers);
         } else {
-          const bool freed = recomputed[static_cast<size_t>(b)] || policy == "always" ||
-                             (policy == "default" && b + 1 < args.n_layers);
+          // A checkpointed block's first pass frees its weights only
+          // where a forward would (its recompute gathers them again).
+          const bool freed = policy == "always" || (policy == "default" && b + 1 < args.n_layers);
           block_gathers += M * (freed ? 2 : 1);
         }
       }

@@ -18,13 +18,14 @@
 ///   root: the embedding, final norm and output of this rank's stages)
 ///   one all-gather of its weights, each padded on dim 0 to a multiple of
 ///   the shard count, per forward, and again for backward where the block
-///   was freed after forward (reshard_after_forward; always for a
-///   checkpointed block, whose forward ran without autograd); the root
-///   never frees. One reduce-scatter per unit per micro-batch; under PP one
+///   was freed after forward (reshard_after_forward: a checkpointed
+///   block's recompute then gathers; without it the block keeps its
+///   weights for the recompute); the root never frees. One reduce-scatter per unit per micro-batch; under PP one
 ///   per schedule step (gradient sync is off but on the last micro-batch),
 ///   with the weights gathered once per schedule step, or as the schedule's
 ///   actions free them (gathers_of_stage_unit: "always", the reduction per
-///   micro-batch, a checkpointed block's forward without autograd).
+///   micro-batch, a checkpointed block's forward without autograd under
+///   "always").
 /// - **HSDP**: each reduce-scattered shard is then all-reduced over
 ///   dp_replicate. **DDP**: every gradient all-reduced once per step.
 /// - **TP** (sequence parallel), per micro-batch: per block 4 all-gathers

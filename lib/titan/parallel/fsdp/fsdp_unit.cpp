@@ -259,6 +259,7 @@ void FsdpUnit::release_full() {
   sharded_state_ = ShardedState::Sharded;
   graphs_in_flight_ = 0;
   backwards_begun_ = 0;
+  recomputes_pending_ = 0;
 }
 
 // ------------------------------------------------- gradient reductions in flight

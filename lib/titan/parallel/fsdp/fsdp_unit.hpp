@@ -24,8 +24,10 @@
 /// ```
 ///
 /// With activation checkpointing a block's forward runs twice: first
-/// without autograd (gather, compute, release: Sharded, awaits_recompute()),
-/// then inside backward as its recompute, whose hooks gather and install
+/// without autograd (gather, compute, release: Sharded, awaits_recompute();
+/// a unit with reshard_after_forward = false keeps them Unsharded instead,
+/// as FSDP2 does under torch's non-reentrant checkpoint), then inside
+/// backward as its recompute, whose hooks gather (or reuse) and install
 /// again and run its backward at once. The unit after it in backward order
 /// prefetches that gather from its pre_backward, and the end-of-backward
 /// wait belongs to the whole backward (ops::queue_final_callback), so the
@@ -315,6 +317,9 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
   std::vector<at::Tensor> unsynced_grads_;
   void add_unsynced(const std::vector<at::Tensor>& full_grads);
   bool awaits_recompute_ = false;
+  // Checkpointed first passes that kept the full parameters (no reshard
+  // after forward) and whose recompute has not started yet.
+  int recomputes_pending_ = 0;
   double forward_start_us_ = 0;
   double backward_start_us_ = 0;  // PreBackward done: the unit's backward compute starts
 };

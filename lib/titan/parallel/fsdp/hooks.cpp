@@ -83,8 +83,12 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
   // as long as the shards did not change since the gather.
   // Likewise after a backward without gradient sync: the next micro-batch
   // of the step reuses what it gathered.
+  // And in the recompute of a checkpointed forward that kept them (below,
+  // post_forward).
   const bool reuse = sharded_state_ == ShardedState::Unsharded &&
-                     (graphs_in_flight_ > 0 || holds_unsynced_gradients()) && shards_unchanged();
+                     (graphs_in_flight_ > 0 || holds_unsynced_gradients() || recomputes_pending_ > 0) &&
+                     shards_unchanged();
+  if (ops::in_recompute() && recomputes_pending_ > 0) --recomputes_pending_;
   // The same under reshard_after_forward: the earlier forwards freed the
   // storage their graphs saved, and this one gathers into that very storage
   // again (as their backwards will), so every graph in flight keeps seeing
@@ -161,9 +165,20 @@ at::Tensor FsdpUnit::post_forward(const at::Tensor& output) {
   install_shards();
   training_state_ = TrainingState::Idle;
   if (!at::GradMode::is_enabled() || !output.requires_grad()) {
+    // Activation checkpointing's first pass of a unit that does not
+    // reshard after forward: its recompute inside backward uses these very
+    // weights, as under torch's non-reentrant checkpoint, whose first pass
+    // runs with autograd and so leaves FSDP2's reshard_after_forward to
+    // decide. Without this a pipeline stage under full AC would gather each
+    // block for its first forward, again for the next micro-batch's, and
+    // again for the first recompute.
+    if (awaits_recompute_ && (!options_.reshard_after_forward || is_root)) {
+      ++recomputes_pending_;
+      return output;
+    }
     // Pending graphs, or the micro-batches still to come of a step without
     // gradient sync, share them.
-    if (graphs_in_flight_ == 0 && !holds_unsynced_gradients()) release_full();
+    if (graphs_in_flight_ == 0 && !holds_unsynced_gradients() && recomputes_pending_ == 0) release_full();
     return output;
   }
   // A recompute (activation checkpointing) is followed at once by this
@@ -238,7 +253,7 @@ void FsdpUnit::post_backward(const std::vector<at::Tensor>& full_grads) {
   // would after a forward: the storage is freed, and the next forward or
   // backward of the unit refills it (a pipeline stage reduce-scattering
   // every micro-batch then holds only the blocks in use, not all of them).
-  if (graphs_in_flight_ <= 0) release_full();
+  if (graphs_in_flight_ <= 0 && recomputes_pending_ == 0) release_full();
   else if (options_.reshard_after_forward && !is_root && backwards_begun_ == 0) free_full_storage();
   // Whatever is still in flight when the backward ends (this reduction, if
   // no unit issues after it) is waited then. Queued once per unit: a
