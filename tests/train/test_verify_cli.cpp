@@ -94,6 +94,14 @@ TEST(VerifyCli, EveryModelledLayoutSendsWhatTheCountSays) {
   ScratchDir dir("verify_comm");
   const std::vector<std::pair<int, std::string>> layouts = {
       {2, "--training.data_parallel_replicate_degree 2 --training.global_batch_size 8"},
+      // DDP's buckets: dim 512 makes 86 MiB of gradients, 4 all-reduces of
+      // at most 25 MiB (the count once said 1); under PP every stage part
+      // has its own buckets and syncs once per schedule step (Interleaved
+      // 1F1B: 2 parts on a rank, 2 accumulation steps).
+      {2, "--training.data_parallel_replicate_degree 2 --training.data_parallel_shard_degree 1 --model.dim 512"},
+      {4, "--training.data_parallel_replicate_degree 2 --training.data_parallel_shard_degree 1 --model.dim 512 "
+          "--experimental.pipeline_parallel_degree 2 --experimental.pipeline_parallel_schedule Interleaved1F1B "
+          "--training.batch_size 4 --training.global_batch_size 16"},
       {4, "--training.data_parallel_replicate_degree 2"},
       {4, "--training.context_parallel_degree 2 --training.tensor_parallel_degree 2 "
           "--training.context_parallel_rotate_method alltoall --activation_checkpoint.mode full"},

@@ -9,6 +9,7 @@
 #include "titan/models/llama3/model_args.hpp"
 #include "titan/models/llama3/pipeline.hpp"
 #include "titan/parallel/activation_checkpoint/checkpoint.hpp"
+#include "titan/parallel/data_parallel.hpp"
 #include "titan/parallel/parallel_dims.hpp"
 #include "titan/util/strprintf.hpp"
 
@@ -106,11 +107,29 @@ double root_unit_bytes(const models::llama3::ModelArgs& a, const Layout& l, cons
   return e * kFloat;
 }
 
-// Every parameter's bytes (TP-local), for DDP's all-reduce.
-double stage_param_bytes(const models::llama3::ModelArgs& a, const Layout& l, const StagePart& s) {
-  Layout whole = l;
-  whole.fsdp_n = 1;
-  return static_cast<double>(s.blocks) * block_unit_bytes(a, whole) + root_unit_bytes(a, whole, s);
+// The bytes of every parameter of a stage part (TP-local shapes, as
+// block_unit_bytes), in the order the model registers them: DDP buckets
+// them in reverse of it. The embedding; each block's wq, wk, wv, wo, w1,
+// w2, w3 and its two norms; the final norm and the output (none of its
+// own when it is the embedding's, tied, in the same part).
+std::vector<int64_t> stage_param_bytes_in_order(const models::llama3::ModelArgs& a, const Layout& l,
+                                                const StagePart& s) {
+  const int64_t hd = a.head_dim(), f = a.ffn_hidden_dim(), tp = l.tp, bytes = static_cast<int64_t>(kFloat);
+  std::vector<int64_t> out;
+  if (s.has_embedding) out.push_back(a.vocab_size / tp * a.dim * bytes);
+  for (int64_t b = 0; b < s.blocks; ++b) {
+    for (int64_t rows : {a.n_heads * hd, a.kv_heads() * hd, a.kv_heads() * hd}) out.push_back(rows / tp * a.dim * bytes);
+    out.push_back(a.dim * (a.n_heads * hd / tp) * bytes);
+    out.push_back(f / tp * a.dim * bytes);  // w1
+    out.push_back(a.dim * (f / tp) * bytes);  // w2
+    out.push_back(f / tp * a.dim * bytes);  // w3
+    out.push_back(a.dim * bytes), out.push_back(a.dim * bytes);
+  }
+  if (s.has_output) {
+    out.push_back(a.dim * bytes);
+    if (!(a.tie_word_embeddings && s.has_embedding)) out.push_back(a.vocab_size / tp * a.dim * bytes);
+  }
+  return out;
 }
 
 }  // namespace
@@ -249,7 +268,6 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
   const std::vector<bool> recomputed =
       ac::blocks_to_checkpoint(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option,
                                args.n_layers);
-  if (dims.pp_enabled() && dims.ddp_enabled()) return refuse("DDP under pipeline parallelism");
   const bool op_ac = cfg.activation_checkpoint.mode == "selective" && cfg.activation_checkpoint.selective_ac_option == "op";
   // Per-op AC keeps every block matmul's output unless the config forces
   // some to be recomputed (matched by weight shape): those recompute their
@@ -341,7 +359,19 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
       }
     }
   } else if (l.ddp) {
-    c.all_reduce("dp_replicate", 1, stage_param_bytes(args, l, parts.front()), static_cast<int>(l.dp_replicate));
+    // One all-reduce per bucket (replicate(): at most 25 MiB each) and
+    // accumulation step, once per step without PP (no_sync until the last
+    // micro-batch), and once per schedule step under PP, where every
+    // stage part has its own buckets and syncs at its last micro-batch.
+    const int64_t cap = static_cast<int64_t>(parallel::ReplicateOptions{}.bucket_cap_mb * 1024 * 1024);
+    for (const StagePart& s : parts) {
+      const std::vector<int64_t> bytes = stage_param_bytes_in_order(args, l, s);
+      for (const std::vector<size_t>& bucket : parallel::plan_buckets(bytes, std::vector<int64_t>(bytes.size(), 0), cap)) {
+        double payload = 0;
+        for (size_t k : bucket) payload += static_cast<double>(bytes[k]);
+        c.all_reduce("dp_replicate", schedule_steps, payload, static_cast<int>(l.dp_replicate));
+      }
+    }
   }
 
   // TP, per micro-batch.

@@ -27,7 +27,9 @@
 ///   micro-batch, a checkpointed block's forward without autograd under
 ///   "always").
 /// - **HSDP**: each reduce-scattered shard is then all-reduced over
-///   dp_replicate. **DDP**: every gradient all-reduced once per step.
+///   dp_replicate. **DDP**: every gradient all-reduced once per step (under
+///   PP once per schedule step), in replicate()'s buckets: at most 25 MiB
+///   each, filled in reverse registration order, per stage part.
 /// - **TP** (sequence parallel), per micro-batch: per block 4 all-gathers
 ///   and 4 reduce-scatters of A (attention and FFN, forward and backward),
 ///   2 + 2 more where the block is recomputed; the embedding's output and
@@ -59,8 +61,8 @@
 ///
 /// Not modelled (the layout check then says so and compares nothing):
 /// float8 (its amax all-reduces and float8 all-gathers), mixed precision
-/// other than fp32, DDP under PP, and per-op AC told to recompute block
-/// matmuls (per_op_sac_force_recompute_mm_shapes_by_fqns).
+/// other than fp32, and per-op AC told to recompute block matmuls
+/// (per_op_sac_force_recompute_mm_shapes_by_fqns).
 
 #include <cstdint>
 #include <map>
