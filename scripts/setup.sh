@@ -20,9 +20,11 @@ say() { echo "[setup] $*"; }
 # zlib1g-dev: CRC-32 of checkpoint files.
 # clang: its libFuzzer, for the coverage-guided fuzzer of the readers
 # (tests/fuzz/libfuzzer; the project itself builds with g++).
+# libdnnl-dev: oneDNN, the GEMM of titan's fp32 Linear layers on the CPU
+# (lib/titan/ops/gemm; LibTorch's own copy keeps its symbols hidden).
 DEB_PACKAGES=(cmake ninja-build g++ git python3 python3-venv
   libgtest-dev libgmock-dev libbenchmark-dev libtomlplusplus-dev
-  nlohmann-json3-dev libgloo-dev doxygen ccache fortunes zlib1g-dev clang)
+  nlohmann-json3-dev libgloo-dev doxygen ccache fortunes zlib1g-dev clang libdnnl-dev)
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

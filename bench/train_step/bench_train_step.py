@@ -10,11 +10,13 @@ hits both alike:
             hyper-parameters, the same warm-up + linear-decay LR schedule,
             gradient clipping at max_norm 1.0 and a loss.item() per step, as
             the C++ trainer does.
-titan runs three times: with its fused kernels ([model] fused_kernels, the
-default), op by op (fused_kernels = false: ATen's RMSNorm, SiLU and
-product, RoPE and cross-entropy, as the Python side computes them), and
-fused with titan's own flash attention kernel instead of ATen's SDPA
-([model] attn_type = "flash").
+titan runs four times: as configured by default (its fused kernels,
+[model] fused_kernels, and aten::mm, the GEMM eager runs), with oneDNN's
+GEMM for its Linear layers ([model] cpu_matmul = "onednn": AVX-512 on AMD
+CPUs, where MKL's sgemm runs its AVX2 path), op by op (fused_kernels =
+false: ATen's RMSNorm, SiLU and product, RoPE and cross-entropy, as the
+Python side computes them), and with titan's own flash attention kernel
+instead of ATen's SDPA ([model] attn_type = "flash").
 After the timed rounds one more step of each contender is profiled (not
 timed) and the CPU time of its ops split into GEMMs, attention and
 everything else (--no-breakdown skips it).
@@ -108,7 +110,7 @@ def forward_sdpa(p, cfg, tokens, freqs_cis):
 
 # Where a step's CPU time goes, from a profiler trace: self time of each op
 # (its time minus its children's), summed by class.
-GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
+GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear", "titan::mm"}
 
 
 def op_class(name):
@@ -198,15 +200,25 @@ def python_step_times(cfg, args, attention, profile=False):
     return {e.key: e.self_cpu_time_total for e in prof.key_averages()}
 
 
-def titan_step_times(args, fused=True, flash=False, profile=False):
+# titan's contenders: the flags each adds to `titan train`.
+TITAN_CONTENDERS = {
+    "titan (C++)": [],
+    # oneDNN's GEMM for the Linear layers instead of aten::mm (MKL's sgemm,
+    # what eager runs): [model] cpu_matmul.
+    "titan, oneDNN GEMM": ["--model.cpu_matmul", "onednn"],
+    "titan, op by op": ["--model.fused_kernels", "false"],
+    "titan, flash attention": ["--model.attn_type", "flash"],
+}
+
+
+def titan_step_times(args, contender, profile=False):
     with tempfile.TemporaryDirectory(prefix="titan_bench_") as dump:
         cmd = [args.titan, "train", "--job.config_file", os.path.join(ROOT, "train_configs", "debug_model.toml"),
                "--job.dump_folder", dump, "--training.device", "cpu", *FLAVORS[args.flavor]["titan"],
                "--training.steps", str(args.steps), "--training.batch_size", str(args.batch_size),
                "--training.seq_len", str(args.seq_len), "--optimizer.lr", str(args.lr),
                "--lr_scheduler.warmup_steps", str(args.lr_warmup), "--metrics.log_freq", str(args.steps),
-               "--model.fused_kernels", "true" if fused else "false",
-               "--model.attn_type", "flash" if flash else "sdpa"]
+               *TITAN_CONTENDERS[contender]]
         if profile:  # a Kineto trace of the last step (not timed)
             cmd += ["--profiling.enable_profiling", "true", "--profiling.profile_freq", str(args.steps)]
         env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
@@ -232,6 +244,9 @@ def main():
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of every contender")
     ap.add_argument("--py-attention", default="both", choices=["both", "ref", "sdpa"])
+    ap.add_argument("--titan-onednn", action=argparse.BooleanOptionalAction, default=True,
+                    help="also time titan with oneDNN's GEMM for its Linear layers ([model] cpu_matmul onednn; "
+                         "needs titan's oneDNN plugin)")
     ap.add_argument("--titan-op-by-op", action=argparse.BooleanOptionalAction, default=True,
                     help="also time titan with [model] fused_kernels = false")
     ap.add_argument("--titan-flash", action=argparse.BooleanOptionalAction, default=True,
@@ -253,6 +268,8 @@ def main():
     args.seq_len = args.seq_len or FLAVORS[args.flavor]["seq_len"]
 
     contenders = ["titan (C++)"]
+    if args.titan_onednn:
+        contenders.append("titan, oneDNN GEMM")
     if args.titan_op_by_op:
         contenders.append("titan, op by op")
     if args.titan_flash:
@@ -265,7 +282,7 @@ def main():
     for rnd in range(args.rounds):
         for c in contenders:
             if c.startswith("titan"):
-                t = titan_step_times(args, fused=c != "titan, op by op", flash=c == "titan, flash attention")
+                t = titan_step_times(args, c)
             else:
                 t = python_step_times(cfg, args, "sdpa" if "sdpa" in c else "ref")
             times[c] += t[args.warmup:]
@@ -287,8 +304,7 @@ def main():
     print(f"\n{'contender':32s} {'GEMM':>8s} {'attention':>10s} {'everything else':>16s}  (share of profiled op time)")
     for c in contenders:
         if c.startswith("titan"):
-            st = titan_step_times(args, fused=c != "titan, op by op", flash=c == "titan, flash attention",
-                                  profile=True)
+            st = titan_step_times(args, c, profile=True)
         else:
             st = python_step_times(cfg, args, "sdpa" if "sdpa" in c else "ref", profile=True)
         sh = shares(st)

@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
     const double exact = c.matmul / tokens / (6 * (n - n_emb - n_norm));
     const double att_ratio = c.attention / tokens / attention;
     std::printf("2. counted from the trace of step 3 (%g tokens), from each op's input shapes:\n", tokens);
-    std::printf("   %d matmuls (aten::mm / addmm / bmm, 2·M·K·N)  %14.4g per token = %.5f × 6·(N − N_embedding)\n",
+    std::printf("   %d matmuls (titan::mm or aten::mm, 2·M·K·N)   %14.4g per token = %.5f × 6·(N − N_embedding)\n",
                 c.matmul_ops, c.matmul / tokens, mm_ratio);
     std::printf("   %*s = %.9f × 6·(N − N_embedding − N_norms): the %s norm weights are the difference\n",
                 47, "", exact, metrics::with_thousands(n_norm).c_str());

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "titan/ops/gemm/cpu_matmul.hpp"
 #include "titan/util/error.hpp"
 #include "titan/util/measure.hpp"
 
@@ -224,13 +225,20 @@ GemmMeasurement measure_gemm(int64_t n, int repeats, double min_seconds, at::Sca
   at::Tensor c = at::empty({n, n}, opts);
   const double flops_per_gemm = 2.0 * static_cast<double>(n) * n * n;
   const int threads = std::max(1, at::get_num_threads());
+  // The GEMM the model's Linear layers run (ops/gemm/cpu_matmul.hpp): the
+  // peak MFU divides by must be the same library's.
+  const bool onednn = dtype == at::kFloat && ops::cpu_matmul() == ops::CpuMatmul::onednn;
+  auto gemm = [&] {
+    if (onednn) c = ops::onednn_mm(a, b);
+    else at::mm_out(c, a, b);
+  };
   // Warm-up (thread pool start, page faults), then time one GEMM to size
   // the rounds: each round must be long enough for the clocks to resolve it
   // and for a preemption to show in its CPU share, short enough that there
   // are many rounds to take the best of.
-  at::mm_out(c, a, b);
+  gemm();
   auto t0 = std::chrono::steady_clock::now();
-  at::mm_out(c, a, b);
+  gemm();
   const double one = std::max(1e-7, seconds_since(t0));
   const double round_target = std::clamp(min_seconds / repeats, 0.005, 0.05);
   const int per_round = static_cast<int>(std::clamp(std::ceil(round_target / one), 1.0, 1e5));
@@ -240,7 +248,7 @@ GemmMeasurement measure_gemm(int64_t n, int repeats, double min_seconds, at::Sca
   while (m.rounds < repeats || total < min_seconds) {
     const double cpu0 = process_cpu_seconds();
     t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < per_round; ++i) at::mm_out(c, a, b);
+    for (int i = 0; i < per_round; ++i) gemm();
     const double wall = seconds_since(t0);
     const double cpu = process_cpu_seconds() - cpu0;
     total += wall;
@@ -271,7 +279,9 @@ CpuPeak cpu_peak_flops(const CpuCalibrationOptions& o) {
   peak.cpu_model = cpu_model_name();
   peak.threads = o.threads > 0 ? o.threads : at::get_num_threads();
   const long cores = online_cores();
-  const std::string dtype = c10::toString(o.dtype);
+  // The GEMM library is part of what was measured (ops/gemm/cpu_matmul.hpp).
+  const std::string dtype = std::string(c10::toString(o.dtype)) +
+                            (o.dtype == at::kFloat ? std::string("|gemm=") + ops::cpu_matmul_name(ops::cpu_matmul()) : "");
   std::ostringstream group;  // every field of the key but the thread count
   group << peak.cpu_model << "|cores=" << cores << '|' << dtype << "|n=" << o.size << "|torch=" << torch_version();
   std::ostringstream key;

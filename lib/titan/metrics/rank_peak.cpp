@@ -10,6 +10,7 @@
 #include "titan/metrics/cpu_peak.hpp"
 #include "titan/metrics/memory.hpp"
 #include "titan/metrics/peak_flops.hpp"
+#include "titan/ops/gemm/cpu_matmul.hpp"
 #include "titan/util/strprintf.hpp"
 
 namespace titan::metrics {
@@ -48,9 +49,11 @@ RankPeak calibrate_cpu(const RankPeakInputs& in) {
   RankPeak r;
   r.flops = p.flops;
   if (measures) r.cache_path = p.cache_path, r.cache_key = p.key;
-  const std::string dtype = in.compute_dtype == at::kBFloat16 ? "bfloat16 "
-                            : in.compute_dtype == at::kHalf   ? "float16 "
-                                                              : "";
+  // fp32 GEMMs name their library when it is oneDNN's (ops/gemm).
+  const std::string dtype = in.compute_dtype == at::kBFloat16                ? "bfloat16 "
+                            : in.compute_dtype == at::kHalf                  ? "float16 "
+                            : ops::cpu_matmul() == ops::CpuMatmul::onednn ? "oneDNN "
+                                                                             : "";
   r.source = strprintf("measured CPU %sGEMM peak, %d threads%s", dtype.c_str(), p.threads,
                        p.from_cache ? ", cached" : (p.clean ? ", measured now" : ""));
   if (measures && !p.clean)

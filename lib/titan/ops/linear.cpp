@@ -1,5 +1,6 @@
 #include "titan/ops/linear.hpp"
 
+#include "titan/ops/gemm/cpu_matmul.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::ops {
@@ -12,7 +13,7 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, at::TensorOpti
 }
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
-  return call_with_hooks(x, [this](const at::Tensor& in) { return at::linear(in, current_weight()); });
+  return call_with_hooks(x, [this](const at::Tensor& in) { return ops::linear(in, current_weight()); });
 }
 
 void LinearImpl::tie_to(std::shared_ptr<EmbeddingImpl> embedding) {

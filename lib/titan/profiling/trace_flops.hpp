@@ -11,7 +11,7 @@ namespace titan::profiling {
 
 /// @brief What a trace's ops computed.
 struct TraceFlops {
-  double matmul = 0;     ///< aten::mm, addmm, bmm: 2·M·K·N each (bias adds not counted)
+  double matmul = 0;     ///< aten::mm, addmm, bmm, titan::mm: 2·M·K·N each (bias adds not counted)
   int matmul_ops = 0;
   /// The CPU flash-attention kernels (forward and backward), as *model*
   /// FLOPs: forward 2 × 2·B·H·T·T·Q (QKᵀ and P·V, the full square),

@@ -26,6 +26,7 @@
 #include "titan/metrics/mfu.hpp"
 #include "titan/metrics/peak_flops.hpp"
 #include "titan/metrics/rank_peak.hpp"
+#include "titan/ops/gemm/cpu_matmul.hpp"
 #include "titan/metrics/tensor_memory.hpp"
 #include "titan/metrics/tensorboard.hpp"
 #include "titan/models/llama3/flops.hpp"
@@ -115,6 +116,9 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
         float8::float8_gpu_error(metrics::device_name(device_), major, minor, cfg_.float8.emulate);
     TITAN_CHECK(problem.empty(), problem);
   }
+  // The CPU GEMM of fp32 Linear layers, process-wide (as torch.backends'
+  // flags are): the last trainer built decides.
+  ops::set_cpu_matmul(ops::parse_cpu_matmul(cfg_.model.cpu_matmul));
   // Mixed precision without FSDP: torchtitan's AMP for one device and DDP.
   autocast_ = autocast_dtype(dims_, cfg_.training.mixed_precision_param, device_, options_.autocast_on_cpu);
 

@@ -1,0 +1,107 @@
+// cpu_matmul.hpp: the process-wide GEMM choice and the oneDNN Linear node.
+#include "titan/ops/gemm/cpu_matmul.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/record_function.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <atomic>
+#include <vector>
+
+#include "titan/ops/gemm/onednn_sgemm.hpp"
+#include "titan/util/error.hpp"
+
+namespace titan::ops {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+std::atomic<CpuMatmul> g_cpu_matmul{CpuMatmul::aten};
+
+// A 2-D tensor as oneDNN's strided operand: dense row-major or dense
+// column-major (a transposed view) as it is, anything else (size-1
+// dimensions, whose strides say nothing, or rows with gaps, which oneDNN
+// 2.6's jit GEMM failed to execute) copied to row-major first. `keep`
+// holds the copy alive.
+onednn::Matrix as_matrix(const at::Tensor& t, at::Tensor& keep) {
+  const int64_t rows = t.size(0), cols = t.size(1);
+  const int64_t rs = t.stride(0), cs = t.stride(1);
+  const bool row_major = cs == 1 && rs == cols, col_major = rs == 1 && cs == rows;
+  if (rows > 1 && cols > 1 && (row_major || col_major)) return {t.const_data_ptr<float>(), rows, cols, rs, cs};
+  keep = t.contiguous();
+  return {keep.const_data_ptr<float>(), rows, cols, cols, 1};
+}
+
+bool takes(const at::Tensor& x, const at::Tensor& w) {
+  return g_cpu_matmul.load(std::memory_order_relaxed) == CpuMatmul::onednn && x.device().is_cpu() &&
+         w.device().is_cpu() && x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat && w.dim() == 2 &&
+         x.dim() >= 1 && x.size(-1) == w.size(1) && !at::autocast::is_autocast_enabled(at::kCPU);
+}
+
+struct OnednnLinearFunction : torch::autograd::Function<OnednnLinearFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
+    ctx->save_for_backward({x, w});
+    const at::Tensor x2 = x.reshape({-1, x.size(-1)});
+    std::vector<int64_t> out_shape = x.sizes().vec();
+    out_shape.back() = w.size(0);
+    return onednn_mm(x2, w.t()).view(out_shape);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list s = ctx->get_saved_variables();
+    const at::Tensor &x = s[0], &w = s[1];
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor()};
+    const at::Tensor dy = grads[0].reshape({-1, w.size(0)});
+    at::Tensor dx, dw;
+    // A zero-bubble schedule's input step asks for dx alone and its weight
+    // step for dW alone: each GEMM only where autograd wants its result.
+    if (ctx->needs_input_grad(0)) dx = onednn_mm(dy, w).view(x.sizes());
+    if (ctx->needs_input_grad(1)) dw = onednn_mm(dy.t(), x.reshape({-1, x.size(-1)}));
+    return {dx, dw};
+  }
+};
+
+}  // namespace
+
+void set_cpu_matmul(CpuMatmul m) {
+  TITAN_CHECK(m != CpuMatmul::onednn || onednn::available(), "cpu_matmul = \"onednn\": oneDNN is not available (",
+              onednn::unavailable_reason(), "); \"aten\" runs ATen's GEMM");
+  g_cpu_matmul.store(m);
+}
+
+CpuMatmul cpu_matmul() { return g_cpu_matmul.load(); }
+
+CpuMatmul parse_cpu_matmul(const std::string& name) {
+  if (name == "auto") return onednn::available() ? CpuMatmul::onednn : CpuMatmul::aten;
+  if (name == "aten") return CpuMatmul::aten;
+  TITAN_CHECK(name == "onednn", "cpu_matmul must be \"auto\", \"onednn\" or \"aten\", got \"", name, "\"");
+  TITAN_CHECK(onednn::available(), "cpu_matmul = \"onednn\": oneDNN is not available (",
+              onednn::unavailable_reason(), "); \"aten\" runs ATen's GEMM");
+  return CpuMatmul::onednn;
+}
+
+const char* cpu_matmul_name(CpuMatmul m) { return m == CpuMatmul::onednn ? "onednn" : "aten"; }
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight) {
+  if (!takes(x, weight)) return at::linear(x, weight);
+  return OnednnLinearFunction::apply(x, weight);
+}
+
+at::Tensor onednn_mm(const at::Tensor& a, const at::Tensor& b) {
+  RECORD_FUNCTION("titan::mm", std::vector<c10::IValue>({a, b}));
+  TITAN_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "onednn_mm: cannot multiply ", a.sizes(),
+              " by ", b.sizes());
+  TITAN_CHECK(a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat && a.device().is_cpu() &&
+                  b.device().is_cpu(),
+              "onednn_mm: fp32 CPU tensors only, got ", a.toString(), " and ", b.toString());
+  const int64_t m = a.size(0), n = b.size(1), k = a.size(1);
+  if (m == 0 || n == 0 || k == 0) return at::zeros({m, n}, a.options());
+  at::Tensor c = at::empty({m, n}, a.options());
+  at::Tensor keep_a, keep_b;
+  onednn::sgemm(as_matrix(a, keep_a), as_matrix(b, keep_b), c.mutable_data_ptr<float>(), n);
+  return c;
+}
+
+}  // namespace titan::ops

@@ -1,0 +1,45 @@
+#pragma once
+/// @file
+/// @brief Which GEMM titan's Linear runs on fp32 CPU tensors: ATen's
+/// (aten::mm, MKL's sgemm in LibTorch's wheel) or oneDNN's matmul
+/// (onednn_sgemm.hpp), behind an autograd node whose forward and backward
+/// are three GEMMs: y = x·Wᵀ, dx = dy·W, dW = dyᵀ·x.
+///
+/// A process-wide choice, as torch.backends' flags are: the trainer sets
+/// it from `[model] cpu_matmul` (default "aten", the GEMM eager PyTorch
+/// runs; "onednn" or "auto" ask for oneDNN). Everything else keeps ATen's
+/// GEMM unless it asks.
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+
+namespace titan::ops {
+
+/// @brief The GEMM behind Linear on fp32 CPU tensors.
+enum class CpuMatmul { aten, onednn };
+
+/// @brief Sets the process-wide choice. Throws titan::Error for onednn
+/// when titan was built without oneDNN.
+void set_cpu_matmul(CpuMatmul m);
+/// @brief The process-wide choice (aten until set).
+CpuMatmul cpu_matmul();
+/// @brief "auto" (oneDNN when built with it, else ATen), "onednn" or
+/// "aten"; throws titan::Error naming the valid values otherwise, or for
+/// "onednn" without oneDNN.
+CpuMatmul parse_cpu_matmul(const std::string& name);
+/// @brief "aten" or "onednn".
+const char* cpu_matmul_name(CpuMatmul m);
+
+/// @brief x·Wᵀ over x's last dimension (W [out, in]): through oneDNN when
+/// the choice is onednn and both are fp32 CPU tensors outside autocast,
+/// else at::linear.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight);
+
+/// @brief A·B for 2-D fp32 CPU tensors through oneDNN (strided operands,
+/// transposed views included, without copies); recorded in profiler traces
+/// as "titan::mm" with A and B as inputs, so that FLOP counts from a trace
+/// see it like aten::mm. No autograd.
+at::Tensor onednn_mm(const at::Tensor& a, const at::Tensor& b);
+
+}  // namespace titan::ops
