@@ -6,9 +6,9 @@
 /// Why a second GEMM on the CPU: LibTorch's fp32 aten::mm calls MKL's
 /// sgemm, and MKL picks its kernels by CPU vendor: on AMD CPUs with
 /// AVX-512 it runs its AVX2 path. oneDNN picks by instruction set, so the
-/// same machine's AVX-512 units do the work (about 2.5x on the debug
-/// model's shapes on a 2-core AMD EPYC; docs/train.md, "Against eager
-/// PyTorch"). LibTorch's wheel keeps its own oneDNN's symbols hidden, so
+/// same machine's AVX-512 units do the work (about 2x on the debug
+/// model's GEMMs on a 2-core AMD EPYC, 1.8x its training step;
+/// docs/train.md, "Against eager PyTorch"). LibTorch's wheel keeps its own oneDNN's symbols hidden, so
 /// the plugin links the system's libdnnl (Debian's libdnnl-dev) and is
 /// compiled without LibTorch's include directories: the wheel ships oneDNN
 /// headers of another version under the same names. libtitan itself does
