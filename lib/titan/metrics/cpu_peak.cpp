@@ -279,13 +279,15 @@ CpuPeak cpu_peak_flops(const CpuCalibrationOptions& o) {
   peak.cpu_model = cpu_model_name();
   peak.threads = o.threads > 0 ? o.threads : at::get_num_threads();
   const long cores = online_cores();
-  // The GEMM library is part of what was measured (ops/gemm/cpu_matmul.hpp).
-  const std::string dtype = std::string(c10::toString(o.dtype)) +
-                            (o.dtype == at::kFloat ? std::string("|gemm=") + ops::cpu_matmul_name(ops::cpu_matmul()) : "");
+  const std::string dtype = c10::toString(o.dtype);
+  // The GEMM library is part of what was measured (fp32: aten::mm or
+  // oneDNN's, ops/gemm/cpu_matmul.hpp).
+  const std::string gemm = o.dtype == at::kFloat ? ops::cpu_matmul_name(ops::cpu_matmul()) : "aten";
+  const std::string what = dtype + (o.dtype == at::kFloat ? "|gemm=" + gemm : "");
   std::ostringstream group;  // every field of the key but the thread count
-  group << peak.cpu_model << "|cores=" << cores << '|' << dtype << "|n=" << o.size << "|torch=" << torch_version();
+  group << peak.cpu_model << "|cores=" << cores << '|' << what << "|n=" << o.size << "|torch=" << torch_version();
   std::ostringstream key;
-  key << peak.cpu_model << "|cores=" << cores << "|threads=" << peak.threads << '|' << dtype << "|n=" << o.size
+  key << peak.cpu_model << "|cores=" << cores << "|threads=" << peak.threads << '|' << what << "|n=" << o.size
       << "|torch=" << torch_version();
   peak.key = key.str();
   if (o.use_cache) peak.cache_path = o.cache_path.empty() ? default_cpu_peak_cache_path() : o.cache_path;
@@ -348,6 +350,7 @@ CpuPeak cpu_peak_flops(const CpuCalibrationOptions& o) {
         {"cores", cores},
         {"threads", peak.threads},
         {"dtype", dtype},
+        {"gemm", gemm},
         {"size", o.size},
         {"torch", torch_version()},
         {"group", group.str()},

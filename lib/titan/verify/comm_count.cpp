@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "titan/config/job_config.hpp"
 #include "titan/config/validate.hpp"
@@ -84,51 +86,58 @@ struct StagePart {
   int stage = 0;                                 // its global stage index under PP
 };
 
-// Bytes of one block's weights as this rank's FSDP unit gathers them
-// (TP-local shapes: wq, wk, wv, w1, w3 split on their rows, wo and w2 on
-// their columns, the norms whole).
-double block_unit_bytes(const models::llama3::ModelArgs& a, const Layout& l) {
-  const int64_t n = l.fsdp_n, hd = a.head_dim(), f = a.ffn_hidden_dim();
-  double e = padded(a.n_heads * hd / l.tp, a.dim, n) + 2 * padded(a.kv_heads() * hd / l.tp, a.dim, n) +
-             padded(a.dim, a.n_heads * hd / l.tp, n) + 2 * padded(f / l.tp, a.dim, n) + padded(a.dim, f / l.tp, n) +
-             2 * padded(a.dim, 1, n);
-  return e * kFloat;
+// The [rows, cols] of each weight of one block on this rank, in the order
+// the model registers them (TP-local shapes: wq, wk, wv, w1, w3 split on
+// their rows, wo and w2 on their columns, the two norms whole).
+std::vector<std::pair<int64_t, int64_t>> block_weight_shapes(const models::llama3::ModelArgs& a, int64_t tp) {
+  const int64_t q = a.n_heads * a.head_dim() / tp, kv = a.kv_heads() * a.head_dim() / tp, f = a.ffn_hidden_dim() / tp;
+  return {{q, a.dim}, {kv, a.dim}, {kv, a.dim}, {a.dim, q}, {f, a.dim}, {a.dim, f}, {f, a.dim}, {a.dim, 1}, {a.dim, 1}};
 }
 
-// Bytes of the root unit of a stage: embedding, final norm, output.
-double root_unit_bytes(const models::llama3::ModelArgs& a, const Layout& l, const StagePart& s) {
-  const int64_t n = l.fsdp_n;
-  double e = 0;
-  if (s.has_embedding) e += padded(a.vocab_size / l.tp, a.dim, n);
+// The same for a stage's root: the embedding (first stage), the final norm
+// and the output (last stage; none of its own when it is the embedding's,
+// tied, in the same part).
+std::vector<std::pair<int64_t, int64_t>> root_weight_shapes(const models::llama3::ModelArgs& a, int64_t tp,
+                                                            const StagePart& s) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  if (s.has_embedding) out.push_back({a.vocab_size / tp, a.dim});
   if (s.has_output) {
-    e += padded(a.dim, 1, n);
-    if (!(a.tie_word_embeddings && s.has_embedding)) e += padded(a.vocab_size / l.tp, a.dim, n);
+    out.push_back({a.dim, 1});
+    if (!(a.tie_word_embeddings && s.has_embedding)) out.push_back({a.vocab_size / tp, a.dim});
   }
+  return out;
+}
+
+// Bytes of weights as one FSDP unit of n ranks gathers them (each padded
+// on dim 0 to a multiple of n).
+double unit_bytes(const std::vector<std::pair<int64_t, int64_t>>& shapes, int64_t n) {
+  double e = 0;
+  for (const auto& [rows, cols] : shapes) e += padded(rows, cols, n);
   return e * kFloat;
 }
 
-// The bytes of every parameter of a stage part (TP-local shapes, as
-// block_unit_bytes), in the order the model registers them: DDP buckets
-// them in reverse of it. The embedding; each block's wq, wk, wv, wo, w1,
-// w2, w3 and its two norms; the final norm and the output (none of its
-// own when it is the embedding's, tied, in the same part).
+double block_unit_bytes(const models::llama3::ModelArgs& a, const Layout& l) {
+  return unit_bytes(block_weight_shapes(a, l.tp), l.fsdp_n);
+}
+
+double root_unit_bytes(const models::llama3::ModelArgs& a, const Layout& l, const StagePart& s) {
+  return unit_bytes(root_weight_shapes(a, l.tp, s), l.fsdp_n);
+}
+
+// The bytes of every parameter of a stage part, in the order the model
+// registers them (root's embedding, the blocks, root's norm and output):
+// DDP buckets them in reverse of it.
 std::vector<int64_t> stage_param_bytes_in_order(const models::llama3::ModelArgs& a, const Layout& l,
                                                 const StagePart& s) {
-  const int64_t hd = a.head_dim(), f = a.ffn_hidden_dim(), tp = l.tp, bytes = static_cast<int64_t>(kFloat);
   std::vector<int64_t> out;
-  if (s.has_embedding) out.push_back(a.vocab_size / tp * a.dim * bytes);
-  for (int64_t b = 0; b < s.blocks; ++b) {
-    for (int64_t rows : {a.n_heads * hd, a.kv_heads() * hd, a.kv_heads() * hd}) out.push_back(rows / tp * a.dim * bytes);
-    out.push_back(a.dim * (a.n_heads * hd / tp) * bytes);
-    out.push_back(f / tp * a.dim * bytes);  // w1
-    out.push_back(a.dim * (f / tp) * bytes);  // w2
-    out.push_back(f / tp * a.dim * bytes);  // w3
-    out.push_back(a.dim * bytes), out.push_back(a.dim * bytes);
-  }
-  if (s.has_output) {
-    out.push_back(a.dim * bytes);
-    if (!(a.tie_word_embeddings && s.has_embedding)) out.push_back(a.vocab_size / tp * a.dim * bytes);
-  }
+  auto add = [&](int64_t rows, int64_t cols) { out.push_back(rows * cols * static_cast<int64_t>(kFloat)); };
+  const auto root = root_weight_shapes(a, l.tp, s);
+  const size_t before_blocks = s.has_embedding ? 1 : 0;
+  for (size_t k = 0; k < before_blocks; ++k) add(root[k].first, root[k].second);
+  const auto block = block_weight_shapes(a, l.tp);
+  for (int64_t b = 0; b < s.blocks; ++b)
+    for (const auto& [rows, cols] : block) add(rows, cols);
+  for (size_t k = before_blocks; k < root.size(); ++k) add(root[k].first, root[k].second);
   return out;
 }
 

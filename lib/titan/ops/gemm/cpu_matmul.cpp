@@ -63,11 +63,15 @@ struct OnednnLinearFunction : torch::autograd::Function<OnednnLinearFunction> {
   }
 };
 
+void require_onednn() {
+  TITAN_CHECK(onednn::available(), "cpu_matmul = \"onednn\": oneDNN is not available (",
+              onednn::unavailable_reason(), "); \"aten\" runs ATen's GEMM");
+}
+
 }  // namespace
 
 void set_cpu_matmul(CpuMatmul m) {
-  TITAN_CHECK(m != CpuMatmul::onednn || onednn::available(), "cpu_matmul = \"onednn\": oneDNN is not available (",
-              onednn::unavailable_reason(), "); \"aten\" runs ATen's GEMM");
+  if (m == CpuMatmul::onednn) require_onednn();
   g_cpu_matmul.store(m);
 }
 
@@ -77,8 +81,7 @@ CpuMatmul parse_cpu_matmul(const std::string& name) {
   if (name == "auto") return onednn::available() ? CpuMatmul::onednn : CpuMatmul::aten;
   if (name == "aten") return CpuMatmul::aten;
   TITAN_CHECK(name == "onednn", "cpu_matmul must be \"auto\", \"onednn\" or \"aten\", got \"", name, "\"");
-  TITAN_CHECK(onednn::available(), "cpu_matmul = \"onednn\": oneDNN is not available (",
-              onednn::unavailable_reason(), "); \"aten\" runs ATen's GEMM");
+  require_onednn();
   return CpuMatmul::onednn;
 }
 
