@@ -11,12 +11,14 @@ hits both alike:
             gradient clipping at max_norm 1.0 and a loss.item() per step, as
             the C++ trainer does.
 titan runs four times: as configured by default (its fused kernels,
-[model] fused_kernels, and aten::mm, the GEMM eager runs), with oneDNN's
-GEMM for its Linear layers ([model] cpu_matmul = "onednn": AVX-512 on AMD
-CPUs, where MKL's sgemm runs its AVX2 path), op by op (fused_kernels =
-false: ATen's RMSNorm, SiLU and product, RoPE and cross-entropy, as the
-Python side computes them), and with titan's own flash attention kernel
-instead of ATen's SDPA ([model] attn_type = "flash").
+[model] fused_kernels, and oneDNN's GEMM for its Linear layers where
+titan's oneDNN plugin loads, [model] cpu_matmul = "auto": AVX-512 on AMD
+CPUs, where MKL's sgemm runs its AVX2 path), with aten::mm for its Linear
+layers (cpu_matmul = "aten": the GEMM eager runs, so the ratio isolates
+everything else), op by op (fused_kernels = false: ATen's RMSNorm, SiLU
+and product, RoPE and cross-entropy, as the Python side computes them),
+and with titan's own flash attention kernel instead of ATen's SDPA
+([model] attn_type = "flash").
 After the timed rounds one more step of each contender is profiled (not
 timed) and the CPU time of its ops split into GEMMs, attention and
 everything else (--no-breakdown skips it).
@@ -203,9 +205,9 @@ def python_step_times(cfg, args, attention, profile=False):
 # titan's contenders: the flags each adds to `titan train`.
 TITAN_CONTENDERS = {
     "titan (C++)": [],
-    # oneDNN's GEMM for the Linear layers instead of aten::mm (MKL's sgemm,
-    # what eager runs): [model] cpu_matmul.
-    "titan, oneDNN GEMM": ["--model.cpu_matmul", "onednn"],
+    # aten::mm (MKL's sgemm, what eager runs) for the Linear layers instead
+    # of oneDNN's matmul: [model] cpu_matmul.
+    "titan, aten::mm GEMM": ["--model.cpu_matmul", "aten"],
     "titan, op by op": ["--model.fused_kernels", "false"],
     "titan, flash attention": ["--model.attn_type", "flash"],
 }
@@ -244,9 +246,9 @@ def main():
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of every contender")
     ap.add_argument("--py-attention", default="both", choices=["both", "ref", "sdpa"])
-    ap.add_argument("--titan-onednn", action=argparse.BooleanOptionalAction, default=True,
-                    help="also time titan with oneDNN's GEMM for its Linear layers ([model] cpu_matmul onednn; "
-                         "needs titan's oneDNN plugin)")
+    ap.add_argument("--titan-aten", action=argparse.BooleanOptionalAction, default=True,
+                    help="also time titan with aten::mm, eager's GEMM, for its Linear layers "
+                         "([model] cpu_matmul aten)")
     ap.add_argument("--titan-op-by-op", action=argparse.BooleanOptionalAction, default=True,
                     help="also time titan with [model] fused_kernels = false")
     ap.add_argument("--titan-flash", action=argparse.BooleanOptionalAction, default=True,
@@ -268,8 +270,8 @@ def main():
     args.seq_len = args.seq_len or FLAVORS[args.flavor]["seq_len"]
 
     contenders = ["titan (C++)"]
-    if args.titan_onednn:
-        contenders.append("titan, oneDNN GEMM")
+    if args.titan_aten:
+        contenders.append("titan, aten::mm GEMM")
     if args.titan_op_by_op:
         contenders.append("titan, op by op")
     if args.titan_flash:

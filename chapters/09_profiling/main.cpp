@@ -63,14 +63,19 @@ using profiling::TraceEvent;
 // "fsdp::all_gather layers.0" -> "fsdp::all_gather", "c10d::all_reduce dp_shard" -> "c10d::all_reduce".
 std::string range_kind(const std::string& name) { return name.substr(0, name.find(' ')); }
 
+// An op: ATen's, or titan::mm, the GEMM that titan's Linear layers run
+// through oneDNN on the CPU ([model] cpu_matmul), recorded as aten::mm is.
+bool is_op(const std::string& n) { return n.rfind("aten::", 0) == 0 || n == "titan::mm"; }
+
 bool is_titan_range(const std::string& n) {
-  return n.rfind("titan::", 0) == 0 || n.rfind("fsdp::", 0) == 0 || n.rfind("c10d::", 0) == 0;
+  return !is_op(n) && (n.rfind("titan::", 0) == 0 || n.rfind("fsdp::", 0) == 0 || n.rfind("c10d::", 0) == 0);
 }
 
 // The recorded step drawn as a timeline, one row per kind of range: the
 // train step's phases, titan's fused kernels, FSDP's all-gathers and
-// reduce-scatters, the other collectives, and the ATen ops that take at
-// least 1 % of the step (the rest would be hairlines). An excerpt of what Perfetto shows, for the page.
+// reduce-scatters, the other collectives, and the ops (ATen's, titan::mm)
+// that take at least 1 % of the step (the rest would be hairlines). An
+// excerpt of what Perfetto shows, for the page.
 std::vector<profiling::TimelineBar> step_timeline(const std::vector<TraceEvent>& events, const TraceEvent& step) {
   std::vector<profiling::TimelineBar> bars;
   for (const TraceEvent& e : events) {
@@ -81,6 +86,9 @@ std::vector<profiling::TimelineBar> step_timeline(const std::vector<TraceEvent>&
                                                     "titan::clip_grad_norm", "titan::optimizer", "titan::pipeline_step"};
     if (std::find(phases.begin(), phases.end(), kind) != phases.end()) {
       row = "1 the step's phases";
+    } else if (is_op(e.name)) {
+      if (e.dur < 0.01 * step.dur) continue;
+      row = "6 ops >= 1% of the step";
     } else if (e.name.rfind("titan::", 0) == 0) {
       row = "2 titan's kernels";  // the fused ops' and ring attention's own ranges
     } else if (kind == "fsdp::all_gather") {
@@ -89,8 +97,6 @@ std::vector<profiling::TimelineBar> step_timeline(const std::vector<TraceEvent>&
       row = "4 FSDP reduce-scatter", style = "comm", label = label.substr(label.find(' ') + 1);
     } else if (e.name.rfind("c10d::", 0) == 0) {
       row = "5 other collectives", style = "comm";
-    } else if (e.name.rfind("aten::", 0) == 0 && e.dur >= 0.01 * step.dur) {
-      row = "6 ATen ops >= 1% of the step";
     } else {
       continue;
     }
@@ -179,7 +185,7 @@ int main(int argc, char** argv) {
         if (is_titan_range(e.name)) {
           auto& k = by_kind[range_kind(e.name)];
           k.first += e.dur, k.second += 1;
-        } else if (e.name.rfind("aten::", 0) == 0) {
+        } else if (is_op(e.name)) {
           auto& k = ops[e.name];
           k.first += e.dur, k.second += 1;
         }
@@ -199,7 +205,7 @@ int main(int argc, char** argv) {
         }
       std::vector<std::pair<std::string, std::pair<double, int>>> top(ops.begin(), ops.end());
       std::sort(top.begin(), top.end(), [](const auto& x, const auto& y) { return x.second.first > y.second.first; });
-      std::printf("   the ATen ops with the most time (nested ops count in their callers too):\n");
+      std::printf("   the ops with the most time (nested ops count in their callers too):\n");
       for (size_t i = 0; i < std::min<size_t>(6, top.size()); ++i)
         std::printf("   %-28s %9.2f ms  x%d\n", top[i].first.c_str(), top[i].second.first / 1e3, top[i].second.second);
       std::printf("   Ranges overlap: an all-gather issued for the next unit runs while this unit computes, so\n"

@@ -72,11 +72,11 @@ struct ModelSection {
   /// titan's: fused kernels for RMSNorm, SwiGLU and RoPE and the chunked
   /// cross-entropy (ModelArgs::fused_kernels); false = op by op
   bool fused_kernels = true;
-  /// titan's: the GEMM of fp32 Linear layers on the CPU: "aten" (aten::mm,
-  /// MKL's sgemm in LibTorch's wheel, as eager PyTorch), "onednn" (oneDNN's
-  /// matmul: AVX-512 on AMD CPUs too) or "auto" (oneDNN where its plugin
-  /// loads); ops/gemm/cpu_matmul.hpp
-  std::string cpu_matmul = "aten";
+  /// titan's: the GEMM of fp32 Linear layers on the CPU: "auto" (oneDNN
+  /// where its plugin loads, else aten), "onednn" (oneDNN's matmul:
+  /// AVX-512 on AMD CPUs too) or "aten" (aten::mm, MKL's sgemm in
+  /// LibTorch's wheel, as eager PyTorch); ops/gemm/cpu_matmul.hpp
+  std::string cpu_matmul = "auto";
   std::string tokenizer_path;          ///< tokenizer file or folder; "" = hf_assets_path, else the built-in tokenizer
   std::string hf_assets_path;          ///< torchtitan's Hugging Face assets folder (tokenizer.json); "" = none
   /// torchtitan's model converters: "float8" / "quantize.linear.float8"

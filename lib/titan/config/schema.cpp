@@ -80,10 +80,10 @@ std::vector<Field> make_fields() {
                   "titan's: RMSNorm, SwiGLU and RoPE as one kernel each (CPU) and the chunked cross-entropy; "
                   "false = op by op, as eager PyTorch"),
       TITAN_FIELD(model, cpu_matmul,
-                  "titan's: the GEMM of fp32 Linear layers on the CPU: aten (aten::mm, as eager PyTorch) or onednn "
-                  "(oneDNN's matmul: AVX-512 on AMD CPUs, where MKL runs its AVX2 path; ~1.8x the debug model's "
-                  "step on a 2-core AMD EPYC); auto = onednn where its plugin loads",
-                  "aten", "onednn", "auto"),
+                  "titan's: the GEMM of fp32 Linear layers on the CPU: auto = onednn where titan's oneDNN plugin "
+                  "loads, else aten; onednn (oneDNN's matmul: AVX-512 on AMD CPUs, where MKL runs its AVX2 path; "
+                  "~1.8x the debug model's step on a 2-core AMD EPYC) or aten (aten::mm, as eager PyTorch)",
+                  "auto", "onednn", "aten"),
       TITAN_FIELD(model, tokenizer_path,
                   "tokenizer: a tiktoken file, a Hugging Face tokenizer.json or assets folder; wins over "
                   "hf_assets_path; \"\" = hf_assets_path, else the built-in tokenizer"),

@@ -6,9 +6,9 @@
 /// are three GEMMs: y = x·Wᵀ, dx = dy·W, dW = dyᵀ·x.
 ///
 /// A process-wide choice, as torch.backends' flags are: the trainer sets
-/// it from `[model] cpu_matmul` (default "aten", the GEMM eager PyTorch
-/// runs; "onednn" or "auto" ask for oneDNN). Everything else keeps ATen's
-/// GEMM unless it asks.
+/// it from `[model] cpu_matmul` (default "auto": oneDNN where its plugin
+/// loads, on any CPU; "aten" keeps the GEMM eager PyTorch runs). Outside a
+/// trainer the choice stays ATen's unless something asks.
 
 #include <ATen/core/Tensor.h>
 
