@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <mutex>
@@ -53,6 +54,30 @@ void alloc_storage(const at::Tensor& t) {
   count_alloc(static_cast<int64_t>(nbytes) - static_cast<int64_t>(s->nbytes()));
   s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
   s->set_nbytes(nbytes);
+}
+
+// Scatters a full gradient ([rows, ...]) into the reduce-scatter's staging
+// rows of one parameter, dst = [n, padded_rows, row_numel]: rank r gets rows
+// r·padded_rows onward (torch.chunk's cut), and the rows past the last real
+// one are zero. One copy of the gradient in all (the cast to reduce_dtype
+// happens in it) instead of a padded copy copied again, and only the
+// padding zeroed. An undefined gradient (a parameter this backward did not
+// reach) stages zeros.
+void stage_padded_rows(const at::Tensor& dst, const at::Tensor& grad, int64_t rows) {
+  const int64_t n = dst.size(0), padded = dst.size(1), row_numel = dst.size(2);
+  if (!grad.defined()) {
+    dst.zero_();
+    return;
+  }
+  const at::Tensor g = grad.reshape({rows, row_numel});
+  const int64_t whole = std::min(n, rows / padded);  // ranks whose rows are all real
+  if (whole > 0) dst.narrow(0, 0, whole).copy_(g.narrow(0, 0, whole * padded).reshape({whole, padded, row_numel}));
+  if (whole == n) return;
+  const int64_t rest = rows - whole * padded;  // the next rank's real rows
+  at::Tensor partial = dst.select(0, whole);
+  if (rest > 0) partial.narrow(0, 0, rest).copy_(g.narrow(0, whole * padded, rest));
+  partial.narrow(0, rest, padded - rest).zero_();
+  if (whole + 1 < n) dst.narrow(0, whole + 1, n - whole - 1).zero_();
 }
 
 }  // namespace
@@ -370,16 +395,12 @@ void FsdpUnit::issue_reduce_scatter(const std::vector<at::Tensor>& full_grads) {
   // [n, flat]: row r holds, for every parameter, the rows rank r owns.
   GradReduction r;
   r.unit = shared_from_this();
-  r.staged = at::zeros({n, flat_numel_}, ropts);
+  r.staged = at::empty({n, flat_numel_}, ropts);
   for (size_t j = 0; j < params_.size(); ++j) {
     const FsdpParam& p = params_[j];
-    if (!full_grads[j].defined()) continue;
-    std::vector<int64_t> padded_shape = p.shape;
-    padded_shape[0] = n * p.padded_rows;
-    at::Tensor dst = r.staged.narrow(1, p.offset, p.segment_numel());
-    at::Tensor staged = at::zeros(padded_shape, ropts);
-    staged.narrow(0, 0, p.rows).copy_(full_grads[j]);  // the cast to reduce_dtype happens here
-    dst.copy_(staged.view({n, p.segment_numel()}));
+    if (p.segment_numel() == 0) continue;
+    stage_padded_rows(r.staged.narrow(1, p.offset, p.segment_numel()).view({n, p.padded_rows, p.row_numel}),
+                      full_grads[j], p.rows);
   }
   r.reduced = at::empty({flat_numel_}, ropts);
   r.rs_issued_us = event_clock_us();
