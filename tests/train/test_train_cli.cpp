@@ -17,6 +17,7 @@
 #include "support/run_command.hpp"
 #include "titan/checkpoint/file_io.hpp"
 #include "titan/data/base64.hpp"
+#include "titan/ops/gemm/onednn_sgemm.hpp"
 #include "titan/train/host_memory_check.hpp"
 #include "titan/util/files.hpp"
 #include "train_test_util.hpp"
@@ -57,6 +58,34 @@ TEST(TrainCli, ShortRunLogsAndSummarises) {
                            "mfu:", "training done: 3/3 steps", "loss      "}) {
     EXPECT_HAS(r.output, want);
   }
+}
+
+// The banner names the GEMM of the fp32 Linear layers ([model]
+// cpu_matmul): oneDNN by default where titan's plugin loads, aten::mm when
+// asked. A libtitan.so with no plugin beside it (a build carried to a
+// machine without it, as the GPU bundle is) falls back to aten::mm under
+// "auto", says why, and trains; "onednn" there is one line and exit 1.
+TEST(TrainCli, BannerNamesTheGemmOfTheLinearLayers) {
+  ScratchDir dir("train_cli_gemm");
+  auto r = run_command(debug_run(dir));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, titan::ops::onednn::available() ? " threads, fp32 Linear GEMMs by oneDNN\n"
+                                                       : "fp32 Linear GEMMs by aten::mm (oneDNN's plugin did not load");
+  auto aten = run_command(debug_run(dir) + " --model.cpu_matmul aten");
+  ASSERT_EQ(aten.exit_code, 0) << aten.output;
+  EXPECT_HAS(aten.output, "fp32 Linear GEMMs by aten::mm\n");
+
+  const std::string alone = dir.path() + "/alone";
+  ASSERT_EQ(run_command("mkdir -p " + alone + " && cp " + bin_path("../lib/libtitan.so") + " " + alone).exit_code, 0);
+  const std::string without_plugin = "LD_LIBRARY_PATH=" + alone + " " + debug_run(dir);
+  auto fallback = run_command(without_plugin);
+  ASSERT_EQ(fallback.exit_code, 0) << fallback.output;
+  EXPECT_HAS(fallback.output, "fp32 Linear GEMMs by aten::mm (oneDNN's plugin did not load: ");
+  EXPECT_HAS(fallback.output, alone + "/libtitan_onednn.so");
+  EXPECT_HAS(fallback.output, "training done: 3/3 steps");
+  auto insist = run_command(without_plugin + " --model.cpu_matmul onednn");
+  EXPECT_EQ(insist.exit_code, 1) << insist.output;
+  EXPECT_HAS(insist.output, "cpu_matmul = \"onednn\": oneDNN is not available (");
 }
 
 // The debug config's [validation] runs as it stands, pipeline included:

@@ -10,6 +10,7 @@
 #include "titan/metrics/format.hpp"
 #include "titan/metrics/memory.hpp"
 #include "titan/models/llama3/flops.hpp"
+#include "titan/ops/gemm/cpu_matmul.hpp"
 #include "titan/parallel/pipeline/runtime.hpp"
 #include "titan/train/trainer.hpp"
 #include "titan/train/validator.hpp"
@@ -29,7 +30,9 @@ std::string Trainer::banner() const {
                  static_cast<long long>(args_.n_layers), static_cast<long long>(args_.n_heads),
                  static_cast<long long>(args_.vocab_size));
   s += "  device    " + device_.str() + " (" + metrics::device_name(device_) + ")";
-  if (device_.is_cpu()) s += strprintf(", %d threads", at::get_num_threads());
+  if (device_.is_cpu())
+    s += strprintf(", %d threads, fp32 Linear GEMMs by %s", at::get_num_threads(),
+                   ops::describe_cpu_matmul(cfg_.model.cpu_matmul).c_str());
   s += "\n  tokenizer " + tokenizer_->describe() + "\n";
   if (!tokenizer_note_.empty()) s += "            " + tokenizer_note_ + "\n";
   s += "  data      " + loaders_.front()->dataset_path() + "\n";

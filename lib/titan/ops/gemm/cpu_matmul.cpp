@@ -87,6 +87,13 @@ CpuMatmul parse_cpu_matmul(const std::string& name) {
 
 const char* cpu_matmul_name(CpuMatmul m) { return m == CpuMatmul::onednn ? "onednn" : "aten"; }
 
+std::string describe_cpu_matmul(const std::string& requested) {
+  if (cpu_matmul() == CpuMatmul::onednn) return "oneDNN";
+  if (requested == "auto" && !onednn::available())
+    return "aten::mm (oneDNN's plugin did not load: " + onednn::unavailable_reason() + ")";
+  return "aten::mm";
+}
+
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight) {
   if (!takes(x, weight)) return at::linear(x, weight);
   return OnednnLinearFunction::apply(x, weight);

@@ -30,6 +30,11 @@ CpuMatmul cpu_matmul();
 CpuMatmul parse_cpu_matmul(const std::string& name);
 /// @brief "aten" or "onednn".
 const char* cpu_matmul_name(CpuMatmul m);
+/// @brief What a run's banner says of the GEMM its fp32 Linear layers run
+/// now: "oneDNN", or "aten::mm" followed, when `requested` ("auto") would
+/// have taken oneDNN, by why its plugin did not load; a machine without it
+/// trains ~1.7x slower, and should say so.
+std::string describe_cpu_matmul(const std::string& requested);
 
 /// @brief x·Wᵀ over x's last dimension (W [out, in]): through oneDNN when
 /// the choice is onednn and both are fp32 CPU tensors outside autocast,
