@@ -48,6 +48,7 @@
 #include "titan/launch/options.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/metrics/format.hpp"
+#include "titan/ops/gemm/cpu_matmul.hpp"
 #include "titan/profiling/timeline.hpp"
 #include "titan/profiling/trace_reader.hpp"
 #include "titan/train/trainer.hpp"
@@ -65,7 +66,7 @@ std::string range_kind(const std::string& name) { return name.substr(0, name.fin
 
 // An op: ATen's, or titan::mm, the GEMM that titan's Linear layers run
 // through oneDNN on the CPU ([model] cpu_matmul), recorded as aten::mm is.
-bool is_op(const std::string& n) { return n.rfind("aten::", 0) == 0 || n == "titan::mm"; }
+bool is_op(const std::string& n) { return n.rfind("aten::", 0) == 0 || n == ops::kOnednnMmRecord; }
 
 bool is_titan_range(const std::string& n) {
   return !is_op(n) && (n.rfind("titan::", 0) == 0 || n.rfind("fsdp::", 0) == 0 || n.rfind("c10d::", 0) == 0);

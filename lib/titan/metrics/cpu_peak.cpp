@@ -216,6 +216,10 @@ std::string default_cpu_peak_cache_path() {
   return "";
 }
 
+std::string cpu_peak_gemm(at::ScalarType dtype) {
+  return ops::cpu_matmul_name(dtype == at::kFloat ? ops::cpu_matmul() : ops::CpuMatmul::aten);
+}
+
 GemmMeasurement measure_gemm(int64_t n, int repeats, double min_seconds, at::ScalarType dtype,
                              double min_cpu_share) {
   TITAN_CHECK(n > 0 && repeats > 0, "measure_gemm: size and repeats must be > 0");
@@ -225,9 +229,7 @@ GemmMeasurement measure_gemm(int64_t n, int repeats, double min_seconds, at::Sca
   at::Tensor c = at::empty({n, n}, opts);
   const double flops_per_gemm = 2.0 * static_cast<double>(n) * n * n;
   const int threads = std::max(1, at::get_num_threads());
-  // The GEMM the model's Linear layers run (ops/gemm/cpu_matmul.hpp): the
-  // peak MFU divides by must be the same library's.
-  const bool onednn = dtype == at::kFloat && ops::cpu_matmul() == ops::CpuMatmul::onednn;
+  const bool onednn = cpu_peak_gemm(dtype) == "onednn";
   auto gemm = [&] {
     if (onednn) c = ops::onednn_mm(a, b);
     else at::mm_out(c, a, b);
@@ -281,8 +283,9 @@ CpuPeak cpu_peak_flops(const CpuCalibrationOptions& o) {
   const long cores = online_cores();
   const std::string dtype = c10::toString(o.dtype);
   // The GEMM library is part of what was measured (fp32: aten::mm or
-  // oneDNN's, ops/gemm/cpu_matmul.hpp).
-  const std::string gemm = o.dtype == at::kFloat ? ops::cpu_matmul_name(ops::cpu_matmul()) : "aten";
+  // oneDNN's).
+  peak.gemm = cpu_peak_gemm(o.dtype);
+  const std::string& gemm = peak.gemm;
   const std::string what = dtype + (o.dtype == at::kFloat ? "|gemm=" + gemm : "");
   std::ostringstream group;  // every field of the key but the thread count
   group << peak.cpu_model << "|cores=" << cores << '|' << what << "|n=" << o.size << "|torch=" << torch_version();

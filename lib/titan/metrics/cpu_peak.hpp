@@ -92,6 +92,9 @@ struct CpuPeak {
   /// "model name" from /proc/cpuinfo.
   std::string cpu_model;
   int threads = 0;
+  /// The library whose GEMM was timed: "onednn" (fp32 under [model]
+  /// cpu_matmul's oneDNN) or "aten".
+  std::string gemm = "aten";
   /// True when read from the cache instead of measured now.
   bool from_cache = false;
   /// True when measured without contention (always for cached entries:
@@ -103,12 +106,19 @@ struct CpuPeak {
   /// The cache file used (empty when none).
   std::string cache_path;
   /// The cache entry's key:
-  /// "<cpu model>|cores=<c>|threads=<t>|<dtype>|n=<size>|torch=<version>".
+  /// "<cpu model>|cores=<c>|threads=<t>|<dtype>[|gemm=<library>]|n=<size>|torch=<version>"
+  /// (the library for fp32).
   std::string key;
   /// Why it was measured rather than read ("no entry", "stale: ..."),
   /// empty when read from the cache or when there is no cache.
   std::string remeasure_reason;
 };
+
+/// @brief The library whose GEMM a CPU peak in `dtype` times: the one the
+/// model's fp32 Linear layers run ("onednn" or "aten",
+/// ops/gemm/cpu_matmul.hpp), so that MFU divides by that library's rate;
+/// "aten" for other dtypes.
+std::string cpu_peak_gemm(at::ScalarType dtype);
 
 /// @brief The CPU peak for `options`: from the cache when a valid entry with
 /// the same key is there, else measured (under the cache's lock) and, when

@@ -10,7 +10,6 @@
 #include "titan/metrics/cpu_peak.hpp"
 #include "titan/metrics/memory.hpp"
 #include "titan/metrics/peak_flops.hpp"
-#include "titan/ops/gemm/cpu_matmul.hpp"
 #include "titan/util/strprintf.hpp"
 
 namespace titan::metrics {
@@ -25,6 +24,7 @@ RankPeak calibrate_cpu(const RankPeakInputs& in) {
   const bool measures = !in.group || in.local_rank == 0;
   if (in.group) in.group->barrier();
   CpuPeak p;
+  p.gemm = cpu_peak_gemm(in.compute_dtype);  // what every rank's figure is of
   // The GEMM of the dtype the job's matmuls run in: a CPU with bf16 vector
   // instructions multiplies bf16 ~2x faster than fp32 (440 vs 198 GFLOP/s on
   // this project's 2-core AVX-512 machine), so a bf16 job judged against
@@ -50,10 +50,10 @@ RankPeak calibrate_cpu(const RankPeakInputs& in) {
   r.flops = p.flops;
   if (measures) r.cache_path = p.cache_path, r.cache_key = p.key;
   // fp32 GEMMs name their library when it is oneDNN's (ops/gemm).
-  const std::string dtype = in.compute_dtype == at::kBFloat16                ? "bfloat16 "
-                            : in.compute_dtype == at::kHalf                  ? "float16 "
-                            : ops::cpu_matmul() == ops::CpuMatmul::onednn ? "oneDNN "
-                                                                             : "";
+  const std::string dtype = in.compute_dtype == at::kBFloat16 ? "bfloat16 "
+                            : in.compute_dtype == at::kHalf   ? "float16 "
+                            : p.gemm == "onednn"              ? "oneDNN "
+                                                              : "";
   r.source = strprintf("measured CPU %sGEMM peak, %d threads%s", dtype.c_str(), p.threads,
                        p.from_cache ? ", cached" : (p.clean ? ", measured now" : ""));
   if (measures && !p.clean)

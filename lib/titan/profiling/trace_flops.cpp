@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "titan/ops/gemm/cpu_matmul.hpp"
 #include "titan/profiling/trace_reader.hpp"
 
 namespace titan::profiling {
@@ -16,7 +17,7 @@ TraceFlops count_trace_flops(const std::string& path, double from_us, double to_
     const std::string name = e.value("name", "");
     const auto& dims = e["args"]["Input Dims"];
     auto dim = [&](size_t i) { return dims.at(i).get<std::vector<int64_t>>(); };
-    if (name == "aten::mm" || name == "titan::mm") {  // [M, K] x [K, N]; titan::mm: oneDNN's (ops/gemm)
+    if (name == "aten::mm" || name == ops::kOnednnMmRecord) {  // [M, K] x [K, N]; titan::mm: oneDNN's (ops/gemm)
       const auto a = dim(0), b = dim(1);
       c.matmul += 2.0 * a[0] * a[1] * b[1], ++c.matmul_ops;
     } else if (name == "aten::addmm") {  // bias, [M, K] x [K, N]

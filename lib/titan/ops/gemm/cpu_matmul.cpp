@@ -100,7 +100,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight) {
 }
 
 at::Tensor onednn_mm(const at::Tensor& a, const at::Tensor& b) {
-  RECORD_FUNCTION("titan::mm", std::vector<c10::IValue>({a, b}));
+  RECORD_FUNCTION(kOnednnMmRecord, std::vector<c10::IValue>({a, b}));
   TITAN_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "onednn_mm: cannot multiply ", a.sizes(),
               " by ", b.sizes());
   TITAN_CHECK(a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat && a.device().is_cpu() &&

@@ -41,6 +41,9 @@ std::string describe_cpu_matmul(const std::string& requested);
 /// else at::linear.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight);
 
+/// @brief The profiler record of onednn_mm, beside aten::mm in traces.
+inline constexpr const char* kOnednnMmRecord = "titan::mm";
+
 /// @brief A·B for 2-D fp32 CPU tensors through oneDNN (strided operands,
 /// transposed views included, without copies); recorded in profiler traces
 /// as "titan::mm" with A and B as inputs, so that FLOP counts from a trace
