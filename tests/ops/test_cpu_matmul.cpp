@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/ops/cpu_isa.hpp"
 #include "titan/ops/gemm/cpu_matmul.hpp"
 #include "titan/ops/gemm/onednn_sgemm.hpp"
 #include "titan/ops/linear.hpp"
@@ -144,8 +145,10 @@ TEST(CpuMatmul, LinearThroughOnednnMatchesAtenLinear) {
 
 TEST(CpuMatmul, TheChoiceIsParsedWithOneLineErrors) {
   EXPECT_EQ(titan::ops::parse_cpu_matmul("aten"), CpuMatmul::aten);
+  // "auto": oneDNN where it loads, off Intel CPUs (MKL's own kernels there).
   EXPECT_EQ(titan::ops::parse_cpu_matmul("auto"),
-            titan::ops::onednn::available() ? CpuMatmul::onednn : CpuMatmul::aten);
+            titan::ops::onednn::available() && titan::ops::cpu_vendor() != "GenuineIntel" ? CpuMatmul::onednn
+                                                                                        : CpuMatmul::aten);
   try {
     titan::ops::parse_cpu_matmul("mkl");
     ADD_FAILURE() << "accepted mkl";

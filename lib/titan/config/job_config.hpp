@@ -73,9 +73,10 @@ struct ModelSection {
   /// cross-entropy (ModelArgs::fused_kernels); false = op by op
   bool fused_kernels = true;
   /// titan's: the GEMM of fp32 Linear layers on the CPU: "auto" (oneDNN
-  /// where its plugin loads, else aten), "onednn" (oneDNN's matmul:
-  /// AVX-512 on AMD CPUs too) or "aten" (aten::mm, MKL's sgemm in
-  /// LibTorch's wheel, as eager PyTorch); ops/gemm/cpu_matmul.hpp
+  /// where its plugin loads, passes its check and the CPU is not Intel's,
+  /// else aten), "onednn" (oneDNN's matmul: AVX-512 on AMD CPUs too) or
+  /// "aten" (aten::mm, MKL's sgemm in LibTorch's wheel, as eager PyTorch);
+  /// ops/gemm/cpu_matmul.hpp
   std::string cpu_matmul = "auto";
   std::string tokenizer_path;          ///< tokenizer file or folder; "" = hf_assets_path, else the built-in tokenizer
   std::string hf_assets_path;          ///< torchtitan's Hugging Face assets folder (tokenizer.json); "" = none

@@ -81,8 +81,10 @@ std::vector<Field> make_fields() {
                   "false = op by op, as eager PyTorch"),
       TITAN_FIELD(model, cpu_matmul,
                   "titan's: the GEMM of fp32 Linear layers on the CPU: auto = onednn where titan's oneDNN plugin "
-                  "loads, else aten; onednn (oneDNN's matmul: AVX-512 on AMD CPUs, where MKL runs its AVX2 path; "
-                  "~1.8x the debug model's step on a 2-core AMD EPYC) or aten (aten::mm, as eager PyTorch)",
+                  "loads, passes its check against float64 at start and the CPU is not Intel's (MKL's own "
+                  "kernels there), else aten (the banner says why); onednn (oneDNN's matmul, which picks by "
+                  "instruction set where MKL runs a generic AVX2 path on AMD CPUs; ~1.8x the debug model's step "
+                  "on a 2-core AMD EPYC) or aten (aten::mm, as eager PyTorch)",
                   "auto", "onednn", "aten"),
       TITAN_FIELD(model, tokenizer_path,
                   "tokenizer: a tiktoken file, a Hugging Face tokenizer.json or assets folder; wins over "

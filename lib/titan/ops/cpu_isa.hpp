@@ -5,6 +5,8 @@
 /// times: AVX-512, AVX2 + FMA, and portable), chosen at run time like ATen's
 /// DispatchStub.
 
+#include <string>
+
 namespace titan::ops {
 
 /// @brief Which compiled copy of a CPU kernel runs.
@@ -16,5 +18,9 @@ enum class CpuIsa {
 
 /// The best CpuIsa this CPU supports (asked once, then cached).
 CpuIsa best_cpu_isa();
+
+/// @brief The CPU's vendor string from CPUID ("GenuineIntel",
+/// "AuthenticAMD", ...; "" off x86): MKL picks its kernels by it.
+std::string cpu_vendor();
 
 }  // namespace titan::ops

@@ -2,15 +2,22 @@
 #include "titan/ops/gemm/cpu_matmul.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/record_function.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <atomic>
+#include <cmath>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "titan/ops/cpu_isa.hpp"
 #include "titan/ops/gemm/onednn_sgemm.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/strings.hpp"
+#include "titan/util/strprintf.hpp"
 
 namespace titan::ops {
 namespace {
@@ -63,9 +70,72 @@ struct OnednnLinearFunction : torch::autograd::Function<OnednnLinearFunction> {
   }
 };
 
+// One product of the check below: `a`·`b` through oneDNN, executed twice
+// (a kernel that was never made can pass its first call: oneDNN 2.6's jit
+// GEMM did), against float64. "" when both agree to fp32's rounding, else
+// what went wrong.
+std::string check_one_product(const at::Tensor& a, const at::Tensor& b, const char* layout) {
+  at::Tensor c;
+  try {
+    onednn_mm(a, b);
+    c = onednn_mm(a, b);
+  } catch (const std::exception& e) {
+    return std::string(layout) + ": " + first_line(e.what());
+  }
+  const at::Tensor exact = at::mm(a.to(at::kDouble), b.to(at::kDouble));
+  // The classical bound of a K-term fp32 dot product, |ĉ - c| ≤ γ_K·(|a|·|b|)
+  // with γ_K ≈ K·2⁻²⁴, doubled for the fp32 rounding of the result; a kernel
+  // that computed nothing, or another product, is off by O(|a|·|b|).
+  const double gamma = 2.0 * static_cast<double>(a.size(1)) * std::ldexp(1.0, -24);
+  const at::Tensor bound = gamma * at::mm(a.abs().to(at::kDouble), b.abs().to(at::kDouble)) + 1e-30;
+  const double worst = ((c.to(at::kDouble) - exact).abs() / bound).max().item<double>();
+  if (!(worst <= 1.0))
+    return strprintf("%s: off by %.3g of the fp32 bound against float64", layout, worst);
+  return "";
+}
+
+// Whether oneDNN's GEMM computes what aten::mm does on this machine, once
+// per process: the three products of a Linear (x·Wᵀ, dy·W, dyᵀ·x: row- and
+// column-major operands) on small random matrices, each executed twice.
+// A few milliseconds (three primitives made); "" when it passes, else why not.
+const std::string& onednn_check_failure() {
+  static const std::string failure = [] {
+    if (!onednn::available()) return "oneDNN's plugin did not load: " + onednn::unavailable_reason();
+    at::NoGradGuard no_grad;
+    const auto gen = at::make_generator<at::CPUGeneratorImpl>(20261207);
+    const auto opts = at::TensorOptions().dtype(at::kFloat);
+    const int64_t tokens = 96, in = 80, out = 72;
+    const at::Tensor x = at::randn({tokens, in}, gen, opts), w = at::randn({out, in}, gen, opts);
+    const at::Tensor dy = at::randn({tokens, out}, gen, opts);
+    for (const std::string& why : {check_one_product(x, w.t(), "x·Wᵀ"), check_one_product(dy, w, "dy·W"),
+                                   check_one_product(dy.t(), x, "dyᵀ·x")})
+      if (!why.empty()) return "oneDNN's GEMM failed its check against float64 (" + why + ")";
+    return std::string();
+  }();
+  return failure;
+}
+
 void require_onednn() {
-  TITAN_CHECK(onednn::available(), "cpu_matmul = \"onednn\": oneDNN is not available (",
-              onednn::unavailable_reason(), "); \"aten\" runs ATen's GEMM");
+  TITAN_CHECK(onednn_check_failure().empty(), "cpu_matmul = \"onednn\": ", onednn_check_failure(),
+              "; \"aten\" runs ATen's GEMM");
+}
+
+// What "auto" takes, and why not oneDNN when it does not ("" then).
+// oneDNN only where it is checked and faster: LibTorch's aten::mm is MKL's
+// sgemm, and MKL picks its kernels by CPU vendor. On AMD CPUs it runs a
+// generic AVX2 path, which oneDNN beats (2-core AMD EPYC, fp32 GEMMs of the
+// debug model's shapes: 1.4-1.6x with oneDNN's AVX-512 kernels, 1.0-1.3x
+// with both limited to AVX2; the training step 1.7x, docs/train.md). On
+// Intel CPUs MKL runs its own best kernels, measured within 3 % of
+// oneDNN's on an AVX-512 Xeon: eager PyTorch's GEMM stays.
+const std::pair<CpuMatmul, std::string>& auto_choice() {
+  static const std::pair<CpuMatmul, std::string> choice = []() -> std::pair<CpuMatmul, std::string> {
+    if (!onednn_check_failure().empty()) return {CpuMatmul::aten, onednn_check_failure()};
+    if (cpu_vendor() == "GenuineIntel")
+      return {CpuMatmul::aten, "an Intel CPU, where MKL's own kernels are as fast as oneDNN's"};
+    return {CpuMatmul::onednn, ""};
+  }();
+  return choice;
 }
 
 }  // namespace
@@ -78,7 +148,7 @@ void set_cpu_matmul(CpuMatmul m) {
 CpuMatmul cpu_matmul() { return g_cpu_matmul.load(); }
 
 CpuMatmul parse_cpu_matmul(const std::string& name) {
-  if (name == "auto") return onednn::available() ? CpuMatmul::onednn : CpuMatmul::aten;
+  if (name == "auto") return auto_choice().first;
   if (name == "aten") return CpuMatmul::aten;
   TITAN_CHECK(name == "onednn", "cpu_matmul must be \"auto\", \"onednn\" or \"aten\", got \"", name, "\"");
   require_onednn();
@@ -89,8 +159,7 @@ const char* cpu_matmul_name(CpuMatmul m) { return m == CpuMatmul::onednn ? "oned
 
 std::string describe_cpu_matmul(const std::string& requested) {
   if (cpu_matmul() == CpuMatmul::onednn) return "oneDNN";
-  if (requested == "auto" && !onednn::available())
-    return "aten::mm (oneDNN's plugin did not load: " + onednn::unavailable_reason() + ")";
+  if (requested == "auto" && !auto_choice().second.empty()) return "aten::mm (" + auto_choice().second + ")";
   return "aten::mm";
 }
 

@@ -6,9 +6,13 @@
 /// are three GEMMs: y = x·Wᵀ, dx = dy·W, dW = dyᵀ·x.
 ///
 /// A process-wide choice, as torch.backends' flags are: the trainer sets
-/// it from `[model] cpu_matmul` (default "auto": oneDNN where its plugin
-/// loads, on any CPU; "aten" keeps the GEMM eager PyTorch runs). Outside a
-/// trainer the choice stays ATen's unless something asks.
+/// it from `[model] cpu_matmul` (default "auto"; "aten" keeps the GEMM
+/// eager PyTorch runs). "auto" takes oneDNN only where it is checked and
+/// faster: its plugin loads, its GEMM agrees with float64 on the three
+/// products of a Linear (once per process, a few milliseconds), and the CPU
+/// is not Intel's (MKL, behind aten::mm, picks its kernels by CPU vendor:
+/// a generic AVX2 path on AMD, its best on Intel). Outside a trainer the
+/// choice stays ATen's unless something asks.
 
 #include <ATen/core/Tensor.h>
 
@@ -20,20 +24,21 @@ namespace titan::ops {
 enum class CpuMatmul { aten, onednn };
 
 /// @brief Sets the process-wide choice. Throws titan::Error for onednn
-/// when titan was built without oneDNN.
+/// when oneDNN is not available or fails its check (the message says why).
 void set_cpu_matmul(CpuMatmul m);
 /// @brief The process-wide choice (aten until set).
 CpuMatmul cpu_matmul();
-/// @brief "auto" (oneDNN when built with it, else ATen), "onednn" or
-/// "aten"; throws titan::Error naming the valid values otherwise, or for
-/// "onednn" without oneDNN.
+/// @brief "auto" (see above), "onednn" or "aten"; throws titan::Error
+/// naming the valid values otherwise, or for "onednn" where oneDNN is not
+/// available or fails its check.
 CpuMatmul parse_cpu_matmul(const std::string& name);
 /// @brief "aten" or "onednn".
 const char* cpu_matmul_name(CpuMatmul m);
 /// @brief What a run's banner says of the GEMM its fp32 Linear layers run
-/// now: "oneDNN", or "aten::mm" followed, when `requested` ("auto") would
-/// have taken oneDNN, by why its plugin did not load; a machine without it
-/// trains ~1.7x slower, and should say so.
+/// now: "oneDNN", or "aten::mm" followed, when `requested` is "auto", by
+/// why "auto" did not take oneDNN (its plugin did not load, its check
+/// failed, an Intel CPU): on an AMD CPU a run without it trains ~1.7x
+/// slower, and should say so.
 std::string describe_cpu_matmul(const std::string& requested);
 
 /// @brief x·Wᵀ over x's last dimension (W [out, in]): through oneDNN when

@@ -30,7 +30,20 @@ const Plugin& plugin() {
     std::string dir = info.dli_fname;
     dir = dir.substr(0, dir.find_last_of('/') + 1);
     const std::string path = dir + "libtitan_onednn.so";
-    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    // RTLD_DEEPBIND: the plugin and libdnnl resolve their symbols in their
+    // own libraries first. libtorch_cpu (loaded first, into the global scope)
+    // defines some of the same weak symbols as Debian's libdnnl 2.6 for its
+    // own oneDNN 3: std::call_once's trampolines for the lambdas of
+    // dnnl::impl::cpu::x64::gemm_info_t<...>::jit_init among them. Bound to
+    // LibTorch's copies, libdnnl's jit GEMM ("gemm:jit", what oneDNN runs
+    // below AVX-512, e.g. ONEDNN_MAX_CPU_ISA=AVX2) never made its kernels
+    // and failed from its second call on ("could not execute a primitive",
+    // status unimplemented). AddressSanitizer refuses RTLD_DEEPBIND; under
+    // it the plugin loads without it and the check in cpu_matmul.cpp
+    // (verified_onednn) decides whether its GEMM is used.
+    int flags = RTLD_NOW | RTLD_LOCAL;
+    if (dlsym(RTLD_DEFAULT, "__asan_init") == nullptr) flags |= RTLD_DEEPBIND;
+    void* handle = dlopen(path.c_str(), flags);
     if (handle == nullptr) {
       const char* e = dlerror();
       out.error = e ? e : "dlopen failed: " + path;
