@@ -32,15 +32,67 @@ if(_torch_cuda_built AND NOT CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
   endif()
 endif()
-# Only the architectures of the GPUs we run on (H100/H200: sm_90) keep nvcc fast.
-if(NOT TORCH_CUDA_ARCH_LIST)
-  set(TORCH_CUDA_ARCH_LIST "9.0")
+
+# PyPI's torch for Linux x86-64 is a CUDA build: it *runs* without the CUDA
+# toolkit (its runtime libraries come as nvidia-* wheels), but LibTorch's
+# CMake config (Caffe2Config.cmake) stops when it cannot find the toolkit.
+# A machine without one (a learner's laptop) or a build that asks for no CUDA
+# (TITAN_WITH_CUDA=OFF) takes LibTorch's CPU targets from the wheel itself:
+# Caffe2Targets.cmake, the file that declares libtorch_cpu and libc10 with
+# the definitions their headers need (USE_DISTRIBUTED, USE_C10D_GLOO, ...),
+# without the CUDA search around it. Nothing CUDA is linked: the build is
+# CPU-only, as TITAN_WITH_CUDA=OFF always was.
+set(TITAN_TORCH_WITHOUT_TOOLKIT OFF)
+if(_torch_cuda_built)
+  if(TITAN_WITH_CUDA STREQUAL "OFF")
+    set(TITAN_TORCH_WITHOUT_TOOLKIT ON)
+  else()
+    find_package(CUDAToolkit QUIET)
+    if(NOT CUDAToolkit_FOUND)
+      if(TITAN_WITH_CUDA STREQUAL "ON")
+        message(FATAL_ERROR "titan: TITAN_WITH_CUDA=ON but the CUDA toolkit was not found "
+                            "(install it, or set CUDAToolkit_ROOT)")
+      endif()
+      set(TITAN_TORCH_WITHOUT_TOOLKIT ON)
+      message(STATUS "titan: no CUDA toolkit found: a CPU-only build with LibTorch's CPU libraries from the wheel")
+    endif()
+  endif()
 endif()
-find_package(Torch REQUIRED)
-message(STATUS "titan: LibTorch from ${_torch_prefix} (CUDA built: ${_torch_cuda_built})")
+
+if(TITAN_TORCH_WITHOUT_TOOLKIT)
+  set(_caffe2_dir "${_torch_prefix}/Caffe2")
+  # The two helper targets that Caffe2Targets.cmake names in libtorch_cpu's
+  # link interface: protobuf and MKL are linked into libtorch_cpu itself, and
+  # Caffe2Config.cmake declares them just as empty (protobuf) or from a
+  # search that finds nothing here (MKL).
+  if(NOT TARGET protobuf::libprotobuf)
+    add_library(titan_no_protobuf INTERFACE)
+    add_library(protobuf::libprotobuf ALIAS titan_no_protobuf)
+  endif()
+  if(NOT TARGET caffe2::mkl)
+    add_library(caffe2::mkl INTERFACE IMPORTED)
+  endif()
+  include("${_caffe2_dir}/Caffe2Targets.cmake")
+  # What TorchConfig.cmake adds on top: the C++ frontend's include folder.
+  add_library(titan_torch_cpu INTERFACE)
+  target_link_libraries(titan_torch_cpu INTERFACE torch_cpu_library c10)
+  target_include_directories(titan_torch_cpu INTERFACE "${TITAN_TORCH_DIR}/include"
+                             "${TITAN_TORCH_DIR}/include/torch/csrc/api/include")
+  set(TORCH_LIBRARIES titan_torch_cpu)
+  set(TORCH_CXX_FLAGS "")
+  message(STATUS "titan: LibTorch's CPU libraries from ${TITAN_TORCH_DIR}/lib (Caffe2Targets.cmake, no CUDA)")
+else()
+  # LibTorch's CMake config adds nvcc flags for TORCH_CUDA_ARCH_LIST; titan's
+  # own kernels take CMAKE_CUDA_ARCHITECTURES (below), so keep its list short.
+  if(NOT TORCH_CUDA_ARCH_LIST)
+    set(TORCH_CUDA_ARCH_LIST "9.0")
+  endif()
+  find_package(Torch REQUIRED)
+  message(STATUS "titan: LibTorch from ${_torch_prefix} (CUDA built: ${_torch_cuda_built})")
+endif()
 
 set(TITAN_HAS_CUDA OFF)
-if(NOT TITAN_WITH_CUDA STREQUAL "OFF")
+if(NOT TITAN_WITH_CUDA STREQUAL "OFF" AND NOT TITAN_TORCH_WITHOUT_TOOLKIT)
   include(CheckLanguage)
   check_language(CUDA)
   if(_torch_cuda_built AND CMAKE_CUDA_COMPILER)
@@ -49,10 +101,20 @@ if(NOT TITAN_WITH_CUDA STREQUAL "OFF")
     message(FATAL_ERROR "titan: TITAN_WITH_CUDA=ON but LibTorch has no CUDA or nvcc was not found")
   endif()
 endif()
+# The GPU architectures titan's CUDA kernels are compiled for. By default
+# the ones people train on, in two images: sm_80 code (A100; a binary for
+# sm_80 also runs on sm_86 and sm_89, the RTX 30xx/40xx and L4/L40 cards)
+# and sm_90 code with its PTX (H100/H200; the driver compiles the PTX for
+# later GPUs at load time). Two architectures, not four: nvcc's time grows
+# with each. A GPU outside them runs ATen's ops (ops/cuda_kernels.hpp).
+# "native" builds for the GPUs of the building machine alone.
+set(TITAN_CUDA_ARCHITECTURES "80-real;90" CACHE STRING
+    "GPU architectures of titan's CUDA kernels (CMake's CUDA_ARCHITECTURES: e.g. 80-real;90, native)")
 if(TITAN_HAS_CUDA)
   enable_language(CUDA)
   set(CMAKE_CUDA_STANDARD 17)
-  set(CMAKE_CUDA_ARCHITECTURES 90)
+  set(CMAKE_CUDA_ARCHITECTURES ${TITAN_CUDA_ARCHITECTURES})
+  message(STATUS "titan: CUDA kernels for ${TITAN_CUDA_ARCHITECTURES}")
 endif()
 message(STATUS "titan: CUDA sources ${TITAN_HAS_CUDA}")
 

@@ -8,7 +8,10 @@
 #
 # Environment: TITAN_BUILD (the build folder; default build/, reused when it
 # is already CUDA-enabled, else build-cuda/ is configured with
-# TITAN_WITH_CUDA=ON), JOBS (parallel compile jobs; default 2).
+# TITAN_WITH_CUDA=ON), JOBS (parallel compile jobs; default 2),
+# TITAN_CUDA_ARCHITECTURES (passed to a folder it configures: e.g. 80-real,
+# a bundle without sm_90 code, to see an H100/H200 run ATen's ops instead
+# and say so; use its own TITAN_BUILD folder).
 #
 # The bundle:
 #   bin/      titan, bench_attention_cuda and the test executables of the
@@ -54,7 +57,10 @@ if ! cuda_enabled "$BUILD"; then
     BUILD="$ROOT/build-cuda"
   fi
   echo "gpu_bundle: configuring $BUILD with TITAN_WITH_CUDA=ON"
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTITAN_WITH_CUDA=ON >"$BUILD.configure.log" 2>&1 ||
+  ARCHS=()
+  [ -z "${TITAN_CUDA_ARCHITECTURES:-}" ] || ARCHS=("-DTITAN_CUDA_ARCHITECTURES=$TITAN_CUDA_ARCHITECTURES")
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTITAN_WITH_CUDA=ON "${ARCHS[@]}" \
+    >"$BUILD.configure.log" 2>&1 ||
     { tail -30 "$BUILD.configure.log"; die "configure failed (log: $BUILD.configure.log)"; }
   cuda_enabled "$BUILD" || die "$BUILD configured but has no CUDA targets (nvcc or the CUDA torch wheel missing?)"
 fi

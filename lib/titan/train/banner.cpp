@@ -11,6 +11,9 @@
 #include "titan/metrics/memory.hpp"
 #include "titan/models/llama3/flops.hpp"
 #include "titan/ops/gemm/cpu_matmul.hpp"
+#ifdef TITAN_HAS_CUDA
+#include "titan/ops/cuda_kernels.hpp"
+#endif
 #include "titan/parallel/pipeline/runtime.hpp"
 #include "titan/train/trainer.hpp"
 #include "titan/train/validator.hpp"
@@ -33,6 +36,13 @@ std::string Trainer::banner() const {
   if (device_.is_cpu())
     s += strprintf(", %d threads, fp32 Linear GEMMs by %s", at::get_num_threads(),
                    ops::describe_cpu_matmul(cfg_.model.cpu_matmul).c_str());
+#ifdef TITAN_HAS_CUDA
+  if (device_.is_cuda()) {
+    const std::string kernels = ops::describe_cuda_kernels(device_.index(), args_.dim / args_.n_heads,
+                                                           cfg_.model.fused_kernels, cfg_.model.attn_type == "flash");
+    if (!kernels.empty()) s += "\n            " + kernels;
+  }
+#endif
   s += "\n  tokenizer " + tokenizer_->describe() + "\n";
   if (!tokenizer_note_.empty()) s += "            " + tokenizer_note_ + "\n";
   s += "  data      " + loaders_.front()->dataset_path() + "\n";

@@ -3,6 +3,9 @@
 #include "titan/ops/attention/document_mask.hpp"
 #include "titan/ops/attention/flash_function.hpp"
 #include "titan/ops/attention/math_attention.hpp"
+#ifdef TITAN_HAS_CUDA
+#include "titan/ops/cuda_kernels.hpp"
+#endif
 #include "titan/util/error.hpp"
 
 namespace titan::ops {
@@ -27,6 +30,14 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
                      bool causal, std::optional<double> scale, const at::Tensor& doc_start) {
   switch (backend) {
     case AttentionBackend::flash:
+#ifdef TITAN_HAS_CUDA
+      // A GPU the kernels cannot run on (no image for its architecture, too
+      // little shared memory) computes the same attention with SDPA; the
+      // trainer's banner says so (cuda_kernels.hpp).
+      if (q.is_cuda() && q.dim() == 4 &&
+          !flash_cuda_unavailable(q.device().index(), q.size(3), q.scalar_type() != at::kHalf).empty())
+        break;
+#endif
       // The CUDA kernel multiplies on the tensor cores, in bf16: fp32
       // inputs are cast there and the output cast back (what torch.autocast
       // does to SDPA), so a job without FSDP's bf16 params can use it.

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "titan/ops/attention/document_mask.hpp"
+#include "titan/ops/cuda_kernels.hpp"
 #include "titan/ops/attention/flash_cuda.hpp"
 #include "titan/ops/attention/flash_cuda_launch.hpp"
 #include "titan/ops/attention/flash_operands.hpp"
@@ -81,7 +82,7 @@ Dtype dtype_of(const Problem& p) { return p.bf16 ? Dtype::bf16 : Dtype::fp16; }
 
 bool flash_cuda_supports(const at::Tensor& q) {
   return q.is_cuda() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf) && q.dim() == 4 &&
-         flash_cuda_detail::head_dim_supported(q.size(3));
+         flash_cuda_unavailable(q.device().index(), q.size(3), q.scalar_type() == at::kBFloat16).empty();
 }
 
 FlashForward flash_attention_forward_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,

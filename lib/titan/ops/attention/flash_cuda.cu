@@ -6,6 +6,9 @@
 #include <cuda_runtime.h>
 #include <mma.h>
 
+#include <algorithm>
+#include <cstdio>
+
 #include "titan/ops/attention/flash_cuda_launch.hpp"
 
 #define TITAN_DYNAMIC_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
@@ -41,9 +44,9 @@ const char* backward_for(const BackwardArgs& a, void* stream) {
 
 // The (dtype, head dim) instantiations, chosen at run time.
 template <template <typename, int> class Fn, typename Args>
-const char* dispatch(const Args& a, Dtype dtype, void* stream) {
+const char* dispatch(const Args& a, int64_t head_dim, Dtype dtype, void* stream) {
   const bool bf16 = dtype == Dtype::bf16;
-  switch (a.p.d) {
+  switch (head_dim) {
     case 16: return bf16 ? Fn<__nv_bfloat16, 16>::run(a, stream) : Fn<__half, 16>::run(a, stream);
     case 32: return bf16 ? Fn<__nv_bfloat16, 32>::run(a, stream) : Fn<__half, 32>::run(a, stream);
     case 64: return bf16 ? Fn<__nv_bfloat16, 64>::run(a, stream) : Fn<__half, 64>::run(a, stream);
@@ -51,6 +54,38 @@ const char* dispatch(const Args& a, Dtype dtype, void* stream) {
     default: return "flash_attention (CUDA): head_dim must be 16, 32, 64 or 128";
   }
 }
+
+// Whether this GPU runs the kernels of (T, D): the binary holds an image
+// for its architecture (or PTX it can compile), and it offers the dynamic
+// shared memory the two kernels ask for (D = 128's backward asks for more
+// than sm_80's 163 KiB and sm_86/89's 99 KiB; sm_90 has 227 KiB).
+template <typename T, int D>
+struct Check {
+  static const char* run(const int& device, void*) {
+    cudaFuncAttributes attr;
+    cudaError_t err = cudaFuncGetAttributes(&attr, forward_kernel<T, D>);
+    if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr, backward_kernel<T, D>);
+    if (err != cudaSuccess) {
+      cudaGetLastError();  // not sticky: clear it for ATen's next check
+      return cudaGetErrorString(err);
+    }
+    int optin = 0;
+    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return cudaGetErrorString(err);
+    }
+    const size_t need = std::max(forward_smem_bytes<T, D>(), backward_smem_bytes<T, D>());
+    if (need > static_cast<size_t>(optin)) {
+      thread_local char message[160];
+      std::snprintf(message, sizeof message,
+                    "its head_dim %d kernels need %zu KiB of shared memory per block, this GPU offers %d KiB", D,
+                    need / 1024, optin / 1024);
+      return message;
+    }
+    return nullptr;
+  }
+};
 
 template <typename T, int D>
 struct Forward {
@@ -66,11 +101,15 @@ struct Backward {
 bool head_dim_supported(int64_t d) { return d == 16 || d == 32 || d == 64 || d == 128; }
 
 const char* launch_forward(const ForwardArgs& a, Dtype dtype, void* stream) {
-  return dispatch<Forward>(a, dtype, stream);
+  return dispatch<Forward>(a, a.p.d, dtype, stream);
 }
 
 const char* launch_backward(const BackwardArgs& a, Dtype dtype, void* stream) {
-  return dispatch<Backward>(a, dtype, stream);
+  return dispatch<Backward>(a, a.p.d, dtype, stream);
+}
+
+const char* kernels_unavailable(int device, int64_t head_dim, Dtype dtype) {
+  return dispatch<Check>(device, head_dim, dtype, nullptr);
 }
 
 }  // namespace titan::ops::flash_cuda_detail

@@ -26,4 +26,9 @@ const char* launch_forward(const flash_detail::ForwardArgs& a, Dtype dtype, void
 /// CUDA's message.
 const char* launch_backward(const flash_detail::BackwardArgs& a, Dtype dtype, void* stream);
 
+/// @brief Whether CUDA device `device` (the current one) runs the kernels of
+/// this head dim and dtype: nullptr, or why not (no image for its
+/// architecture in this binary, too little shared memory per block).
+const char* kernels_unavailable(int device, int64_t head_dim, Dtype dtype);
+
 }  // namespace titan::ops::flash_cuda_detail

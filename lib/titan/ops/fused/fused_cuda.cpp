@@ -5,6 +5,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include "titan/ops/cuda_kernels.hpp"
 #include "titan/ops/fused/fused_cuda_launch.hpp"
 #include "titan/util/error.hpp"
 #include "titan/util/internal_assert.hpp"
@@ -23,7 +24,9 @@ void* stream_of(const at::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.d
 }  // namespace
 
 bool takes(const at::Tensor& t) {
-  return t.defined() && t.is_cuda() && (t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16);
+  // A GPU this binary has no kernels for runs ATen's ops (cuda_kernels.hpp).
+  return t.defined() && t.is_cuda() && (t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16) &&
+         fused_cuda_unavailable(t.device().index()).empty();
 }
 
 at::Tensor swiglu_forward(const at::Tensor& a_in, const at::Tensor& b_in) {

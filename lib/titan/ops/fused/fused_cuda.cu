@@ -21,6 +21,14 @@ const char* launched() {
 
 }  // namespace
 
+const char* kernels_unavailable() {
+  cudaFuncAttributes attr;
+  const cudaError_t err = cudaFuncGetAttributes(&attr, swiglu_forward_kernel<float>);
+  if (err == cudaSuccess) return nullptr;
+  cudaGetLastError();  // not sticky: clear it for ATen's next check
+  return cudaGetErrorString(err);
+}
+
 const char* swiglu_forward(const fused_detail::SwigluForward& a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (a.bf16) swiglu_forward_kernel<__nv_bfloat16><<<blocks_for(a.n), kThreads, 0, s>>>(a);

@@ -8,6 +8,10 @@
 
 namespace titan::ops::fused_cuda_detail {
 
+/// nullptr when the current CUDA device runs these kernels, else CUDA's
+/// word for why not (no kernel image for its architecture in this binary).
+const char* kernels_unavailable();
+
 /// silu(a) · b on `stream` (a cudaStream_t); `a.bf16` picks bf16, else fp32.
 const char* swiglu_forward(const fused_detail::SwigluForward& a, void* stream);
 /// SwiGLU's backward on `stream`.
