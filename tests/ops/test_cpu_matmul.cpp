@@ -17,6 +17,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -145,10 +146,20 @@ TEST(CpuMatmul, LinearThroughOnednnMatchesAtenLinear) {
 
 TEST(CpuMatmul, TheChoiceIsParsedWithOneLineErrors) {
   EXPECT_EQ(titan::ops::parse_cpu_matmul("aten"), CpuMatmul::aten);
-  // "auto": oneDNN where it loads, off Intel CPUs (MKL's own kernels there).
-  EXPECT_EQ(titan::ops::parse_cpu_matmul("auto"),
-            titan::ops::onednn::available() && titan::ops::cpu_vendor() != "GenuineIntel" ? CpuMatmul::onednn
-                                                                                        : CpuMatmul::aten);
+  // "auto": oneDNN only where it loads, off Intel CPUs (MKL's own kernels
+  // there) and with AVX-512 kernels (not under ONEDNN_MAX_CPU_ISA=AVX2);
+  // else aten, and the banner's word says why.
+  const CpuMatmul chosen = titan::ops::parse_cpu_matmul("auto");
+  const char* isa_cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+  if (!titan::ops::onednn::available() || titan::ops::cpu_vendor() == "GenuineIntel" ||
+      (isa_cap != nullptr && std::string(isa_cap) == "AVX2") || !__builtin_cpu_supports("avx512f"))
+    EXPECT_EQ(chosen, CpuMatmul::aten);
+  if (chosen == CpuMatmul::aten) {
+    titan::ops::set_cpu_matmul(CpuMatmul::aten);
+    const std::string why = titan::ops::describe_cpu_matmul("auto");
+    EXPECT_TRUE(why.rfind("aten::mm (", 0) == 0) << why;
+    std::printf("auto: %s\n", why.c_str());
+  }
   try {
     titan::ops::parse_cpu_matmul("mkl");
     ADD_FAILURE() << "accepted mkl";

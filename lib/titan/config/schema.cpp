@@ -81,8 +81,8 @@ std::vector<Field> make_fields() {
                   "false = op by op, as eager PyTorch"),
       TITAN_FIELD(model, cpu_matmul,
                   "titan's: the GEMM of fp32 Linear layers on the CPU: auto = onednn where titan's oneDNN plugin "
-                  "loads, passes its check against float64 at start and the CPU is not Intel's (MKL's own "
-                  "kernels there), else aten (the banner says why); onednn (oneDNN's matmul, which picks by "
+                  "loads, passes its check against float64 at start, runs AVX-512 kernels and the CPU is not "
+                  "Intel's (MKL's own kernels there), else aten (the banner says why); onednn (oneDNN's matmul, which picks by "
                   "instruction set where MKL runs a generic AVX2 path on AMD CPUs; ~1.8x the debug model's step "
                   "on a 2-core AMD EPYC) or aten (aten::mm, as eager PyTorch)",
                   "auto", "onednn", "aten"),

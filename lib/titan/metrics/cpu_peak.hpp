@@ -135,7 +135,16 @@ struct GemmMeasurement {
   double cpu_flops = 0;
   int rounds = 0;         ///< timed rounds
   int clean_rounds = 0;   ///< rounds with cpu_share >= the threshold
+  bool slow = false;      ///< one GEMM took over kSlowGemmSeconds: timed within a budget
 };
+
+/// @brief A GEMM slower than this (seconds for one n×n) is timed for about
+/// kSlowGemmBudgetSeconds in all, not `repeats` rounds, and not attempted
+/// again: bf16 on a CPU without AVX-512 runs ATen's reference path (about
+/// 3 s for 1024³ on 2 cores under ONEDNN_MAX_CPU_ISA=AVX2), whose peak
+/// matters as little as a job on it would run fast.
+inline constexpr double kSlowGemmSeconds = 0.25;
+inline constexpr double kSlowGemmBudgetSeconds = 2.0;
 
 /// @brief Times rounds of an n×n GEMM (after a warm-up) with the current
 /// thread count until at least `repeats` rounds and `min_seconds` are done;

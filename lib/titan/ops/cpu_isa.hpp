@@ -16,7 +16,8 @@ enum class CpuIsa {
   portable,  ///< the build's default flags
 };
 
-/// The best CpuIsa this CPU supports (asked once, then cached).
+/// The best CpuIsa this CPU supports (asked once, then cached), capped by
+/// ATEN_CPU_CAPABILITY ("avx2", "default") as ATen's own kernels are.
 CpuIsa best_cpu_isa();
 
 /// @brief The CPU's vendor string from CPUID ("GenuineIntel",

@@ -120,19 +120,38 @@ void require_onednn() {
               "; \"aten\" runs ATen's GEMM");
 }
 
+// The oneDNN kernel of a Linear's forward product (x·Wᵀ, 512 tokens of
+// width 256 into 768): "brg:avx512_core" where the CPU has AVX-512.
+std::string onednn_linear_kernel() {
+  const float* none = nullptr;
+  const onednn::Matrix x{none, 512, 256, 256, 1}, wt{none, 256, 768, 1, 256};
+  try {
+    return onednn::implementation(x, wt, 768);
+  } catch (const std::exception& e) {
+    return first_line(e.what());
+  }
+}
+
 // What "auto" takes, and why not oneDNN when it does not ("" then).
-// oneDNN only where it is checked and faster: LibTorch's aten::mm is MKL's
-// sgemm, and MKL picks its kernels by CPU vendor. On AMD CPUs it runs a
-// generic AVX2 path, which oneDNN beats (2-core AMD EPYC, fp32 GEMMs of the
-// debug model's shapes: 1.4-1.6x with oneDNN's AVX-512 kernels, 1.0-1.3x
-// with both limited to AVX2; the training step 1.7x, docs/train.md). On
-// Intel CPUs MKL runs its own best kernels, measured within 3 % of
-// oneDNN's on an AVX-512 Xeon: eager PyTorch's GEMM stays.
+// oneDNN only where it is checked, faster and as reproducible as MKL:
+// LibTorch's aten::mm is MKL's sgemm, and MKL picks its kernels by CPU
+// vendor. On AMD CPUs it runs a generic AVX2 path, which oneDNN's AVX-512
+// kernels (brgemm) beat: 1.4-1.6x on the debug model's GEMM shapes on a
+// 2-core AMD EPYC, the training step 1.7x (docs/train.md). On Intel CPUs
+// MKL runs its own best kernels, measured within 3 % of oneDNN's on an
+// AVX-512 Xeon. Without AVX-512 oneDNN runs its jit GEMM ("gemm:jit"),
+// 1.0-1.3x MKL's AVX2 path on the same AMD CPU, but its sums round unlike
+// MKL's and under it 2 of 30 resumed runs of checkpoint_kill_loop ended
+// off the uninterrupted run's bits (cause not found): eager PyTorch's GEMM
+// stays in all three cases.
 const std::pair<CpuMatmul, std::string>& auto_choice() {
   static const std::pair<CpuMatmul, std::string> choice = []() -> std::pair<CpuMatmul, std::string> {
     if (!onednn_check_failure().empty()) return {CpuMatmul::aten, onednn_check_failure()};
     if (cpu_vendor() == "GenuineIntel")
       return {CpuMatmul::aten, "an Intel CPU, where MKL's own kernels are as fast as oneDNN's"};
+    const std::string kernel = onednn_linear_kernel();
+    if (kernel.rfind("brg:avx512", 0) != 0)
+      return {CpuMatmul::aten, "oneDNN would run " + kernel + " here, not its AVX-512 kernels"};
     return {CpuMatmul::onednn, ""};
   }();
   return choice;
@@ -166,6 +185,11 @@ std::string describe_cpu_matmul(const std::string& requested) {
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight) {
   if (!takes(x, weight)) return at::linear(x, weight);
   return OnednnLinearFunction::apply(x, weight);
+}
+
+at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
+  if (a.dim() == 2 && b.dim() == 2 && takes(a, b.t())) return onednn_mm(a, b);
+  return at::mm(a, b);
 }
 
 at::Tensor onednn_mm(const at::Tensor& a, const at::Tensor& b) {

@@ -9,9 +9,11 @@
 /// it from `[model] cpu_matmul` (default "auto"; "aten" keeps the GEMM
 /// eager PyTorch runs). "auto" takes oneDNN only where it is checked and
 /// faster: its plugin loads, its GEMM agrees with float64 on the three
-/// products of a Linear (once per process, a few milliseconds), and the CPU
+/// products of a Linear (once per process, a few milliseconds), the CPU
 /// is not Intel's (MKL, behind aten::mm, picks its kernels by CPU vendor:
-/// a generic AVX2 path on AMD, its best on Intel). Outside a trainer the
+/// a generic AVX2 path on AMD, its best on Intel), and oneDNN runs its
+/// AVX-512 kernels there (without AVX-512 its jit GEMM is barely faster
+/// than MKL's and rounds otherwise; cpu_matmul.cpp says what was measured). Outside a trainer the
 /// choice stays ATen's unless something asks.
 
 #include <ATen/core/Tensor.h>
@@ -37,7 +39,7 @@ const char* cpu_matmul_name(CpuMatmul m);
 /// @brief What a run's banner says of the GEMM its fp32 Linear layers run
 /// now: "oneDNN", or "aten::mm" followed, when `requested` is "auto", by
 /// why "auto" did not take oneDNN (its plugin did not load, its check
-/// failed, an Intel CPU): on an AMD CPU a run without it trains ~1.7x
+/// failed, an Intel CPU, no AVX-512 kernels): on an AMD CPU a run without it trains ~1.7x
 /// slower, and should say so.
 std::string describe_cpu_matmul(const std::string& requested);
 
@@ -45,6 +47,13 @@ std::string describe_cpu_matmul(const std::string& requested);
 /// the choice is onednn and both are fp32 CPU tensors outside autocast,
 /// else at::linear.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight);
+
+/// @brief A·B for 2-D tensors with the GEMM Linear runs now: onednn_mm for
+/// fp32 CPU operands when the choice is onednn (outside autocast), else
+/// at::mm. For code that computes a Linear's products itself (per-op
+/// activation checkpointing's kept-output Linear) and must round as the
+/// Linear does.
+at::Tensor mm(const at::Tensor& a, const at::Tensor& b);
 
 /// @brief The profiler record of onednn_mm, beside aten::mm in traces.
 inline constexpr const char* kOnednnMmRecord = "titan::mm";

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "titan/ops/backward_callbacks.hpp"
+#include "titan/ops/gemm/cpu_matmul.hpp"
 #include "titan/ops/input_gradient_split.hpp"
 #include "titan/ops/linear.hpp"
 #include "titan/util/error.hpp"
@@ -213,10 +214,12 @@ std::optional<KeptMatmulOutput> kept_matmul_output(size_t ahead) {
 namespace {
 
 // y = x Wᵀ whose value is given (kept from the forward) and whose backward
-// is linear's: grad_x = g W, grad_W = gᵀ x. Under autocast the forward
-// multiplied in y's dtype (bf16) with W cast to it: so does the backward,
-// and each gradient goes back in its input's dtype (the fp32 weight's
-// gradient through the cast, as autograd's own cast node would).
+// is linear's: grad_x = g W, grad_W = gᵀ x, with the GEMM the Linear runs
+// (ops::mm: oneDNN's under cpu_matmul, so that per-op AC rounds as no AC
+// does). Under autocast the forward multiplied in y's dtype (bf16) with W
+// cast to it: so does the backward, and each gradient goes back in its
+// input's dtype (the fp32 weight's gradient through the cast, as
+// autograd's own cast node would).
 struct CachedLinear : public torch::autograd::Function<CachedLinear> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
                             const at::Tensor& y) {
@@ -229,9 +232,9 @@ struct CachedLinear : public torch::autograd::Function<CachedLinear> {
     const at::Tensor& w = saved[1];
     const at::Tensor g = grads[0];
     const at::ScalarType compute = g.scalar_type();
-    at::Tensor grad_x = at::matmul(g, w.to(compute)).to(x.scalar_type());
-    at::Tensor grad_w =
-        at::matmul(g.reshape({-1, g.size(-1)}).t(), x.to(compute).reshape({-1, x.size(-1)})).to(w.scalar_type());
+    const at::Tensor g2 = g.reshape({-1, g.size(-1)});
+    at::Tensor grad_x = ops::mm(g2, w.to(compute)).view(x.sizes()).to(x.scalar_type());
+    at::Tensor grad_w = ops::mm(g2.t(), x.to(compute).reshape({-1, x.size(-1)})).to(w.scalar_type());
     return {grad_x, grad_w, at::Tensor()};
   }
 };
@@ -256,7 +259,7 @@ class MatmulCacheHook : public ops::ForwardHook {
           by = h.get();
           break;
         }
-      if (!by) y = at::linear(x, linear_->weight);
+      if (!by) y = ops::linear(x, linear_->weight);
       cache->outputs.push_back(y.detach());
       cache->computed_by.push_back(by);
       return y;
