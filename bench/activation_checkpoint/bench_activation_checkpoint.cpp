@@ -70,7 +70,7 @@ struct Options {
 };
 
 struct Mode {
-  std::string mode, option;  // blocks_to_checkpoint's arguments
+  std::string mode, option;  // ac::AcPolicy::from_config's arguments
   std::string label() const { return mode == "selective" ? "selective " + option : mode; }
 };
 
@@ -102,13 +102,14 @@ struct Model {
 // round) warm-up and then timed steps on the same batch, record times and the memory of the last one.
 void run_mode(Model& m, Row& row, const Options& o, bool first_round) {
   const int64_t n = m.spec.model.n_layers;
-  const std::vector<bool> which = ac::blocks_to_checkpoint(row.mode.mode, row.mode.option, n);
+  const ac::AcPolicy policy = ac::AcPolicy::from_config(row.mode.mode, row.mode.option);
+  const std::vector<bool> which = policy.blocks(n);
   row.wrapped = 0;
   for (auto& b : m.model->blocks()) {
     if (which[static_cast<size_t>(b->layer_id)]) {
       // Per-op mode adds matmul-caching hooks to the Linears; they stay,
       // and do nothing outside an op-checkpointed forward.
-      if (row.mode.option == "op") ac::checkpoint_module_selective_op(*b);
+      if (policy.per_op()) ac::checkpoint_module_selective_op(*b);
       else ac::checkpoint_module(*b);
       ++row.wrapped;
     } else {

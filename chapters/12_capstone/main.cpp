@@ -536,7 +536,7 @@ struct ScratchDir {
     TITAN_CHECK(::mkdtemp(buf.data()) != nullptr, "cannot make a scratch folder ", pattern);
     path = buf.data();
   }
-  ~ScratchDir() { files::remove_all(path); }  // POSIX: see data/files.hpp on std::filesystem
+  ~ScratchDir() { files::remove_all(path); }  // POSIX: see util/files.hpp on std::filesystem
 };
 
 // ------------------------------------------------------------ section 4

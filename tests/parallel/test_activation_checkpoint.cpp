@@ -48,8 +48,9 @@ struct Mode {
 const Mode kModes[] = {{"full", "2"}, {"selective", "2"}, {"selective", "1"}, {"selective", "op"}};
 
 int64_t apply(Transformer& model, const Mode& m) {
-  const auto which = ac::blocks_to_checkpoint(m.mode, m.option, model->args().n_layers);
-  const bool per_op = std::string(m.option) == "op" && std::string(m.mode) == "selective";
+  const ac::AcPolicy policy = ac::AcPolicy::from_config(m.mode, m.option);
+  const auto which = policy.blocks(model->args().n_layers);
+  const bool per_op = policy.per_op();
   int64_t n = 0;
   for (auto& b : model->blocks())
     if (which[static_cast<size_t>(b->layer_id)]) {
@@ -312,16 +313,24 @@ TEST(ActivationCheckpoint, PerOpKeepsFloat8LinearsOutputsToo) {
 TEST(ActivationCheckpoint, BadOptionsAreOneLine) {
   auto err = [](const char* mode, const char* opt) {
     try {
-      ac::blocks_to_checkpoint(mode, opt, 4);
+      ac::AcPolicy::from_config(mode, opt);
     } catch (const titan::Error& e) {
       return std::string(e.what());
     }
     return std::string();
   };
-  EXPECT_EQ(ac::blocks_to_checkpoint("selective", "op", 4), std::vector<bool>(4, true));
+  EXPECT_EQ(ac::AcPolicy::from_config("selective", "op").blocks(4), std::vector<bool>(4, true));
+  EXPECT_TRUE(ac::AcPolicy::from_config("selective", "op").per_op());
+  EXPECT_FALSE(ac::AcPolicy::from_config("full", "op").per_op());
+  EXPECT_EQ(ac::AcPolicy::from_config("full", "2").blocks(3), std::vector<bool>(3, true));
+  EXPECT_EQ(ac::AcPolicy::from_config("none", "2").blocks(3), std::vector<bool>(3, false));
   EXPECT_NE(err("selective", "0").find("positive integer"), std::string::npos);
   EXPECT_NE(err("partial", "2").find("not one of none, selective, full"), std::string::npos);
-  EXPECT_EQ(ac::blocks_to_checkpoint("selective", "2", 4), (std::vector<bool>{false, true, false, true}));
+  EXPECT_EQ(ac::AcPolicy::from_config("selective", "2").blocks(4), (std::vector<bool>{false, true, false, true}));
+  EXPECT_EQ(ac::AcPolicy::from_config("selective", "3").blocks(6),
+            (std::vector<bool>{false, false, true, false, false, true}));
+  EXPECT_EQ(ac::AcPolicy::from_config("selective", "3").config_words(), "selective (3)");
+  EXPECT_EQ(ac::AcPolicy::from_config("selective", "2").describe(2, 4), "selective AC every 2 block(s) (2 of 4 blocks)");
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "titan/dist/device_mesh.hpp"
 #include "titan/dtensor/dtensor.hpp"
 #include "titan/ops/linear.hpp"
+#include "titan/util/error.hpp"
 #include "titan/parallel/float8/float8_linear.hpp"
 #include "titan/models/llama3/tp_plan.hpp"
 #include "titan/models/llama3/transformer.hpp"
@@ -75,7 +76,20 @@ Diffs run(bool amax_over_group, titan::float8::Recipe recipe = titan::float8::Re
       titan::float8::Float8Options o;
       o.filter_fqns = {};
       o.recipe = recipe;
-      if (amax_over_group) o.tp_group = mesh.group(0);
+      if (amax_over_group) {
+        o.tp_group = mesh.group(0);
+        if (recipe == titan::float8::Recipe::Rowwise) {
+          // Rowwise needs to know which dimension TP cut: refused without
+          // the placements, before any layer changes.
+          try {
+            titan::float8::convert_to_float8_training(*root, o);
+            ADD_FAILURE() << "rowwise under TP without tp_placements was not refused";
+          } catch (const titan::Error& e) {
+            EXPECT_NE(std::string(e.what()).find("needs Float8Options::tp_placements"), std::string::npos) << e.what();
+          }
+        }
+        o.tp_placements = tp::tp_placements(*root);
+      }
       titan::float8::convert_to_float8_training(*root, o);
     } else {
       titan::float8::Float8Options o;

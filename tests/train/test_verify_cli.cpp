@@ -13,7 +13,7 @@
 
 #include "support/run_command.hpp"
 #include "titan/config/job_config.hpp"
-#include "titan/models/llama3/model_args.hpp"
+#include "titan/models/llama3/job_layout.hpp"
 #include "titan/parallel/parallel_dims.hpp"
 #include "titan/verify/comm_count.hpp"
 #include "titan/verify/layout_check.hpp"
@@ -188,12 +188,16 @@ TEST(VerifyCli, EveryModelledLayoutSendsWhatTheCountSays) {
   }
 }
 
+// The layout the trainer reads from `cfg` on `world` CPU ranks (the debug model).
+titan::models::llama3::JobLayout layout_of(const titan::config::JobConfig& cfg, int64_t world) {
+  return titan::models::llama3::plan_layout(cfg, world, c10::Device(c10::kCPU));
+}
+
 // A layout the count does not cover says so and compares nothing.
 TEST(VerifyCli, Float8AndForcedMatmulRecomputeAreNotCounted) {
   titan::config::JobConfig cfg;
   cfg.float8.enable_float8_linear = true;
-  const auto dims = titan::parallel::ParallelDims::from_config(cfg, 2);
-  const auto e = titan::verify::expected_step_comm(cfg, dims, titan::models::llama3::flavor_args("debugmodel"), true);
+  const auto e = titan::verify::expected_step_comm(layout_of(cfg, 2), true);
   EXPECT_FALSE(e.modelled);
   EXPECT_EQ(e.not_modelled_because, "float8 linears");
 
@@ -204,10 +208,9 @@ TEST(VerifyCli, Float8AndForcedMatmulRecomputeAreNotCounted) {
   op.training.mixed_precision_reduce = "float32";
   op.activation_checkpoint.mode = "selective";
   op.activation_checkpoint.selective_ac_option = "op";
-  const auto args = titan::models::llama3::flavor_args("debugmodel");
-  EXPECT_TRUE(titan::verify::expected_step_comm(op, dims, args, true).modelled);
+  EXPECT_TRUE(titan::verify::expected_step_comm(layout_of(op, 2), true).modelled);
   op.activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns = {"feed_forward.w2"};
-  const auto forced = titan::verify::expected_step_comm(op, dims, args, true);
+  const auto forced = titan::verify::expected_step_comm(layout_of(op, 2), true);
   EXPECT_FALSE(forced.modelled);
   EXPECT_EQ(forced.not_modelled_because, "per-op AC forcing block matmuls to recompute");
 }
@@ -226,8 +229,7 @@ TEST(VerifyCli, TheCountOfFsdpTwoByHand) {
   cfg.training.seq_len = 32;
   cfg.training.batch_size = 2;
   cfg.training.mixed_precision_param = "float32";
-  const auto dims = titan::parallel::ParallelDims::from_config(cfg, 2);
-  const auto e = titan::verify::expected_step_comm(cfg, dims, titan::models::llama3::flavor_args("debugmodel"), true);
+  const auto e = titan::verify::expected_step_comm(layout_of(cfg, 2), true);
   ASSERT_TRUE(e.modelled) << e.not_modelled_because;
   ASSERT_EQ(e.comm.size(), 1u);
   const auto& g = e.comm.at("dp_shard");

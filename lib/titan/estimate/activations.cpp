@@ -2,7 +2,6 @@
 // keeps them (the table in activations.hpp says which tensor is which).
 #include "titan/estimate/activations.hpp"
 
-#include "titan/parallel/activation_checkpoint/checkpoint.hpp"
 
 namespace titan::estimate {
 namespace {
@@ -79,13 +78,6 @@ HeadActivations head_activations(const models::llama3::ModelArgs& args, const Ac
   h.saved = final_norm + logits + kFp32 * vocab;  // log_softmax's output
   h.transient = kFp32 * vocab;                    // its gradient, the first thing backward makes
   return h;
-}
-
-AcChoice ac_choice(const std::string& mode, const std::string& selective_ac_option, int64_t n_layers) {
-  AcChoice c;
-  c.wrapped = ac::blocks_to_checkpoint(mode, selective_ac_option, n_layers);
-  c.per_op = mode == "selective" && selective_ac_option == "op";
-  return c;
 }
 
 }  // namespace titan::estimate

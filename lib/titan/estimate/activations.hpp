@@ -83,14 +83,4 @@ BlockActivations block_activations(const models::llama3::ModelArgs& args, const 
 /// @brief What the embeddings' output and the loss end keep.
 HeadActivations head_activations(const models::llama3::ModelArgs& args, const ActivationLayout& layout);
 
-/// @brief Which of `n_layers` blocks activation checkpointing wraps (the
-/// trainer's own choice, ac::blocks_to_checkpoint) and whether per op.
-struct AcChoice {
-  std::vector<bool> wrapped;  ///< per layer id
-  bool per_op = false;        ///< selective_ac_option = "op"
-};
-
-/// @brief The trainer's AC choice for a mode and option (throws on a bad one, as the trainer).
-AcChoice ac_choice(const std::string& mode, const std::string& selective_ac_option, int64_t n_layers);
-
 }  // namespace titan::estimate

@@ -16,7 +16,6 @@
 #include "titan/estimate/rank_moments.hpp"
 #include "titan/metrics/format.hpp"
 #include "titan/models/llama3/flops.hpp"
-#include "titan/models/llama3/parallelize_options.hpp"
 #include "titan/models/llama3/pipeline.hpp"
 #include "titan/models/llama3/transformer.hpp"
 #include "titan/parallel/mixed_precision.hpp"
@@ -30,8 +29,6 @@ namespace {
 using models::llama3::ModelArgs;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-int64_t dtype_bytes(const std::string& name) { return name == "bfloat16" ? 2 : 4; }
 
 // A parameter's TP-local shape (llama3_tp_plan: embedding row-wise and the
 // LM head column-wise split the vocabulary, wq/wk/wv/w1/w3 their output
@@ -125,78 +122,70 @@ const RankMemory& JobEstimate::worst() const {
                            [](const RankMemory& a, const RankMemory& b) { return a.peak < b.peak; });
 }
 
-JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
-                         const std::optional<models::llama3::ModelArgs>& model_args) {
+JobEstimate estimate_job(const models::llama3::JobLayout& job) {
   JobEstimate e;
-  e.flavor = model_args ? "custom" : cfg.model.flavor;
-  e.args = model_args ? *model_args : models::llama3::flavor_args(cfg.model);
-  e.args.max_seq_len = cfg.training.seq_len;
-  ModelArgs& args = e.args;
-  e.dims = parallel::ParallelDims::from_config(cfg, world_size);
+  e.flavor = "custom";
+  e.args = job.args;
+  const ModelArgs& args = e.args;
+  e.dims = job.dims;
   const parallel::ParallelDims& dims = e.dims;
-  const config::BatchPlan batches = config::plan_batches(cfg, dims.dp_degree());
-  // The layout checks of `titan train` (TP's head split, CP's sequence
-  // split, the pipeline plan, what AC, float8 and the optimizer step in
-  // backward rule out): a job the trainer would refuse is refused here too,
-  // in the same line, rather than estimated.
-  (void)models::llama3::parallelize_options(cfg, dims, args, batches.local_batch);
+  const config::BatchPlan& batches = job.batches;
+  const models::llama3::ParallelizeOptions& o = job.parallelize;
+  const int64_t seq_len = o.seq_len;
 
   const bool fsdp = dims.fsdp_enabled();
   const bool ddp = dims.dp_replicate > 1 && !fsdp;
   const int64_t shards = fsdp ? dims.dp_shard * dims.cp : 1;
-  const bool pipelined = dims.pp > 1;
-  const bool offload = fsdp && cfg.training.enable_cpu_offload;
+  const bool pipelined = job.pipelined();
+  const bool offload = fsdp && o.fsdp.cpu_offload;
   // Parameters, their gradients and Adam's two moments are stored in
   // [training] dtype; FSDP gathers in mixed_precision_param.
-  const int64_t storage_bytes = dtype_bytes(cfg.training.dtype);
-  const int64_t param_bytes = fsdp ? dtype_bytes(cfg.training.mixed_precision_param) : storage_bytes;
-  const int64_t reduce_bytes = fsdp ? dtype_bytes(cfg.training.mixed_precision_reduce) : 4;
-  const std::string& reshard = cfg.training.fsdp_reshard_after_forward;
-  const bool blocks_reshard = reshard == "always" || (reshard == "default" && !pipelined);
+  const int64_t storage_bytes = static_cast<int64_t>(c10::elementSize(o.param_storage_dtype));
+  const int64_t param_bytes = fsdp ? static_cast<int64_t>(c10::elementSize(o.fsdp.param_dtype)) : storage_bytes;
+  const int64_t reduce_bytes = fsdp ? static_cast<int64_t>(c10::elementSize(o.fsdp.reduce_dtype)) : 4;
+  // Blocks but the model's last (whose weights backward needs first).
+  const bool blocks_reshard = o.fsdp.block_reshards_after_forward(/*last_block=*/false, pipelined);
+  const std::string param_dtype_name = models::llama3::config_dtype_name(o.fsdp.param_dtype);
 
   ActivationLayout layout;
   layout.tp = dims.tp;
-  layout.sequence_parallel = dims.tp > 1 && cfg.training.enable_sequence_parallel;
-  layout.loss_parallel = dims.tp > 1 && cfg.training.enable_loss_parallel;
-  layout.attention = ops::parse_attention_backend(cfg.model.attn_type);
+  layout.sequence_parallel = dims.tp > 1 && o.tp.sequence_parallel;
+  layout.loss_parallel = dims.tp > 1 && o.tp.loss_parallel;
+  layout.attention = ops::parse_attention_backend(args.attn_type);
   // FSDP computes in param_dtype; without it one GPU and DDP autocast to it
-  // (parallel/mixed_precision.hpp), on the device `titan train` would pick
-  // here ("auto": a GPU when there is one); otherwise fp32.
-  const bool on_gpu = cfg.training.device == "cuda" || (cfg.training.device == "auto" && at::hasCUDA());
-  const std::optional<at::ScalarType> amp = parallel::autocast_dtype(
-      dims, cfg.training.mixed_precision_param, on_gpu ? c10::Device(c10::kCUDA) : c10::Device(c10::kCPU));
+  // (parallel/mixed_precision.hpp) on the job's device; otherwise fp32.
+  const bool on_gpu = job.device.is_cuda();
+  const std::optional<at::ScalarType> amp = parallel::autocast_dtype(dims, param_dtype_name, job.device);
   layout.activation_bytes = amp ? static_cast<int64_t>(c10::elementSize(*amp)) : param_bytes;
-  layout.fused_kernels = cfg.model.fused_kernels;
-  layout.fused_norm = cfg.model.fused_kernels && !on_gpu;
-  layout.loss_kernel = cfg.model.fused_kernels && on_gpu;
-  const AcChoice ac = ac_choice(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option,
-                                args.n_layers);
+  layout.fused_kernels = args.fused_kernels;
+  layout.fused_norm = args.fused_kernels && !on_gpu;
+  layout.loss_kernel = args.fused_kernels && on_gpu;
+  const std::vector<bool>& wrapped = o.ac.blocks;
 
   // Pipeline: the schedule's stages and micro-batches (the trainer's plan).
   std::vector<pp::LayerRange> stage_layers{{0, args.n_layers}};
   pp::ScheduleSpec spec;
   models::llama3::PipelinePlan plan;
-  int64_t micro_tokens = batches.local_batch * cfg.training.seq_len;
+  const int64_t micro_tokens = job.microbatch_sequences() * seq_len;
   if (pipelined) {
-    plan = models::llama3::plan_pipeline(cfg, args.n_layers, batches.local_batch);
+    plan = *o.pipeline;
     stage_layers = plan.layers;
     spec = plan.spec;
-    micro_tokens = cfg.experimental.pipeline_parallel_microbatch_size * cfg.training.seq_len;
   }
   const double tokens = static_cast<double>(micro_tokens) / static_cast<double>(dims.cp);  // per rank
 
   const std::map<std::string, UnitBytes> units = unit_sizes(args, dims.tp, shards);
   e.parameters = models::llama3::count_parameters(args);
-  e.param_dtype = cfg.training.dtype;
-  e.tokens_per_step = batches.global_batch * cfg.training.seq_len;
-  e.flops_per_token = models::llama3::flops_per_token(args, cfg.training.seq_len);
+  e.param_dtype = models::llama3::config_dtype_name(o.param_storage_dtype);
+  e.tokens_per_step = batches.global_batch * seq_len;
+  e.flops_per_token = models::llama3::flops_per_token(args, seq_len);
   e.flops_per_step = e.flops_per_token * static_cast<double>(e.tokens_per_step);
   // Recompute: one more forward of each checkpointed block — its matmuls
   // (2 FLOPs per parameter per token) and attention's two products (4·H·Q
   // per token and position, torchtitan's convention) — or, per op, only
   // attention (the matmul outputs are kept).
   int64_t wrapped_count = 0;
-  for (bool w : ac.wrapped) wrapped_count += w ? 1 : 0;
+  for (bool w : wrapped) wrapped_count += w ? 1 : 0;
   // Per block: all parameters but the embedding table, the LM head (its own
   // weight unless tied to the table) and the final norm.
   const int64_t table = models::llama3::count_embedding_parameters(args);
@@ -204,8 +193,8 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
       static_cast<double>(models::llama3::count_parameters(args) - table - (args.tie_word_embeddings ? 0 : table) -
                           args.dim) /
       static_cast<double>(args.n_layers);
-  const double attention_fwd = 4.0 * static_cast<double>(args.n_heads * args.head_dim() * cfg.training.seq_len);
-  const double recompute_per_token = ac.per_op ? attention_fwd : 2.0 * block_params + attention_fwd;
+  const double attention_fwd = 4.0 * static_cast<double>(args.n_heads * args.head_dim() * seq_len);
+  const double recompute_per_token = o.ac.policy.per_op() ? attention_fwd : 2.0 * block_params + attention_fwd;
   e.recompute_flops_per_step =
       recompute_per_token * static_cast<double>(wrapped_count) * static_cast<double>(e.tokens_per_step);
 
@@ -215,10 +204,10 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
   facts.offload = offload;
   facts.on_gpu = on_gpu;
   facts.blocks_reshard = blocks_reshard;
-  facts.reduce_per_microbatch = fsdp && pipelined && cfg.training.fsdp_reduce_scatter_per_microbatch;
+  facts.reduce_per_microbatch = fsdp && pipelined && o.fsdp.reduce_scatter_per_microbatch;
   facts.accumulating = batches.accumulation_steps > 1;
-  facts.early = cfg.optimizer.early_step_in_backward;
-  facts.ac_per_op = ac.per_op;
+  facts.early = job.step_in_backward;
+  facts.ac_per_op = o.ac.policy.per_op();
   facts.storage_bytes = storage_bytes;
   facts.param_bytes = param_bytes;
   facts.reduce_bytes = reduce_bytes;
@@ -250,7 +239,7 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
     for (int s : r.stages) {
       for (int64_t l = stage_layers[static_cast<size_t>(s)].begin; l < stage_layers[static_cast<size_t>(s)].end; ++l) {
         const std::string name = "layers." + std::to_string(l);
-        u.blocks.push_back({name, units.at(name), static_cast<bool>(ac.wrapped[static_cast<size_t>(l)]), s});
+        u.blocks.push_back({name, units.at(name), static_cast<bool>(wrapped[static_cast<size_t>(l)]), s});
       }
       has_first = has_first || s == 0;
       u.has_last = u.has_last || s == num_stages - 1;
@@ -280,23 +269,22 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
 
   // The layout line and what is left out.
   std::string l = dims.describe();
-  l += fsdp ? ", FSDP " + cfg.training.mixed_precision_param + " params" : (ddp ? ", DDP" : "");
-  if (amp) l += ", autocast " + cfg.training.mixed_precision_param;
-  if (storage_bytes != 4) l += ", " + cfg.training.dtype + " weights and optimizer state";
+  l += fsdp ? ", FSDP " + param_dtype_name + " params" : (ddp ? ", DDP" : "");
+  if (amp) l += ", autocast " + param_dtype_name;
+  if (storage_bytes != 4) l += ", " + e.param_dtype + " weights and optimizer state";
   if (dims.tp > 1) l += layout.sequence_parallel ? ", TP+SP" : ", TP";
   if (pipelined) l += ", " + spec.describe() + (plan.schedule_csv.empty() ? "" : ", order from " + plan.schedule_csv);
-  l += ", AC " + cfg.activation_checkpoint.mode;
-  if (cfg.activation_checkpoint.mode == "selective") l += " (" + cfg.activation_checkpoint.selective_ac_option + ")";
-  l += ", attention " + cfg.model.attn_type;
-  l += titan::strprintf(", %lld x %lld tokens per micro-batch", static_cast<long long>(pipelined ? cfg.experimental.pipeline_parallel_microbatch_size : batches.local_batch),
-                          static_cast<long long>(cfg.training.seq_len));
+  l += ", AC " + o.ac.policy.config_words();
+  l += ", attention " + args.attn_type;
+  l += titan::strprintf(", %lld x %lld tokens per micro-batch", static_cast<long long>(job.microbatch_sequences()),
+                          static_cast<long long>(seq_len));
   e.layout = l;
   if (offload) e.notes.push_back("CPU offload: shards, gradients and optimizer state are in host memory, not counted");
-  if (cfg.float8.enable_float8_linear)
+  if (o.float8.enable)
     e.notes.push_back("float8 linears are counted as their param-dtype counterparts (their saved inputs are smaller)");
   if (dims.cp > 1) e.notes.push_back("context parallelism: the ring's K/V buffers are not counted");
   if (pipelined) e.notes.push_back("pipeline: in-flight micro-batches on top of every gradient (an upper bound)");
-  if (cfg.optimizer.early_step_in_backward)
+  if (job.step_in_backward)
     e.notes.push_back("optimizer step in backward: each gradient is freed once applied (grads@peak counts those "
                       "still waiting; the grads column is what the step would hold without it)");
   if (on_gpu)
@@ -304,6 +292,17 @@ JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
   else
     e.notes.push_back("modelled as a CPU job, as it runs here (Gloo, titan's CPU kernels): --training.device cuda for a GPU "
                       "job's numbers");
+  return e;
+}
+
+JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,
+                         const std::optional<models::llama3::ModelArgs>& model_args) {
+  // The device `titan train` would pick here: "auto" is a GPU when there is one.
+  const bool on_gpu = cfg.training.device == "cuda" || (cfg.training.device == "auto" && at::hasCUDA());
+  JobEstimate e = estimate_job(models::llama3::plan_layout(cfg, world_size, on_gpu ? c10::Device(c10::kCUDA)
+                                                                                   : c10::Device(c10::kCPU),
+                                                           model_args));
+  e.flavor = model_args ? "custom" : cfg.model.flavor;
   return e;
 }
 
@@ -338,7 +337,7 @@ std::string format_estimate(const JobEstimate& e) {
   for (const std::string& n : e.notes) s += "note       " + n + "\n";
   const RankMemory& w = e.worst();
   // torchtitan's estimation.py lines (sizes in GiB, per rank where per rank).
-  s += "Estimated model size: " + gib(static_cast<double>(dtype_bytes(e.param_dtype) * e.parameters)) +
+  s += "Estimated model size: " + gib(static_cast<double>((e.param_dtype == "bfloat16" ? 2 : 4) * e.parameters)) +
        (e.param_dtype == "bfloat16" ? " (bf16, whole model)\n" : " (fp32, whole model)\n");
   s += "Estimated optimizer state size: " + gib(static_cast<double>(w.optimizer_state)) + " per rank\n";
   s += "Total estimated GPU memory: " + gib(static_cast<double>(w.peak)) + " per rank (peak, pp rank " +

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "titan/config/job_config.hpp"
+#include "titan/models/llama3/job_layout.hpp"
 #include "titan/models/llama3/model_args.hpp"
 #include "titan/parallel/parallel_dims.hpp"
 
@@ -78,9 +79,16 @@ struct JobEstimate {
   const RankMemory& worst() const;
 };
 
-/// @brief Estimates `cfg` on `world_size` ranks: the layout as the trainer
-/// would resolve it (titan::Error on a config the trainer would refuse for
-/// its degrees, schedule or AC option).
+/// @brief Estimates a job of `layout` (the trainer's own reading of its
+/// config, models/llama3/job_layout.hpp): its memory per pipeline rank on
+/// layout.device and its FLOPs. JobEstimate::flavor is "custom" (the
+/// layout holds the model's shape, not its name).
+JobEstimate estimate_job(const models::llama3::JobLayout& layout);
+
+/// @brief Estimates `cfg` on `world_size` ranks: its layout read as the
+/// trainer reads it (models::llama3::plan_layout: titan::Error, one line,
+/// on a config the trainer would refuse for its degrees, schedule or AC
+/// option), on the device `titan train` would pick on this machine.
 /// `model_args` replaces the flavor's (as TrainerOptions::model_args does
 /// for the trainer: a custom width or depth).
 JobEstimate estimate_job(const config::JobConfig& cfg, int64_t world_size,

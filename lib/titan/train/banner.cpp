@@ -12,7 +12,8 @@
 #include "titan/models/llama3/flops.hpp"
 #include "titan/ops/gemm/cpu_matmul.hpp"
 #ifdef TITAN_HAS_CUDA
-#include "titan/ops/cuda_kernels.hpp"
+#include "titan/ops/attention/flash_cuda.hpp"
+#include "titan/ops/fused/fused_cuda.hpp"
 #endif
 #include "titan/parallel/pipeline/runtime.hpp"
 #include "titan/train/trainer.hpp"
@@ -25,21 +26,27 @@ using metrics::human_bytes;
 using titan::strprintf;
 
 std::string Trainer::banner() const {
-  const int64_t n_params = models::llama3::count_parameters(args_);
+  const int64_t n_params = models::llama3::count_parameters(layout_.args);
   std::string s = strprintf("titan train: %s\n", cfg_.job.description.c_str());
   s += strprintf("  model     llama3 %s: %s parameters (dim %lld, %lld layers, %lld heads, vocab %lld)\n",
                  options_.model_args ? "(custom args)" : cfg_.model.flavor.c_str(),
-                 metrics::with_thousands(static_cast<double>(n_params)).c_str(), static_cast<long long>(args_.dim),
-                 static_cast<long long>(args_.n_layers), static_cast<long long>(args_.n_heads),
-                 static_cast<long long>(args_.vocab_size));
+                 metrics::with_thousands(static_cast<double>(n_params)).c_str(), static_cast<long long>(layout_.args.dim),
+                 static_cast<long long>(layout_.args.n_layers), static_cast<long long>(layout_.args.n_heads),
+                 static_cast<long long>(layout_.args.vocab_size));
   s += "  device    " + device_.str() + " (" + metrics::device_name(device_) + ")";
   if (device_.is_cpu())
     s += strprintf(", %d threads, fp32 Linear GEMMs by %s", at::get_num_threads(),
                    ops::describe_cpu_matmul(cfg_.model.cpu_matmul).c_str());
 #ifdef TITAN_HAS_CUDA
   if (device_.is_cuda()) {
-    const std::string kernels = ops::describe_cuda_kernels(device_.index(), args_.dim / args_.n_heads,
-                                                           cfg_.model.fused_kernels, cfg_.model.attn_type == "flash");
+    // Where titan's CUDA kernels cannot run here, what runs instead and why.
+    std::string kernels;
+    const std::string fused = layout_.args.fused_kernels ? ops::fused_cuda::unavailable(device_.index()) : "";
+    if (!fused.empty()) kernels += "titan's fused kernels step aside for ATen's ops: " + fused;
+    const std::string flash = layout_.args.attn_type == "flash"
+                                  ? ops::flash_cuda_unavailable(device_.index(), layout_.args.head_dim(), /*bf16=*/true)
+                                  : "";
+    if (!flash.empty()) kernels += (kernels.empty() ? "" : "; ") + std::string("flash attention runs as SDPA: ") + flash;
     if (!kernels.empty()) s += "\n            " + kernels;
   }
 #endif
@@ -53,18 +60,18 @@ std::string Trainer::banner() const {
                    static_cast<long long>(v.local_batch_size), static_cast<long long>(v.seq_len),
                    v.steps == -1 ? " (one pass)" : "");
   }
-  s += "  parallel  " + dims_.describe() + (parallelized_.description.empty() ? "" : ": " + parallelized_.description);
+  s += "  parallel  " + layout_.dims.describe() + (parallelized_.description.empty() ? "" : ": " + parallelized_.description);
   if (read_ranks_.size() > 1)
     s += strprintf("; one process reading %lld data-parallel ranks' batches", static_cast<long long>(read_ranks_.size()));
   if (autocast_) s += std::string("; forward and loss autocast to ") + c10::toString(*autocast_) + " (no FSDP)";
-  if (parallelize_options_.param_storage_dtype != at::kFloat)
+  if (layout_.parallelize.param_storage_dtype != at::kFloat)
     s += "; pure " + cfg_.training.dtype + ": weights, gradients and AdamW state in " + cfg_.training.dtype +
          ", no fp32 copy";
   s += "\n";
   s += strprintf("  batch     %lld x %lld tokens, %lld micro-batch(es) per step on %lld data-parallel rank(s) = %s tokens per step\n",
-                 static_cast<long long>(plan_.local_batch), static_cast<long long>(cfg_.training.seq_len),
-                 static_cast<long long>(plan_.accumulation_steps), static_cast<long long>(plan_.dp_degree),
-                 metrics::with_thousands(static_cast<double>(plan_.global_batch * cfg_.training.seq_len)).c_str());
+                 static_cast<long long>(layout_.batches.local_batch), static_cast<long long>(cfg_.training.seq_len),
+                 static_cast<long long>(layout_.batches.accumulation_steps), static_cast<long long>(layout_.batches.dp_degree),
+                 metrics::with_thousands(static_cast<double>(layout_.batches.global_batch * cfg_.training.seq_len)).c_str());
   if (parallelized_.pipeline)
     s += strprintf("            each cut into %d pipeline micro-batches of %lld sequence(s)\n",
                    parallelized_.pipeline->spec().microbatches,

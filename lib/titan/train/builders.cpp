@@ -14,27 +14,6 @@
 
 namespace titan::train {
 
-models::llama3::ModelArgs build_model_args(const config::JobConfig& cfg,
-                                           const std::optional<models::llama3::ModelArgs>& given, c10::Device device) {
-  models::llama3::ModelArgs args = given ? *given : models::llama3::flavor_args(cfg.model);
-  args.max_seq_len = cfg.training.seq_len;
-  args.attn_type = cfg.model.attn_type;
-  args.fused_kernels = cfg.model.fused_kernels;
-  // block_causal from the config, or from a flavor that is block-causal by
-  // itself (torchtitan's debugmodel_flex_attn, 8B_varlen, ...).
-  if (cfg.model.attn_mask_type == "block_causal") args.attn_mask_type = "block_causal";
-  // Said before any model is built: titan's flash kernels exist for the CPU
-  // and, in CUDA builds, for CUDA GPUs.
-#ifndef TITAN_HAS_CUDA
-  TITAN_CHECK(args.attn_type != "flash" || device.is_cpu(), "[model] attn_type = \"flash\" runs on the CPU in ",
-              "this build (built without CUDA), but training.device is ", device.str());
-#endif
-  TITAN_CHECK(args.attn_type != "flash" || device.is_cpu() || device.is_cuda(),
-              "[model] attn_type = \"flash\" runs on the CPU or a CUDA GPU, not on ", device.str());
-  args.validate();
-  return args;
-}
-
 std::unique_ptr<torch::optim::Optimizer> build_optimizer(const std::vector<at::Tensor>& params,
                                                          const config::OptimizerSection& section) {
   optim::OptimizerOptions o;

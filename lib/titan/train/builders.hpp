@@ -32,14 +32,6 @@ class TraceProfiler;
 
 namespace titan::train {
 
-/// @brief The model's shape: `given` (tests' tiny models) or [model]
-/// flavor's (with n_layers when set), with [training] seq_len, [model]
-/// attn_type, attn_mask_type and fused_kernels. Throws titan::Error for an
-/// attention kernel this build has no version of on `device`, or invalid
-/// args, before any model is built.
-models::llama3::ModelArgs build_model_args(const config::JobConfig& cfg,
-                                           const std::optional<models::llama3::ModelArgs>& given, c10::Device device);
-
 /// @brief [optimizer] over `params` (this rank's shards under FSDP), with
 /// torchtitan's default implementation: AdamW's fused kernel.
 std::unique_ptr<torch::optim::Optimizer> build_optimizer(const std::vector<at::Tensor>& params,

@@ -26,14 +26,13 @@ std::string host_memory_shortfall(int64_t per_rank_bytes, int64_t local_ranks, i
                    static_cast<double>(available_bytes) / kGiB);
 }
 
-void check_host_memory(const config::JobConfig& cfg, int64_t world_size, int64_t local_ranks,
-                       const std::optional<models::llama3::ModelArgs>& model_args) {
+void check_host_memory(const models::llama3::JobLayout& layout, int64_t local_ranks) {
   if (const char* skip = std::getenv("TITAN_SKIP_MEMORY_CHECK"); skip && std::strcmp(skip, "1") == 0) return;
   const int64_t available = metrics::host_available_bytes();
   if (available <= 0) return;  // not Linux, or an old kernel: nothing to compare with
   estimate::JobEstimate e;
   try {
-    e = estimate::estimate_job(cfg, world_size, model_args);
+    e = estimate::estimate_job(layout);
   } catch (const Error&) {
     return;  // a layout the estimate does not model: run it, as before
   }

@@ -5,11 +5,9 @@
 /// swaps for hours), so the trainer asks `titan estimate` first.
 
 #include <cstdint>
-#include <optional>
 #include <string>
 
-#include "titan/config/job_config.hpp"
-#include "titan/models/llama3/model_args.hpp"
+#include "titan/models/llama3/job_layout.hpp"
 
 namespace titan::train {
 
@@ -21,11 +19,10 @@ std::string host_memory_shortfall(int64_t per_rank_bytes, int64_t local_ranks, i
                                   const std::string& peak_phase);
 
 /// @brief Throws titan::Error with host_memory_shortfall's line when the
-/// estimate of `cfg` on `world_size` ranks, times the `local_ranks` on this
-/// host, exceeds the host's MemAvailable. TITAN_SKIP_MEMORY_CHECK=1 skips
-/// it, and so does a config the estimate cannot model (the trainer then
-/// runs as it would have).
-void check_host_memory(const config::JobConfig& cfg, int64_t world_size, int64_t local_ranks,
-                       const std::optional<models::llama3::ModelArgs>& model_args);
+/// estimate of the job's `layout`, times the `local_ranks` on this host,
+/// exceeds the host's MemAvailable. TITAN_SKIP_MEMORY_CHECK=1 skips it,
+/// and so does a layout the estimate cannot model (the trainer then runs
+/// as it would have).
+void check_host_memory(const models::llama3::JobLayout& layout, int64_t local_ranks);
 
 }  // namespace titan::train

@@ -2,7 +2,6 @@
 
 #include "titan/config/supported.hpp"
 #include "titan/dist/launch_env.hpp"
-#include "titan/train/builders.hpp"
 #include "titan/train/device.hpp"
 #include "titan/util/error.hpp"
 
@@ -13,18 +12,23 @@ JobLayout plan_job_layout(const config::JobConfig& cfg, int64_t world_size, c10:
                           std::optional<int64_t> batch_dp_degree) {
   // Cheapest first: a bad key fails before any shape is worked out.
   config::check_supported(cfg, world_size);
-  JobLayout out;
-  out.dims = parallel::ParallelDims::from_config(cfg, world_size);
   if (cfg.checkpoint.create_seed_checkpoint) {
     TITAN_CHECK(cfg.checkpoint.enable_checkpoint,
                 "[checkpoint] create_seed_checkpoint needs [checkpoint] enable_checkpoint = true");
     TITAN_CHECK(world_size == 1, "[checkpoint] create_seed_checkpoint runs on one process (the seed holds whole, "
                 "unsharded weights), not under WORLD_SIZE=", world_size);
   }
-  out.batches = config::plan_batches(cfg, batch_dp_degree.value_or(out.dims.dp_degree()));
-  out.args = build_model_args(cfg, model_args, device);
-  out.parallelize = models::llama3::parallelize_options(cfg, out.dims, out.args, out.batches.local_batch);
-  return out;
+  models::llama3::JobLayout layout = models::llama3::plan_layout(cfg, world_size, device, model_args, batch_dp_degree);
+  // Said before any model is built: titan's flash kernels exist for the CPU
+  // and, in CUDA builds, for CUDA GPUs.
+  const std::string& attention = layout.args.attn_type;
+#ifndef TITAN_HAS_CUDA
+  TITAN_CHECK(attention != "flash" || device.is_cpu(), "[model] attn_type = \"flash\" runs on the CPU in ",
+              "this build (built without CUDA), but training.device is ", device.str());
+#endif
+  TITAN_CHECK(attention != "flash" || device.is_cpu() || device.is_cuda(),
+              "[model] attn_type = \"flash\" runs on the CPU or a CUDA GPU, not on ", device.str());
+  return layout;
 }
 
 JobLayout check_job_before_launch(const config::JobConfig& cfg, int world_size) {

@@ -13,20 +13,13 @@
 #include <optional>
 
 #include "titan/config/job_config.hpp"
-#include "titan/config/validate.hpp"
-#include "titan/models/llama3/model_args.hpp"
-#include "titan/models/llama3/parallelize_options.hpp"
-#include "titan/parallel/parallel_dims.hpp"
+#include "titan/models/llama3/job_layout.hpp"
 
 namespace titan::train {
 
-/// @brief A job's layout on its world, as the trainer will build it.
-struct JobLayout {
-  parallel::ParallelDims dims;                 ///< the mesh's degrees
-  config::BatchPlan batches;                   ///< local / global batch, accumulation steps
-  models::llama3::ModelArgs args;              ///< the model's shape
-  models::llama3::ParallelizeOptions parallelize;  ///< every parallelism's options, read and checked
-};
+/// @brief A job's layout on its world, as the trainer will build it
+/// (models/llama3/job_layout.hpp: what estimate and verify take too).
+using JobLayout = models::llama3::JobLayout;
 
 /// @brief The layout of `cfg` on `world_size` ranks computing on `device`
 /// (`model_args`: a test's model instead of [model] flavor's;
@@ -35,7 +28,8 @@ struct JobLayout {
 /// parallel job's batches). Throws titan::Error, one line, for anything
 /// the config, the world size or the device cannot do: an unsupported
 /// key, degrees that do not multiply to the world, batches that do not
-/// divide, a layout a parallelism refuses.
+/// divide, a layout a parallelism refuses (models::llama3::plan_layout,
+/// after the config's keys and a seed checkpoint's single process).
 JobLayout plan_job_layout(const config::JobConfig& cfg, int64_t world_size, c10::Device device,
                           const std::optional<models::llama3::ModelArgs>& model_args = std::nullopt,
                           std::optional<int64_t> batch_dp_degree = std::nullopt);

@@ -102,12 +102,8 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // The layout, the batches, the model's shape and every parallelism's
   // options, read and checked once (a bad layout fails here, before the job
   // starts; `titan train --nproc N` ran the same in its launcher).
-  JobLayout layout = plan_job_layout(cfg_, env.world_size, device_, options_.model_args,
-                                     single ? std::optional<int64_t>(options_.single_process->degree) : std::nullopt);
-  dims_ = layout.dims;
-  plan_ = layout.batches;
-  args_ = layout.args;
-  parallelize_options_ = std::move(layout.parallelize);
+  layout_ = plan_job_layout(cfg_, env.world_size, device_, options_.model_args,
+                            single ? std::optional<int64_t>(options_.single_process->degree) : std::nullopt);
   // Float8 GEMMs need float8 tensor cores (or emulation): refused here, in
   // one line, rather than deep in cuBLAS at the first forward.
   if (cfg_.float8.enable_float8_linear && device_.is_cuda()) {
@@ -120,7 +116,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // flags are): the last trainer built decides.
   ops::set_cpu_matmul(ops::parse_cpu_matmul(cfg_.model.cpu_matmul));
   // Mixed precision without FSDP: torchtitan's AMP for one device and DDP.
-  autocast_ = autocast_dtype(dims_, cfg_.training.mixed_precision_param, device_, options_.autocast_on_cpu);
+  autocast_ = autocast_dtype(layout_.dims, cfg_.training.mixed_precision_param, device_, options_.autocast_on_cpu);
 
   // A CPU job over the host's memory would be killed by the kernel without
   // a word, or swap for hours: refuse it now (a reference run is a test's).
@@ -128,13 +124,13 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // not a step's activations: the estimate would overstate it.
   const bool init_only = cfg_.training.steps == 0 || cfg_.checkpoint.create_seed_checkpoint;
   if (!single && !init_only && device_.is_cpu())
-    check_host_memory(cfg_, env.world_size, env.local_world_size, options_.model_args);
+    check_host_memory(layout_, env.local_world_size);
 
   const data::TokenizerChoice choice =
-      data::choose_tokenizer_path(cfg_.model.tokenizer_path, cfg_.model.hf_assets_path, args_.vocab_size);
+      data::choose_tokenizer_path(cfg_.model.tokenizer_path, cfg_.model.hf_assets_path, layout_.args.vocab_size);
   tokenizer_ = data::load_tokenizer(choice.path);
   tokenizer_note_ = choice.note;
-  data::check_vocab_fits(*tokenizer_, args_.vocab_size);
+  data::check_vocab_fits(*tokenizer_, layout_.args.vocab_size);
 
   // Join the job once the inputs are known to be good (so a bad config fails
   // alike on every rank without a rendezvous), then lay the ranks out.
@@ -150,9 +146,9 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
     in.device = device_;
     // FSDP and autocast compute in mixed_precision_param; otherwise the
     // weights' own dtype ([training] dtype) is the compute dtype.
-    const bool cast = dims_.fsdp_enabled() || autocast_.has_value();
+    const bool cast = layout_.dims.fsdp_enabled() || autocast_.has_value();
     in.compute_dtype = cast ? metrics::compute_dtype_for_peak(true, cfg_.training.mixed_precision_param)
-                            : parallelize_options_.param_storage_dtype;
+                            : layout_.parallelize.param_storage_dtype;
     in.local_rank = env.local_rank;
     in.local_world_size = env.local_world_size;
     if (mesh_) in.group = dist::world().group();
@@ -163,7 +159,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // shards of the ranks it reads for.
   read_ranks_ = single ? options_.single_process->ranks : std::vector<int64_t>{dp_group_ ? dp_group_->rank() : 0};
   for (int64_t dp_rank : read_ranks_)
-    loaders_.push_back(build_data_loader(cfg_, plan_, tokenizer_, dp_rank, args_.attn_mask_type == "block_causal"));
+    loaders_.push_back(build_data_loader(cfg_, layout_.batches, tokenizer_, dp_rank, layout_.args.attn_mask_type == "block_causal"));
 
   if (cfg_.validation.enable) build_validator();
 
@@ -175,7 +171,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   params_ = parallelized_.params;
   optimizer_ = build_optimizer(params_, cfg_.optimizer);
   scheduler_ = build_lr_scheduler(*optimizer_, cfg_);
-  if (cfg_.optimizer.early_step_in_backward) {
+  if (layout_.step_in_backward) {
     step_in_backward_ = std::make_unique<optim::StepInBackward>(*optimizer_, params_, parallelized_.grad_norm_params);
     if (cfg_.training.max_norm > 0)
       early_lines_.push_back(strprintf(
@@ -186,7 +182,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   }
 
   // MFU: model FLOPs per token over the rank's peak (resolved above).
-  flops_per_token_ = models::llama3::flops_per_token(args_, cfg_.training.seq_len);
+  flops_per_token_ = models::llama3::flops_per_token(layout_.args, cfg_.training.seq_len);
 
   // Outputs go under [job] dump_folder. One log for the job: rank 0
   // prints and writes the metrics files, the others only compute.
@@ -197,7 +193,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   mb.console = options_.console, mb.progress = options_.progress, mb.out = options_.out;
   mb.flops_per_token = flops_per_token_;
   mb.peak_flops = peak_.flops;
-  mb.num_ranks = static_cast<int>(dims_.world_size);
+  mb.num_ranks = static_cast<int>(layout_.dims.world_size);
   mb.device = device_;
   mb.rank = rank_;
   if (cfg_.metrics.enable_tensorboard && cfg_.metrics.save_for_all_ranks && mesh_) {
@@ -234,11 +230,11 @@ void Trainer::join_job() {
   init.flight_recorder_folder = files::join(cfg_.job.dump_folder, cfg_.comm.save_traces_folder);
   init.flight_recorder_prefix = cfg_.comm.save_traces_file_prefix;
   const dist::World& world = dist::init_distributed(init);
-  mesh_ = std::make_unique<dist::DeviceMesh>(dims_.build_mesh(world));
-  const std::string dp_name = dims_.dp_mesh_name();
-  if (!dp_name.empty() && dims_.dp_degree() > 1) dp_group_ = mesh_->group(dp_name);
+  mesh_ = std::make_unique<dist::DeviceMesh>(layout_.dims.build_mesh(world));
+  const std::string dp_name = layout_.dims.dp_mesh_name();
+  if (!dp_name.empty() && layout_.dims.dp_degree() > 1) dp_group_ = mesh_->group(dp_name);
   loss_group_ = dp_group_;
-  if (dims_.cp_enabled()) loss_group_ = mesh_->group(dims_.dp_degree() > 1 ? "dp_cp" : "cp");
+  if (layout_.dims.cp_enabled()) loss_group_ = mesh_->group(layout_.dims.dp_degree() > 1 ? "dp_cp" : "cp");
 }
 
 // [validation]: the held-out split of the same data-parallel ranks. Its
@@ -248,15 +244,15 @@ void Trainer::join_job() {
 // layouts make were checked for that length).
 void Trainer::build_validator() {
   const config::ValidationSection& v = cfg_.validation;
-  const bool same_len = dims_.pp > 1 || dims_.cp_enabled() ||
-                        (dims_.tp_enabled() && parallelize_options_.tp.sequence_parallel);
+  const bool same_len = layout_.dims.pp > 1 || layout_.dims.cp_enabled() ||
+                        (layout_.dims.tp_enabled() && layout_.parallelize.tp.sequence_parallel);
   TITAN_CHECK(!same_len || v.seq_len == cfg_.training.seq_len, "[validation] seq_len = ", v.seq_len,
               " must equal [training] seq_len = ", cfg_.training.seq_len,
               " under pipeline, context or sequence parallelism (their cuts are made for that length)");
-  TITAN_CHECK(dims_.pp == 1 || v.local_batch_size == plan_.local_batch, "[validation] local_batch_size = ",
-              v.local_batch_size, " must equal the training's local batch ", plan_.local_batch,
+  TITAN_CHECK(layout_.dims.pp == 1 || v.local_batch_size == layout_.batches.local_batch, "[validation] local_batch_size = ",
+              v.local_batch_size, " must equal the training's local batch ", layout_.batches.local_batch,
               " under pipeline parallelism (the stages' micro-batches have that shape)");
-  validator_ = std::make_unique<Validator>(v, tokenizer_, read_ranks_, plan_.dp_degree, args_.attn_mask_type == "block_causal",
+  validator_ = std::make_unique<Validator>(v, tokenizer_, read_ranks_, layout_.batches.dp_degree, layout_.args.attn_mask_type == "block_causal",
                                            mesh_ ? dist::world().group().get() : nullptr, device_);
 }
 
@@ -272,15 +268,15 @@ void Trainer::build_model() {
   metrics::reset_tensor_memory_peak(device_);
   const int64_t bytes_before_model = metrics::tensor_memory(device_).current_bytes;
   model_ = models::llama3::Transformer(
-      args_, at::TensorOptions().device(at::kMeta).dtype(parallelize_options_.param_storage_dtype));
+      layout_.args, at::TensorOptions().device(at::kMeta).dtype(layout_.parallelize.param_storage_dtype));
   model_->train();
   if (!mesh_) models::to_empty(*model_, device_);
-  parallelized_ = models::llama3::parallelize_llama(model_, dims_, mesh_.get(), parallelize_options_);
+  parallelized_ = models::llama3::parallelize_llama(model_, layout_.dims, mesh_.get(), layout_.parallelize);
   {
     std::vector<torch::nn::Module*> parts;
     if (parallelized_.pipeline_parts.empty()) parts.push_back(model_.ptr().get());
     for (auto& part : parallelized_.pipeline_parts) parts.push_back(part.ptr().get());
-    init_report_ = init_sharded_weights(parts, mesh_.get(), args_, static_cast<uint64_t>(cfg_.training.seed));
+    init_report_ = init_sharded_weights(parts, mesh_.get(), layout_.args, static_cast<uint64_t>(cfg_.training.seed));
   }
   init_peak_bytes_ = metrics::tensor_memory(device_).peak_bytes - bytes_before_model;
 }
@@ -321,12 +317,12 @@ void Trainer::build_checkpointer() {
   st.optimizer = optimizer_.get();
   st.scheduler = scheduler_.get();
   for (auto& loader : loaders_) st.loaders.emplace_back(loader->options().dp_rank, loader.get());
-  st.dp_world = plan_.dp_degree;
+  st.dp_world = layout_.batches.dp_degree;
   st.step = &step_;
-  st.parallel = {{"world_size", dims_.world_size}, {"dp_replicate", dims_.dp_replicate}, {"dp_shard", dims_.dp_shard},
-                 {"cp", dims_.cp}, {"tp", dims_.tp}, {"pp", dims_.pp}};
+  st.parallel = {{"world_size", layout_.dims.world_size}, {"dp_replicate", layout_.dims.dp_replicate}, {"dp_shard", layout_.dims.dp_shard},
+                 {"cp", layout_.dims.cp}, {"tp", layout_.dims.tp}, {"pp", layout_.dims.pp}};
   st.config_toml = cfg_.to_toml();
-  st.model_args = &args_;
+  st.model_args = &layout_.args;
   checkpoint_ = std::make_unique<checkpoint::CheckpointManager>(
       cfg_.checkpoint, files::join(cfg_.job.dump_folder, cfg_.checkpoint.folder), std::move(st),
       [this](const std::string& line) {
@@ -416,7 +412,7 @@ StepResult Trainer::train_step() {
   int64_t local_targets = 0;
   {
     TITAN_PROFILE_RANGE("titan::data_loading");
-    for (int64_t i = 0; i < plan_.accumulation_steps * readers; ++i) {
+    for (int64_t i = 0; i < layout_.batches.accumulation_steps * readers; ++i) {
       data::Batch b = loaders_[static_cast<size_t>(i % readers)]->next();
       if (context) cp::keep_sequence_shard(b, *context);
       local_targets += ops::counted_targets(b.labels);
@@ -580,12 +576,15 @@ TrainSummary Trainer::train() {
         timed_seconds += r.step_seconds;
         timed_tokens += r.tokens;
       }
-      // Validation before the save, as torchtitan's loop orders them.
+      // Validation, then the save (torchtitan's loop, v0.2.2 and main, saves
+      // first). Neither changes the weights, so the order changes no number;
+      // this way a step's validation loss is logged before a save that can
+      // take long.
       if (const auto v = validate_if_due()) s.validation_losses.push_back({step_, v->loss});
       if (checkpoint_) checkpoint_->maybe_save(step_, step_ == cfg_.training.steps);
       if (options_.on_step) options_.on_step(r);
       const auto agree_t0 = std::chrono::steady_clock::now();
-      const bool stopping = stop_agreed(stop, dims_.world_size);
+      const bool stopping = stop_agreed(stop, layout_.dims.world_size);
       agree_seconds = seconds_since(agree_t0);
       if (stopping) {
         s.interrupted = true;
@@ -605,7 +604,7 @@ TrainSummary Trainer::train() {
   if (checkpoint_) checkpoint_->close();  // the background save, and any rank's failure of it
   s.wall_seconds = seconds_since(t0);
   s.steps_done = step_;
-  const int ranks = static_cast<int>(dims_.world_size);
+  const int ranks = static_cast<int>(layout_.dims.world_size);
   s.mean_tps = timed_seconds > 0 ? metrics::tokens_per_second_per_rank(timed_tokens, timed_seconds, ranks)
                                  : first_tps / ranks;
   s.mean_tflops = metrics::achieved_flops_per_rank(flops_per_token_, s.mean_tps) / 1e12;

@@ -35,6 +35,7 @@
 #include "titan/optim/lr_schedule.hpp"
 #include "titan/optim/step_in_backward.hpp"
 #include "titan/parallel/parallel_dims.hpp"
+#include "titan/train/job_layout.hpp"
 #include "titan/train/sharded_init.hpp"
 #include "titan/train/summary.hpp"
 
@@ -156,17 +157,20 @@ class Trainer {
   /// @brief Steps completed so far.
   int64_t step() const { return step_; }
   const config::JobConfig& config() const { return cfg_; }
-  const config::BatchPlan& batch_plan() const { return plan_; }
+  const config::BatchPlan& batch_plan() const { return layout_.batches; }
   const c10::Device& device() const { return device_; }
   /// @brief The resolved parallel degrees of this job.
-  const parallel::ParallelDims& parallel_dims() const { return dims_; }
+  const parallel::ParallelDims& parallel_dims() const { return layout_.dims; }
+  /// @brief The job's layout as this rank read it (what `titan estimate`
+  /// and `titan verify`'s communication count take).
+  const JobLayout& layout() const { return layout_; }
   /// @brief This rank's global rank (0 without a launcher).
   int rank() const { return rank_; }
   /// @brief The parameters the optimizer steps: this rank's shards under FSDP.
   const std::vector<at::Tensor>& trained_parameters() const { return params_; }
   models::llama3::Transformer& model() { return model_; }
   /// @brief The model's args as the job resolved them (flavor, overrides, the tokenizer's vocabulary).
-  const models::llama3::ModelArgs& model_args() const { return args_; }
+  const models::llama3::ModelArgs& model_args() const { return layout_.args; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   /// @brief The optimizer's step in backward ([optimizer]
   /// early_step_in_backward), or null without it.
@@ -208,9 +212,10 @@ class Trainer {
 
   config::JobConfig cfg_;
   TrainerOptions options_;
-  config::BatchPlan plan_;
+  /// The layout, the batches, the model's shape and every parallelism's
+  /// options, read from cfg_ once and checked (train/job_layout.hpp).
+  JobLayout layout_;
   c10::Device device_{c10::kCPU};
-  models::llama3::ModelArgs args_;
   std::shared_ptr<const data::Tokenizer> tokenizer_;
   std::string tokenizer_note_;  ///< which of tokenizer_path / hf_assets_path won, when both were set
   /// The data-parallel ranks this process reads for: its own, or
@@ -218,7 +223,6 @@ class Trainer {
   std::vector<int64_t> read_ranks_;
   /// One loader per entry of read_ranks_.
   std::vector<std::unique_ptr<data::DataLoader>> loaders_;
-  parallel::ParallelDims dims_;
   std::unique_ptr<dist::DeviceMesh> mesh_;
   /// The group the loss is averaged over (the data-parallel ranks); null on one rank.
   std::shared_ptr<dist::ProcessGroup> dp_group_;
@@ -228,8 +232,6 @@ class Trainer {
   std::shared_ptr<dist::ProcessGroup> loss_group_;
   int rank_ = 0;
   models::llama3::Transformer model_{nullptr};
-  /// What parallelize_llama applies, read from cfg_ once and checked.
-  models::llama3::ParallelizeOptions parallelize_options_;
   models::llama3::ParallelizedModel parallelized_;
   /// What this rank's sharded initialisation held and took.
   ShardedInitReport init_report_;

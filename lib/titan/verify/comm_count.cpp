@@ -5,12 +5,9 @@
 #include <utility>
 #include <vector>
 
-#include "titan/config/job_config.hpp"
-#include "titan/config/validate.hpp"
 #include "titan/metrics/format.hpp"
-#include "titan/models/llama3/model_args.hpp"
+#include "titan/models/llama3/job_layout.hpp"
 #include "titan/models/llama3/pipeline.hpp"
-#include "titan/parallel/activation_checkpoint/checkpoint.hpp"
 #include "titan/parallel/data_parallel.hpp"
 #include "titan/parallel/parallel_dims.hpp"
 #include "titan/util/strprintf.hpp"
@@ -65,7 +62,8 @@ struct Layout {
   bool fsdp, ddp, sp, loss_parallel;
 };
 
-Layout layout_of(const config::JobConfig& cfg, const parallel::ParallelDims& d) {
+Layout layout_of(const models::llama3::JobLayout& job) {
+  const parallel::ParallelDims& d = job.dims;
   Layout l{};
   l.dp_replicate = d.dp_replicate, l.tp = d.tp, l.cp = d.cp, l.pp = d.pp;
   l.fsdp = d.fsdp_enabled();
@@ -74,8 +72,8 @@ Layout layout_of(const config::JobConfig& cfg, const parallel::ParallelDims& d) 
   l.fsdp_group = !d.cp_enabled() ? "dp_shard" : (d.dp_shard_enabled() ? "dp_shard_cp" : "cp");
   const std::string dp = d.dp_mesh_name();
   l.loss_group = !d.cp_enabled() ? dp : (d.dp_degree() > 1 ? "dp_cp" : "cp");
-  l.sp = d.tp_enabled() && cfg.training.enable_sequence_parallel;
-  l.loss_parallel = d.tp_enabled() && cfg.training.enable_loss_parallel;
+  l.sp = d.tp_enabled() && job.parallelize.tp.sequence_parallel;
+  l.loss_parallel = d.tp_enabled() && job.parallelize.tp.loss_parallel;
   return l;
 }
 
@@ -263,35 +261,34 @@ int64_t weight_steps_of_stage(const pp::RankActions& actions, int stage) {
 
 }  // namespace
 
-ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::ParallelDims& dims,
-                                const models::llama3::ModelArgs& args, bool first_step) {
+ExpectedComm expected_step_comm(const models::llama3::JobLayout& job, bool first_step) {
+  const parallel::ParallelDims& dims = job.dims;
+  const models::llama3::ModelArgs& args = job.args;
+  const models::llama3::ParallelizeOptions& o = job.parallelize;
   ExpectedComm out;
   auto refuse = [&](const std::string& why) {
     out.not_modelled_because = why;
     return out;
   };
-  if (cfg.float8.enable_float8_linear) return refuse("float8 linears");
-  if (cfg.training.mixed_precision_param != "float32" || cfg.training.mixed_precision_reduce != "float32")
-    return refuse("mixed precision");
-  if (cfg.training.dtype != "float32") return refuse("bf16 parameters ([training] dtype)");
-  const std::vector<bool> recomputed =
-      ac::blocks_to_checkpoint(cfg.activation_checkpoint.mode, cfg.activation_checkpoint.selective_ac_option,
-                               args.n_layers);
-  const bool op_ac = cfg.activation_checkpoint.mode == "selective" && cfg.activation_checkpoint.selective_ac_option == "op";
+  if (o.float8.enable) return refuse("float8 linears");
+  if (o.fsdp.param_dtype != at::kFloat || o.fsdp.reduce_dtype != at::kFloat) return refuse("mixed precision");
+  if (o.param_storage_dtype != at::kFloat) return refuse("bf16 parameters ([training] dtype)");
+  const std::vector<bool>& recomputed = o.ac.blocks;
+  const bool op_ac = o.ac.policy.per_op();
   // Per-op AC keeps every block matmul's output unless the config forces
   // some to be recomputed (matched by weight shape): those recompute their
   // GEMMs and collectives, which the count does not follow.
   if (op_ac)
-    for (const std::string& fqn : cfg.activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns)
+    for (const std::string& fqn : o.ac.force_recompute_mm_shapes_by_fqns)
       for (const char* linear : {"attention.wq", "attention.wk", "attention.wv", "attention.wo", "feed_forward.w1",
                                  "feed_forward.w2", "feed_forward.w3"})
         for (int64_t b = 0; b < args.n_layers; ++b)
           if (("layers." + std::to_string(b) + "." + linear).find(fqn) != std::string::npos)
             return refuse("per-op AC forcing block matmuls to recompute");
 
-  const Layout l = layout_of(cfg, dims);
-  const config::BatchPlan batches = config::plan_batches(cfg, dims.dp_degree());
-  const int64_t T = cfg.training.seq_len / l.cp;  // this rank's tokens per sequence
+  const Layout l = layout_of(job);
+  const config::BatchPlan& batches = job.batches;
+  const int64_t T = o.seq_len / l.cp;  // this rank's tokens per sequence
 
   // The step as micro-batches and stages: without PP the accumulation
   // steps, each of batch_size sequences, through the whole model; with PP
@@ -301,11 +298,11 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
   std::vector<StagePart> parts;
   std::vector<int> stage_ids;
   models::llama3::PipelinePlan plan;
-  if (dims.pp_enabled()) {
-    plan = models::llama3::plan_pipeline(cfg, args.n_layers, batches.local_batch);
+  if (job.pipelined()) {
+    plan = *o.pipeline;
     schedule_steps = batches.accumulation_steps;
     micro_batches = plan.spec.microbatches;
-    seqs = cfg.experimental.pipeline_parallel_microbatch_size;
+    seqs = job.microbatch_sequences();
     stage_ids = plan.spec.stages_of_rank(0);
     for (int s : stage_ids) {
       const pp::LayerRange r = plan.layers[static_cast<size_t>(s)];
@@ -323,11 +320,10 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
   // FSDP / HSDP / DDP.
   if (l.fsdp) {
     const int n = static_cast<int>(l.fsdp_n);
-    const std::string& policy = cfg.training.fsdp_reshard_after_forward;
     const double block = block_unit_bytes(args, l);
     // Under PP, whether every micro-batch's backward reduce-scatters or
     // only the step's last.
-    const bool sync_every_backward = dims.pp_enabled() && cfg.training.fsdp_reduce_scatter_per_microbatch;
+    const bool sync_every_backward = dims.pp_enabled() && o.fsdp.reduce_scatter_per_microbatch;
     for (const StagePart& s : parts) {
       const double root = root_unit_bytes(args, l, s);
       // Under PP a unit's gathers per schedule step: with "default" and
@@ -338,8 +334,10 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
                    ? gathers_of_stage_unit(rank0_actions, s.stage, reshard, sync_every_backward, checkpointed)
                    : 0;
       };
-      const int64_t pp_block_gathers = pp_gathers(policy == "always", false);
-      const int64_t pp_recomputed_block_gathers = pp_gathers(policy == "always", true);
+      // (A stage's last block is not the model's: the rule is the same for all.)
+      const bool blocks_reshard = o.fsdp.block_reshards_after_forward(/*last_block=*/false, /*pipelined=*/true);
+      const int64_t pp_block_gathers = pp_gathers(blocks_reshard, false);
+      const int64_t pp_recomputed_block_gathers = pp_gathers(blocks_reshard, true);
       const int64_t pp_root_gathers = pp_gathers(false, false);
       int64_t block_gathers = 0;
       for (int64_t b = s.first_block; b < s.first_block + s.blocks; ++b) {
@@ -349,7 +347,7 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
         } else {
           // A checkpointed block's first pass frees its weights only
           // where a forward would (its recompute gathers them again).
-          const bool freed = policy == "always" || (policy == "default" && b + 1 < args.n_layers);
+          const bool freed = o.fsdp.block_reshards_after_forward(/*last_block=*/b + 1 == args.n_layers, false);
           block_gathers += M * (freed ? 2 : 1);
         }
       }
@@ -397,7 +395,7 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
         // where recomputed; the embedding's output and the output's input
         // once each way.
         int64_t block_ops = 4 * s.blocks + 2 * again;
-        if (cfg.training.enable_async_tensor_parallel) {
+        if (o.tp.async_tp) {
           // Async TP: the blocks' ones are rings of n−1 sends of a shard,
           // A/n, the same bytes in other ops; a zero-bubble W step gathers
           // the inputs of its two fused gather-matmuls again (its I kept no
@@ -429,7 +427,7 @@ ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::Pa
   if (dims.cp_enabled()) {
     const int n = static_cast<int>(l.cp);
     const double P = static_cast<double>(seqs * (args.kv_heads() / l.tp) * T * args.head_dim()) * kFloat;
-    const bool all_gather = cfg.training.context_parallel_rotate_method == "allgather";
+    const bool all_gather = o.cp_rotate == cp::RotateMethod::allgather;
     for (const StagePart& s : parts)
       for (int64_t b = s.first_block; b < s.first_block + s.blocks; ++b) {
         const int64_t forwards = recomputed[static_cast<size_t>(b)] ? 2 : 1;

@@ -71,14 +71,8 @@
 
 #include "titan/dist/comm_log.hpp"
 
-namespace titan::config {
-struct JobConfig;
-}
-namespace titan::parallel {
-struct ParallelDims;
-}
 namespace titan::models::llama3 {
-struct ModelArgs;
+struct JobLayout;
 }
 
 namespace titan::verify {
@@ -108,11 +102,10 @@ struct ExpectedComm {
   StepComm comm;
 };
 
-/// @brief The count for one optimizer step of `cfg` (resolved: the
-/// trainer's config) on the layout `dims`, for rank 0. `first_step`: the
-/// pipeline's shape handshake is part of it.
-ExpectedComm expected_step_comm(const config::JobConfig& cfg, const parallel::ParallelDims& dims,
-                                const models::llama3::ModelArgs& args, bool first_step);
+/// @brief The count for one optimizer step of a job of `layout` (the
+/// trainer's own reading of its config, models/llama3/job_layout.hpp), for
+/// rank 0. `first_step`: the pipeline's shape handshake is part of it.
+ExpectedComm expected_step_comm(const models::llama3::JobLayout& layout, bool first_step);
 
 /// @brief One line per (group, kind) where `measured` and `expected`
 /// differ in ops or in bytes (by more than a byte per op of rounding):

@@ -154,8 +154,7 @@ LayoutCheckReport check_layout(const config::JobConfig& job, const LayoutCheckOp
         for (auto& [name, t] : w) t = t.to(at::kCPU, at::kDouble);
         parallel_weights.push_back(std::move(w));
         comm[s] = measured_step_comm(s);
-        expected[s] = expected_step_comm(trainer.config(), trainer.parallel_dims(), trainer.model()->args(),
-                                         /*first_step=*/s == first);
+        expected[s] = expected_step_comm(trainer.layout(), /*first_step=*/s == first);
       }
     }
   };

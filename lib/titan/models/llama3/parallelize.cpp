@@ -11,6 +11,7 @@
 #include "titan/parallel/fsdp/step_hooks.hpp"
 #include "titan/parallel/float8/step_hooks.hpp"
 #include "titan/parallel/pipeline/step_hooks.hpp"
+#include "titan/parallel/tensor_parallel/parallelize_module.hpp"
 #include "titan/parallel/tensor_parallel/tp_state_dict.hpp"
 
 #include "titan/dist/world.hpp"
@@ -37,19 +38,14 @@ void apply_fsdp(Transformer& model, const dist::DeviceMesh& mesh, const FsdpJobO
   opts.mp_policy.param_dtype = o.param_dtype;
   opts.mp_policy.reduce_dtype = o.reduce_dtype;
   if (o.cpu_offload) opts.offload_policy = fsdp::CPUOffloadPolicy{};
-  const bool always = o.reshard == ReshardAfterForward::Always;
-  const bool by_default = o.reshard == ReshardAfterForward::Default;
   const auto blocks = model->blocks();
   for (size_t i = 0; i < blocks.size(); ++i) {
-    // "default": the last block's backward runs first, right after forward,
-    // so freeing its weights only to gather them again at once is waste.
-    // Under PP several micro-batches' forwards run before their backwards
-    // and share the unsharded weights: "default" keeps them (torchtitan's
-    // reshard_after_forward = not pp_enabled).
-    opts.reshard_after_forward = always || (by_default && !pipelined && i + 1 < blocks.size());
+    // Under PP `model` is one stage: its last block is not the model's,
+    // and "default" reshards none there anyway.
+    opts.reshard_after_forward = o.block_reshards_after_forward(/*last_block=*/i + 1 == blocks.size(), pipelined);
     fsdp::fully_shard(*blocks[i], mesh, opts);
   }
-  opts.reshard_after_forward = always || (by_default && !pipelined);
+  opts.reshard_after_forward = o.root_reshards_after_forward(pipelined);
   fsdp::fully_shard(*model, mesh, opts);
   r.state_dict = std::make_shared<fsdp::FsdpStateDict>(model.ptr());
   // Under PP the stage calls the hooks before each micro-batch's weight
@@ -101,7 +97,7 @@ std::string apply_tensor_parallel(Transformer& model, const dist::DeviceMesh& me
 void apply_activation_checkpointing(Transformer& model, const AcJobOptions& a) {
   for (const auto& block : model->blocks()) {
     if (!a.blocks.at(static_cast<size_t>(block->layer_id))) continue;
-    if (a.per_op)
+    if (a.policy.per_op())
       ac::checkpoint_module_selective_op(*block, a.force_recompute_mm_shapes_by_fqns,
                                          "layers." + std::to_string(block->layer_id));
     else ac::checkpoint_module(*block);
@@ -118,7 +114,7 @@ std::string describe_rank_ac(const std::vector<Transformer>& parts, const AcJobO
       ++blocks;
       if (a.blocks.at(static_cast<size_t>(block->layer_id))) ++wrapped;
     }
-  return ac::describe_ac(a.mode, a.selective_ac_option, wrapped, blocks);
+  return a.policy.describe(wrapped, blocks);
 }
 
 // One model (or one pipeline stage of it): TP, AC, then FSDP / DDP.
@@ -163,7 +159,10 @@ ParallelizedModel parallelize_part(Transformer& model, const parallel::ParallelD
     f8.filter_fqns = o.float8.filter_fqns;
     // Under TP every converted layer takes its amaxes over the tp group, so
     // its pieces scale as the whole layer would.
-    if (dims.tp_enabled() && mesh) f8.tp_group = mesh->group("tp");
+    if (dims.tp_enabled() && mesh) {
+      f8.tp_group = mesh->group("tp");
+      f8.tp_placements = tp::tp_placements(*model);
+    }
     f8.fsdp_float8_all_gather = o.float8.fsdp_float8_all_gather;
     f8.recipe = o.float8.recipe;
     f8.emulate = o.float8.emulate;

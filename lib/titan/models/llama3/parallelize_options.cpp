@@ -58,22 +58,9 @@ ParallelizeOptions parallelize_options(const config::JobConfig& cfg, const paral
   }
 
   const config::ActivationCheckpointSection& a = cfg.activation_checkpoint;
-  o.ac.blocks = ac::blocks_to_checkpoint(a.mode, a.selective_ac_option, args.n_layers);
-  o.ac.per_op = a.mode == "selective" && a.selective_ac_option == "op";
+  o.ac.policy = ac::AcPolicy::from_config(a.mode, a.selective_ac_option);
+  o.ac.blocks = o.ac.policy.blocks(args.n_layers);
   o.ac.force_recompute_mm_shapes_by_fqns = a.per_op_sac_force_recompute_mm_shapes_by_fqns;
-  o.ac.mode = a.mode;
-  o.ac.selective_ac_option = a.selective_ac_option;
-
-  // The optimizer's step in backward hangs on the moment a gradient is
-  // final. A pipeline's split backward (I, then W) and DDP's bucket
-  // all-reduce finish a gradient after that moment; torchtitan refuses PP too.
-  if (cfg.optimizer.early_step_in_backward) {
-    TITAN_CHECK(!dims.pp_enabled(), "[optimizer] early_step_in_backward with pipeline parallelism is not supported "
-                "(torchtitan refuses it too): turn one of them off");
-    TITAN_CHECK(!dims.ddp_enabled(), "[optimizer] early_step_in_backward with DDP is not supported: a gradient is "
-                "final only when its bucket's all-reduce ends, after its parameter's backward; shard instead "
-                "([parallelism] data_parallel_shard_degree) or turn it off");
-  }
 
   o.float8.enable = cfg.float8.enable_float8_linear;
   o.float8.filter_fqns = cfg.float8.filter_fqns;

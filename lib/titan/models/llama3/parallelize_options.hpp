@@ -19,6 +19,7 @@
 #include "titan/models/llama3/model_args.hpp"
 #include "titan/models/llama3/pipeline.hpp"
 #include "titan/models/llama3/tp_plan.hpp"
+#include "titan/parallel/activation_checkpoint/checkpoint.hpp"
 #include "titan/parallel/context_parallel/ring_attention.hpp"
 #include "titan/parallel/context_parallel/sharding.hpp"
 #include "titan/parallel/float8/float8_linear.hpp"
@@ -35,7 +36,7 @@ namespace titan::models::llama3 {
 /// @brief [training] fsdp_reshard_after_forward.
 enum class ReshardAfterForward {
   Default,  ///< every unit but the last block's, and none under PP (torchtitan's "default")
-  Always,   ///< every unit (not under PP)
+  Always,   ///< every unit, also under PP (each micro-batch's backward gathers again)
   Never,    ///< none: the unsharded weights stay from forward to backward
 };
 
@@ -51,17 +52,40 @@ struct FsdpJobOptions {
   /// them unsharded until the step's last backward (false, torch's
   /// pipelining). Without PP every micro-batch is reduce-scattered anyway.
   bool reduce_scatter_per_microbatch = false;
+
+  /// @brief Whether a block's FSDP unit frees its gathered weights after
+  /// its forward (torch FSDP2's reshard_after_forward), the one statement
+  /// of the rule that parallelize_llama applies and the estimate and the
+  /// communication count model. "default": all but the model's last block
+  /// (its backward runs first, right after forward: freeing its weights
+  /// only to gather them again at once is waste), and none under PP
+  /// (several micro-batches' forwards run before their backwards and share
+  /// the weights: torchtitan's reshard_after_forward = not pp_enabled).
+  bool block_reshards_after_forward(bool last_block, bool pipelined) const {
+    switch (reshard) {
+      case ReshardAfterForward::Always: return true;
+      case ReshardAfterForward::Never: return false;
+      case ReshardAfterForward::Default: break;
+    }
+    return !pipelined && !last_block;
+  }
+
+  /// @brief The root unit's setting (the embedding, final norm and output):
+  /// as a block's that is not the last. FSDP2 keeps a root's weights from
+  /// forward to backward whatever it is told (backward starts with them).
+  bool root_reshards_after_forward(bool pipelined) const {
+    return block_reshards_after_forward(/*last_block=*/false, pipelined);
+  }
 };
 
 /// @brief [activation_checkpoint], resolved against the model's layers.
 struct AcJobOptions {
-  /// Per block (by layer id): wrapped in a checkpoint or not.
+  /// mode and selective_ac_option, read (per_op(): matmul outputs kept).
+  ac::AcPolicy policy;
+  /// Per block (by layer id): wrapped in a checkpoint or not (policy.blocks).
   std::vector<bool> blocks;
-  /// selective_ac_option = "op": per-op SAC (matmul outputs kept).
-  bool per_op = false;
+  /// Per-op SAC: weights (by FQN substring) whose matmuls are recomputed anyway.
   std::vector<std::string> force_recompute_mm_shapes_by_fqns;
-  /// The config's names, for the banner (ac::describe_ac).
-  std::string mode, selective_ac_option;
 };
 
 /// @brief [float8], with what the layout decides: the float8 all-gather
@@ -96,9 +120,11 @@ struct ParallelizeOptions {
 /// @brief Reads and checks everything parallelize_llama needs from `cfg`
 /// for a job of `dims` on a model of `args` with `local_batch` sequences
 /// per data-parallel rank: TP divisibility and sequence parallelism's
-/// split, CP's sequence split, the pipeline plan and what it rules out
-/// (AC with a split backward, reshard "always"), the AC blocks, float8's
-/// recipe and its limits with per-op SAC. Throws one line naming the key.
+/// split, CP's sequence split, the pipeline plan (plan_pipeline: stages,
+/// schedule, micro-batches), the AC policy and its blocks, float8's recipe
+/// (rowwise refused inside async TP). Throws one line naming the key.
+/// plan_layout (job_layout.hpp) calls it; everything else takes the
+/// JobLayout.
 ParallelizeOptions parallelize_options(const config::JobConfig& cfg, const parallel::ParallelDims& dims,
                                        const ModelArgs& args, int64_t local_batch);
 

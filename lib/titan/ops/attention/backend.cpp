@@ -4,7 +4,7 @@
 #include "titan/ops/attention/flash_function.hpp"
 #include "titan/ops/attention/math_attention.hpp"
 #ifdef TITAN_HAS_CUDA
-#include "titan/ops/cuda_kernels.hpp"
+#include "titan/ops/attention/flash_cuda.hpp"
 #endif
 #include "titan/util/error.hpp"
 
@@ -33,7 +33,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 #ifdef TITAN_HAS_CUDA
       // A GPU the kernels cannot run on (no image for its architecture, too
       // little shared memory) computes the same attention with SDPA; the
-      // trainer's banner says so (cuda_kernels.hpp).
+      // trainer's banner says so (flash_cuda_unavailable).
       if (q.is_cuda() && q.dim() == 4 &&
           !flash_cuda_unavailable(q.device().index(), q.size(3), q.scalar_type() != at::kHalf).empty())
         break;

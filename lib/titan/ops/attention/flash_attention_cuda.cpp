@@ -11,6 +11,7 @@
 #include "titan/ops/attention/flash_cuda_launch.hpp"
 #include "titan/ops/attention/flash_operands.hpp"
 #include "titan/util/error.hpp"
+#include "titan/util/strprintf.hpp"
 
 namespace titan::ops {
 namespace {
@@ -79,6 +80,15 @@ at::Tensor device_row_bounds(const at::Tensor& doc_start, const at::Tensor& key_
 Dtype dtype_of(const Problem& p) { return p.bf16 ? Dtype::bf16 : Dtype::fp16; }
 
 }  // namespace
+
+std::string flash_cuda_unavailable(int device, int64_t head_dim, bool bf16) {
+  if (!flash_cuda_detail::head_dim_supported(head_dim))
+    return strprintf("the flash kernel has no head_dim %lld (16, 32, 64 or 128)", static_cast<long long>(head_dim));
+  const flash_cuda_detail::Dtype dtype = bf16 ? flash_cuda_detail::Dtype::bf16 : flash_cuda_detail::Dtype::fp16;
+  return cuda_kernels_unavailable(device, strprintf("flash d%lld %s", static_cast<long long>(head_dim),
+                                                    bf16 ? "bf16" : "fp16"),
+                                  [&] { return flash_cuda_detail::kernels_unavailable(device, head_dim, dtype); });
+}
 
 bool flash_cuda_supports(const at::Tensor& q) {
   return q.is_cuda() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf) && q.dim() == 4 &&

@@ -8,7 +8,9 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <optional>
+#include <string>
 
 #include "titan/ops/attention/flash_cpu.hpp"
 
@@ -31,6 +33,12 @@ FlashGrads flash_attention_backward_cuda(const at::Tensor& dout, const at::Tenso
                                          const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
                                          bool causal, std::optional<double> scale, const at::Tensor& doc_start,
                                          const at::Tensor& key_begin = {});
+
+/// @brief "" when the flash kernels of this head dim (bf16 or fp16) run on
+/// CUDA device `device`, else why not (no image for its architecture, too
+/// little shared memory per block, a head dim without kernels). Asked once
+/// per device, head dim and dtype (ops/cuda_kernels.hpp).
+std::string flash_cuda_unavailable(int device, int64_t head_dim, bool bf16);
 
 /// @brief Whether the CUDA kernels take these operands (bf16/fp16, a
 /// supported head dim): ring attention's blocks use them then, else math.

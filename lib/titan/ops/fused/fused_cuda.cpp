@@ -5,6 +5,10 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <array>
+#include <atomic>
+#include <cstdint>
+
 #include "titan/ops/cuda_kernels.hpp"
 #include "titan/ops/fused/fused_cuda_launch.hpp"
 #include "titan/util/error.hpp"
@@ -23,10 +27,26 @@ void* stream_of(const at::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.d
 
 }  // namespace
 
+std::string unavailable(int device) {
+  return cuda_kernels_unavailable(device, "fused", [] { return fused_cuda_detail::kernels_unavailable(); });
+}
+
 bool takes(const at::Tensor& t) {
+  if (!t.defined() || !t.is_cuda() || (t.scalar_type() != at::kFloat && t.scalar_type() != at::kBFloat16))
+    return false;
   // A GPU this binary has no kernels for runs ATen's ops (cuda_kernels.hpp).
-  return t.defined() && t.is_cuda() && (t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16) &&
-         fused_cuda_unavailable(t.device().index()).empty();
+  // Asked per op: the answer per device is kept in an atomic, so only the
+  // first op on a device takes the cache's lock.
+  constexpr int kDevices = 64;
+  static std::array<std::atomic<int8_t>, kDevices> runs{};  // 0 not asked, 1 runs, -1 does not
+  const int device = t.device().index();
+  if (device < 0 || device >= kDevices) return unavailable(device).empty();
+  int8_t known = runs[static_cast<size_t>(device)].load(std::memory_order_relaxed);
+  if (known == 0) {
+    known = unavailable(device).empty() ? 1 : -1;
+    runs[static_cast<size_t>(device)].store(known, std::memory_order_relaxed);
+  }
+  return known == 1;
 }
 
 at::Tensor swiglu_forward(const at::Tensor& a_in, const at::Tensor& b_in) {

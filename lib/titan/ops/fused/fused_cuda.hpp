@@ -8,12 +8,18 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <string>
 #include <utility>
 
 namespace titan::ops::fused_cuda {
 
-/// True when the CUDA kernels take `t`: a CUDA tensor of float32 or bfloat16.
+/// True when the CUDA kernels take `t`: a CUDA tensor of float32 or
+/// bfloat16 on a GPU they run on.
 bool takes(const at::Tensor& t);
+
+/// "" when the fused CUDA kernels run on CUDA device `device`, else why not
+/// (ops/cuda_kernels.hpp). Asked of the device once per process.
+std::string unavailable(int device);
 
 /// silu(a) · b.
 at::Tensor swiglu_forward(const at::Tensor& a, const at::Tensor& b);

@@ -157,19 +157,54 @@ void checkpoint_module(ops::HookableModule& module) {
       });
 }
 
-std::vector<bool> blocks_to_checkpoint(const std::string& mode, const std::string& option, int64_t n_blocks) {
-  if (mode == "none") return std::vector<bool>(static_cast<size_t>(n_blocks), false);
-  if (mode == "full") return std::vector<bool>(static_cast<size_t>(n_blocks), true);
+AcPolicy AcPolicy::from_config(const std::string& mode, const std::string& option) {
+  AcPolicy p;
+  if (mode == "none") return p;
+  if (mode == "full") {
+    p.mode = AcMode::Full;
+    return p;
+  }
   TITAN_CHECK(mode == "selective", "[activation_checkpoint] mode '", mode,
               "' is not one of none, selective, full");
-  if (option == "op") return std::vector<bool>(static_cast<size_t>(n_blocks), true);
+  if (option == "op") {
+    p.mode = AcMode::SelectivePerOp;
+    return p;
+  }
   char* end = nullptr;
   const long long every = std::strtoll(option.c_str(), &end, 10);
   TITAN_CHECK(!option.empty() && end && *end == '\0' && every > 0, "[activation_checkpoint] selective_ac_option '",
               option, "' must be a positive integer N (every N-th block) or \"op\"");
-  std::vector<bool> out(static_cast<size_t>(n_blocks), false);
-  for (int64_t i = 0; i < n_blocks; ++i) out[static_cast<size_t>(i)] = (i + 1) % every == 0;
+  p.mode = AcMode::SelectiveEveryN;
+  p.every = every;
+  return p;
+}
+
+std::vector<bool> AcPolicy::blocks(int64_t n_blocks) const {
+  std::vector<bool> out(static_cast<size_t>(n_blocks), mode == AcMode::Full || mode == AcMode::SelectivePerOp);
+  if (mode == AcMode::SelectiveEveryN)
+    for (int64_t i = 0; i < n_blocks; ++i) out[static_cast<size_t>(i)] = (i + 1) % every == 0;
   return out;
+}
+
+std::string AcPolicy::describe(int64_t wrapped, int64_t n_blocks) const {
+  const std::string counts = " (" + std::to_string(wrapped) + " of " + std::to_string(n_blocks) + " blocks)";
+  switch (mode) {
+    case AcMode::Full: return "full AC" + counts;
+    case AcMode::SelectivePerOp: return "selective per-op AC (matmul outputs kept)" + counts;
+    case AcMode::SelectiveEveryN: return "selective AC every " + std::to_string(every) + " block(s)" + counts;
+    case AcMode::None: break;
+  }
+  return "";
+}
+
+std::string AcPolicy::config_words() const {
+  switch (mode) {
+    case AcMode::Full: return "full";
+    case AcMode::SelectivePerOp: return "selective (op)";
+    case AcMode::SelectiveEveryN: return "selective (" + std::to_string(every) + ")";
+    case AcMode::None: break;
+  }
+  return "none";
 }
 
 namespace {
@@ -318,14 +353,6 @@ void checkpoint_module_selective_op(ops::HookableModule& module, const std::vect
         },
         input);
   });
-}
-
-std::string describe_ac(const std::string& mode, const std::string& option, int64_t wrapped, int64_t n_blocks) {
-  const std::string counts = " (" + std::to_string(wrapped) + " of " + std::to_string(n_blocks) + " blocks)";
-  if (mode == "full") return "full AC" + counts;
-  if (mode == "selective" && option == "op") return "selective per-op AC (matmul outputs kept)" + counts;
-  if (mode == "selective") return "selective AC every " + option + " block(s)" + counts;
-  return "";
 }
 
 }  // namespace titan::ac

@@ -79,17 +79,41 @@ struct KeptMatmulOutput {
 /// which must check `computed_by` to know the entries are its Linears'.
 std::optional<KeptMatmulOutput> kept_matmul_output(size_t ahead);
 
-/// @brief Which blocks torchtitan's apply_ac wraps: mode "none" (none),
-/// "full" (all), "selective" with `selective_ac_option` a positive integer
-/// N (every N-th block: the N-th, 2N-th, ... counted from 1, as
-/// torchtitan's ac_freq), or with "op" all of them (each through
-/// checkpoint_module_selective_op). Throws a one-line titan::Error for
-/// another mode or an option that is neither an integer > 0 nor "op".
-std::vector<bool> blocks_to_checkpoint(const std::string& mode, const std::string& selective_ac_option,
-                                       int64_t n_blocks);
+/// @brief [activation_checkpoint] mode, with selective_ac_option folded in.
+enum class AcMode {
+  None,            ///< mode = "none": every block keeps what autograd saves
+  Full,            ///< mode = "full": every block recomputed in backward
+  SelectiveEveryN, ///< mode = "selective", option N: every N-th block recomputed
+  SelectivePerOp,  ///< mode = "selective", option "op": every block, matmul outputs kept
+};
 
-/// @brief "full AC (6 of 6 blocks)" / "selective AC every 2nd block (3 of 6)" / "".
-std::string describe_ac(const std::string& mode, const std::string& selective_ac_option, int64_t wrapped,
-                        int64_t n_blocks);
+/// @brief What activation checkpointing a job asks for, read from the
+/// config once: everything that decides which blocks are wrapped, how, and
+/// what a recompute costs (the trainer, the estimate and the communication
+/// count all take it from here).
+struct AcPolicy {
+  AcMode mode = AcMode::None;
+  int64_t every = 0;  ///< SelectiveEveryN: N
+
+  /// @brief Reads [activation_checkpoint] mode and selective_ac_option.
+  /// Throws a one-line titan::Error for another mode, or a selective option
+  /// that is neither an integer > 0 nor "op".
+  static AcPolicy from_config(const std::string& mode, const std::string& selective_ac_option);
+
+  /// @brief Per-op SAC: checkpointed blocks keep their matmul outputs, so a
+  /// recompute runs everything but the block's GEMMs.
+  bool per_op() const { return mode == AcMode::SelectivePerOp; }
+
+  /// @brief Which of `n_blocks` blocks torchtitan's apply_ac wraps: none,
+  /// all (full, per op), or every N-th (the N-th, 2N-th, ... counted from
+  /// 1, as torchtitan's ac_freq).
+  std::vector<bool> blocks(int64_t n_blocks) const;
+
+  /// @brief "full AC (6 of 6 blocks)" / "selective AC every 2 block(s) (3 of 6 blocks)" / "".
+  std::string describe(int64_t wrapped, int64_t n_blocks) const;
+
+  /// @brief The config's words: "none", "full", "selective (op)", "selective (2)".
+  std::string config_words() const;
+};
 
 }  // namespace titan::ac

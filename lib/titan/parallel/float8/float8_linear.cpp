@@ -15,7 +15,6 @@
 #include "titan/ops/linear.hpp"
 #include "titan/parallel/fsdp/all_gather_extension.hpp"
 #include "titan/parallel/fsdp/fully_shard.hpp"
-#include "titan/parallel/tensor_parallel/parallelize_module.hpp"
 #include "titan/util/error.hpp"
 
 namespace titan::float8 {
@@ -440,9 +439,12 @@ std::vector<std::string> convert_to_float8_training(torch::nn::Module& root, con
               "float8: the float8 FSDP all-gather needs recipe_name \"tensorwise\" (torchao gathers tensorwise-scaled "
               "weights only); turn one of them off");
   // Rowwise under TP: which dimension TP cut, from each weight's placement.
-  std::map<std::string, Placement> placed;
-  if (options.recipe == Recipe::Rowwise && options.tp_group)
-    for (const auto& [name, info] : tp::tp_parameters(root)) placed[name] = info.placement;
+  const bool rowwise_tp = options.recipe == Recipe::Rowwise && options.tp_group;
+  TITAN_CHECK(!rowwise_tp || !options.tp_placements.empty(), "convert_to_float8_training: the rowwise recipe under ",
+              "TP (tp_group set) needs Float8Options::tp_placements (tp::tp_placements(root)): the dimension TP cut ",
+              "decides which amaxes are reduced over the group");
+  static const std::map<std::string, Placement> kNone;
+  const std::map<std::string, Placement>& placed = rowwise_tp ? options.tp_placements : kNone;
   std::vector<std::string> converted;
   for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
     auto* linear = dynamic_cast<ops::LinearImpl*>(item.value().get());

@@ -26,10 +26,13 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "titan/dtensor/placement.hpp"
 
 namespace torch::nn {
 class Module;
@@ -181,6 +184,11 @@ struct Float8Options {
   /// token and W per input feature, along the split output features); the
   /// rest are whole on every rank.
   Recipe recipe = Recipe::Tensorwise;
+  /// Rowwise under TP: where TP placed each weight, by name relative to
+  /// root (tp::tp_placements(root)), for the dimension it cut. Handed in
+  /// rather than looked up so that float8 does not depend on tensor
+  /// parallelism (async TP's float8 rings depend on float8).
+  std::map<std::string, Placement> tp_placements;
   /// Emulated float8 GEMMs on GPUs (set_emulated_gemms, process-wide).
   bool emulate = false;
 };

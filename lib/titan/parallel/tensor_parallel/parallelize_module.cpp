@@ -72,6 +72,12 @@ std::map<std::string, TpParameterInfo> tp_parameters(torch::nn::Module& module) 
   return out;
 }
 
+std::map<std::string, Placement> tp_placements(torch::nn::Module& module) {
+  std::map<std::string, Placement> out;
+  for (const auto& [name, info] : tp_parameters(module)) out[name] = info.placement;
+  return out;
+}
+
 std::vector<std::pair<std::string, std::string>> tp_styles(torch::nn::Module& module) {
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& [path, hook] : hooks_under(module)) out.emplace_back(path, hook->style);

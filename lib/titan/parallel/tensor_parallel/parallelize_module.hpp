@@ -46,6 +46,10 @@ struct TpParameterInfo {
 /// replicated tensors).
 std::map<std::string, TpParameterInfo> tp_parameters(torch::nn::Module& module);
 
+/// @brief tp_parameters' placements alone (what float8's rowwise recipe
+/// takes: float8::Float8Options::tp_placements).
+std::map<std::string, Placement> tp_placements(torch::nn::Module& module);
+
 /// @brief The styles applied under `module`: (module path, style name).
 std::vector<std::pair<std::string, std::string>> tp_styles(torch::nn::Module& module);
 
