@@ -23,6 +23,22 @@
 ///                          ─ shard.grad
 /// ```
 ///
+/// What each hook does with the full weights turns on two named
+/// predicates (hooks.cpp), not on the counters behind them:
+/// `full_weights_still_needed()` (graphs of other micro-batches in flight,
+/// the step's unsynced gradient sums, a checkpointed first pass kept for
+/// its recompute) and `may_free_between_uses()` (reshard_after_forward, not
+/// the root, no backward of the unit begun and unfinished):
+///
+/// | hook          | state in → out            | full weights                                                        |
+/// |---------------|---------------------------|---------------------------------------------------------------------|
+/// | pre_forward   | any → Forward             | reused if Unsharded and still needed; refilled into the saved storage if ShardedPostForward and still needed; else released and gathered afresh |
+/// | post_forward  | Forward → Idle            | with autograd: storage freed if may_free_between_uses (not in a recompute); without: kept for the recompute if the unit does not reshard, else released unless still needed |
+/// | pre_backward  | not Forward → PreBackward | refilled if ShardedPostForward; the unit before it prefetched        |
+/// | post_backward | not Forward → PostBackward (Idle at the backward's end) | released unless still needed, else storage freed if may_free_between_uses |
+///
+/// A transition from another state is a bug in titan (FsdpUnit::enter).
+///
 /// With activation checkpointing a block's forward runs twice: first
 /// without autograd (gather, compute, release: Sharded, awaits_recompute();
 /// a unit with reshard_after_forward = false keeps them Unsharded instead,
@@ -320,6 +336,31 @@ class FsdpUnit : public ops::ForwardHook, public std::enable_shared_from_this<Fs
   // Checkpointed first passes that kept the full parameters (no reshard
   // after forward) and whose recompute has not started yet.
   int recomputes_pending_ = 0;
+
+  // The decisions of the hooks (hooks.cpp), each named once.
+  //
+  // Whether anyone besides the call at hand still needs the full
+  // parameters: graphs of forwards whose backward has not reached this
+  // unit (a pipeline's micro-batches), the step's unsynced gradient sums
+  // (the next micro-batch reuses the weights), or a checkpointed first
+  // pass that kept them for its recompute. While it holds, a forward
+  // reuses (or refills) the gathered weights and nothing releases them.
+  bool full_weights_still_needed() const {
+    return graphs_in_flight_ > 0 || holds_unsynced_gradients() || recomputes_pending_ > 0;
+  }
+  // reshard_after_forward as this unit applies it: never on the root (its
+  // output layer's backward comes first).
+  bool reshards_after_forward() const { return options_.reshard_after_forward && !is_root; }
+  // Whether the full parameters' storage may be freed now, between two
+  // uses: the unit reshards after forward and no backward of it has begun
+  // and not ended (a zero-bubble I before its W: the W reads the weights).
+  bool may_free_between_uses() const { return reshards_after_forward() && backwards_begun_ == 0; }
+  // Moves training_state_ to `next` from a state that may precede it, else
+  // fails as a bug in titan naming the unit, the hook and both states:
+  // post_forward follows pre_forward, and no backward hook runs inside the
+  // unit's forward.
+  void enter(TrainingState next, const char* hook);
+
   double forward_start_us_ = 0;
   double backward_start_us_ = 0;  // PreBackward done: the unit's backward compute starts
 };

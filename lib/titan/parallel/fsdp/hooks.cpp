@@ -37,6 +37,7 @@
 #include "titan/dist/comm_log.hpp"
 #include "titan/ops/backward_callbacks.hpp"
 #include "titan/parallel/fsdp/fsdp_unit.hpp"
+#include "titan/util/internal_assert.hpp"
 
 namespace titan::fsdp {
 namespace {
@@ -66,6 +67,20 @@ struct PreBackward : torch::autograd::Node {
 
 }  // namespace
 
+void FsdpUnit::enter(TrainingState next, const char* hook) {
+  // Forward is entered from any state: a recompute inside backward or a
+  // pipeline's next forward starts from a backward state, and a forward
+  // that threw left its unit in Forward (FSDP2 enters FORWARD alike).
+  // post_forward's Idle only from Forward; the backward states from
+  // anywhere but Forward (no backward runs inside the unit's forward).
+  bool legal = true;
+  if (next == TrainingState::Idle) legal = training_state_ == TrainingState::Forward;
+  else if (next != TrainingState::Forward) legal = training_state_ != TrainingState::Forward;
+  TITAN_INTERNAL_ASSERT(legal, "fsdp: unit ", name_, ": ", hook, " in state ", state_name(training_state_),
+                        " (to ", state_name(next), ")");
+  training_state_ = next;
+}
+
 at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
   // Normally nothing is in flight here (the end of backward waited for it);
   // after a backward that threw before its end, finish its reductions now so
@@ -73,7 +88,7 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
   // root: a block's forward may some day be recomputed inside backward
   // (activation checkpointing), where waiting would cost the overlap.
   if (is_root) comm_->finish();
-  training_state_ = TrainingState::Forward;
+  enter(TrainingState::Forward, "pre_forward");
   // Activation checkpointing's first pass: backward will run this forward
   // again, so the unit's backward needs a gather (pre_backward prefetches it).
   awaits_recompute_ = ops::in_checkpointed_forward();
@@ -85,17 +100,17 @@ at::Tensor FsdpUnit::pre_forward(const at::Tensor& input) {
   // of the step reuses what it gathered.
   // And in the recompute of a checkpointed forward that kept them (below,
   // post_forward).
-  const bool reuse = sharded_state_ == ShardedState::Unsharded &&
-                     (graphs_in_flight_ > 0 || holds_unsynced_gradients() || recomputes_pending_ > 0) &&
-                     shards_unchanged();
+  const bool reuse = sharded_state_ == ShardedState::Unsharded && full_weights_still_needed() && shards_unchanged();
   if (ops::in_recompute() && recomputes_pending_ > 0) --recomputes_pending_;
   // The same under reshard_after_forward: the earlier forwards freed the
   // storage their graphs saved, and this one gathers into that very storage
   // again (as their backwards will), so every graph in flight keeps seeing
   // one set of full parameters. FSDP2 under torch's pipelining with
   // reshard_after_forward=True gathers once per micro-batch forward alike.
-  const bool refill = sharded_state_ == ShardedState::ShardedPostForward &&
-                      (graphs_in_flight_ > 0 || holds_unsynced_gradients()) && shards_unchanged();
+  // (A unit that reshards after forward keeps nothing for a recompute, so
+  // here the weights are needed by graphs or unsynced sums.)
+  const bool refill =
+      sharded_state_ == ShardedState::ShardedPostForward && full_weights_still_needed() && shards_unchanged();
   if (!reuse) {
     if (!refill) {
       // Backward releases the full parameters, so any still here come from
@@ -163,7 +178,7 @@ at::Tensor FsdpUnit::post_forward(const at::Tensor& output) {
   // The module holds the shards again outside its forward, so parameters()
   // (and the optimizer) always see shards.
   install_shards();
-  training_state_ = TrainingState::Idle;
+  enter(TrainingState::Idle, "post_forward");
   if (!at::GradMode::is_enabled() || !output.requires_grad()) {
     // Activation checkpointing's first pass of a unit that does not
     // reshard after forward: its recompute inside backward uses these very
@@ -172,13 +187,13 @@ at::Tensor FsdpUnit::post_forward(const at::Tensor& output) {
     // decide. Without this a pipeline stage under full AC would gather each
     // block for its first forward, again for the next micro-batch's, and
     // again for the first recompute.
-    if (awaits_recompute_ && (!options_.reshard_after_forward || is_root)) {
+    if (awaits_recompute_ && !reshards_after_forward()) {
       ++recomputes_pending_;
       return output;
     }
     // Pending graphs, or the micro-batches still to come of a step without
     // gradient sync, share them.
-    if (graphs_in_flight_ == 0 && !holds_unsynced_gradients() && recomputes_pending_ == 0) release_full();
+    if (!full_weights_still_needed()) release_full();
     return output;
   }
   // A recompute (activation checkpointing) is followed at once by this
@@ -187,8 +202,7 @@ at::Tensor FsdpUnit::post_forward(const at::Tensor& output) {
   // micro-batch's forward between a backward's input-gradient half and its
   // weight-gradient half, which may read the weights (RMSNorm's fused
   // backward node computes both).
-  if (options_.reshard_after_forward && !is_root && !ops::in_recompute() && backwards_begun_ == 0)
-    free_full_storage();
+  if (may_free_between_uses() && !ops::in_recompute()) free_full_storage();
   auto node = std::shared_ptr<PreBackward>(new PreBackward(), torch::autograd::deleteNode);
   node->unit = shared_from_this();
   node->set_next_edges(torch::autograd::collect_next_edges(output));
@@ -199,7 +213,7 @@ at::Tensor FsdpUnit::post_forward(const at::Tensor& output) {
 
 void FsdpUnit::pre_backward() {
   const double t0 = event_clock_us();
-  training_state_ = TrainingState::PreBackward;
+  enter(TrainingState::PreBackward, "pre_backward");
   ++backwards_begun_;
   if (sharded_state_ == ShardedState::ShardedPostForward) unshard();  // refill the storage the graph saved
   // The unit before this one in forward order needs its weights next:
@@ -224,7 +238,7 @@ void FsdpUnit::post_backward(const std::vector<at::Tensor>& full_grads) {
   backward_start_us_ = 0;
   --graphs_in_flight_;
   backwards_begun_ = std::max(0, backwards_begun_ - 1);  // 0 when no PreBackward ran (an output without gradient)
-  training_state_ = TrainingState::PostBackward;
+  enter(TrainingState::PostBackward, "post_backward");
   // Idle again when this backward ends (FSDP2 resets every state in its
   // final callback). Weak: a unit dropped meanwhile needs nothing.
   ops::queue_final_callback([weak = std::weak_ptr<FsdpUnit>(shared_from_this())] {
@@ -253,8 +267,9 @@ void FsdpUnit::post_backward(const std::vector<at::Tensor>& full_grads) {
   // would after a forward: the storage is freed, and the next forward or
   // backward of the unit refills it (a pipeline stage reduce-scattering
   // every micro-batch then holds only the blocks in use, not all of them).
-  if (graphs_in_flight_ <= 0 && recomputes_pending_ == 0) release_full();
-  else if (options_.reshard_after_forward && !is_root && backwards_begun_ == 0) free_full_storage();
+  // (No unsynced sum is left here: the synced backward took it.)
+  if (!full_weights_still_needed()) release_full();
+  else if (may_free_between_uses()) free_full_storage();
   // Whatever is still in flight when the backward ends (this reduction, if
   // no unit issues after it) is waited then. Queued once per unit: a
   // backward that stopped early never runs its callbacks, so a "queued
