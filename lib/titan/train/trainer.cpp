@@ -77,6 +77,26 @@ bool stop_agreed(const std::optional<StopSignal>& stop, int64_t world_size) {
   return flag.item<float>() > 0.0f;
 }
 
+// TrainerOptions::single_process, checked before anything reads it.
+void check_single_process_reads(const DataParallelReads& reads) {
+  TITAN_CHECK(reads.degree >= 1 && !reads.ranks.empty(), "single_process: needs a data-parallel degree >= 1 "
+              "and at least one rank to read, got degree ", reads.degree, " and ", reads.ranks.size(), " ranks");
+  for (int64_t r : reads.ranks)
+    TITAN_CHECK(r >= 0 && r < reads.degree, "single_process: data-parallel rank ", r, " is outside [0, ",
+                reads.degree, ")");
+  TITAN_CHECK(reads.microbatch_size >= 0, "single_process: microbatch_size must be >= 0, got ",
+              reads.microbatch_size);
+}
+
+// Float8 GEMMs need float8 tensor cores (or emulation): refused before the
+// job starts, in one line, rather than deep in cuBLAS at the first forward.
+void check_float8_runs_on(const c10::Device& device, const config::Float8Section& float8) {
+  if (!float8.enable_float8_linear || !device.is_cuda()) return;
+  const auto [major, minor] = metrics::compute_capability(device);
+  const std::string problem = float8::float8_gpu_error(metrics::device_name(device), major, minor, float8.emulate);
+  TITAN_CHECK(problem.empty(), problem);
+}
+
 }  // namespace
 
 Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
@@ -84,15 +104,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // Everything that can be wrong with the inputs is checked first, cheapest
   // first, so that a bad config fails in milliseconds with one line and
   // before any output.
-  if (const auto& reads = options_.single_process) {
-    TITAN_CHECK(reads->degree >= 1 && !reads->ranks.empty(), "single_process: needs a data-parallel degree >= 1 "
-                "and at least one rank to read, got degree ", reads->degree, " and ", reads->ranks.size(), " ranks");
-    for (int64_t r : reads->ranks)
-      TITAN_CHECK(r >= 0 && r < reads->degree, "single_process: data-parallel rank ", r, " is outside [0, ",
-                  reads->degree, ")");
-    TITAN_CHECK(reads->microbatch_size >= 0, "single_process: microbatch_size must be >= 0, got ",
-                reads->microbatch_size);
-  }
+  if (options_.single_process) check_single_process_reads(*options_.single_process);
   // A single-process run (a reference) is one process whatever launched
   // it: tests run it on every rank of a parallel job to compare against.
   const bool single = options_.single_process.has_value();
@@ -104,63 +116,33 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // starts; `titan train --nproc N` ran the same in its launcher).
   layout_ = plan_job_layout(cfg_, env.world_size, device_, options_.model_args,
                             single ? std::optional<int64_t>(options_.single_process->degree) : std::nullopt);
-  // Float8 GEMMs need float8 tensor cores (or emulation): refused here, in
-  // one line, rather than deep in cuBLAS at the first forward.
-  if (cfg_.float8.enable_float8_linear && device_.is_cuda()) {
-    const auto [major, minor] = metrics::compute_capability(device_);
-    const std::string problem =
-        float8::float8_gpu_error(metrics::device_name(device_), major, minor, cfg_.float8.emulate);
-    TITAN_CHECK(problem.empty(), problem);
-  }
+  check_float8_runs_on(device_, cfg_.float8);
   // The CPU GEMM of fp32 Linear layers, process-wide (as torch.backends'
   // flags are): the last trainer built decides.
   ops::set_cpu_matmul(ops::parse_cpu_matmul(cfg_.model.cpu_matmul));
   // Mixed precision without FSDP: torchtitan's AMP for one device and DDP.
   autocast_ = autocast_dtype(layout_.dims, cfg_.training.mixed_precision_param, device_, options_.autocast_on_cpu);
-
   // A CPU job over the host's memory would be killed by the kernel without
   // a word, or swap for hours: refuse it now (a reference run is a test's).
   // An init-only run (steps 0, a seed checkpoint) holds its parameter shards,
   // not a step's activations: the estimate would overstate it.
   const bool init_only = cfg_.training.steps == 0 || cfg_.checkpoint.create_seed_checkpoint;
-  if (!single && !init_only && device_.is_cpu())
-    check_host_memory(layout_, env.local_world_size);
-
-  const data::TokenizerChoice choice =
-      data::choose_tokenizer_path(cfg_.model.tokenizer_path, cfg_.model.hf_assets_path, layout_.args.vocab_size);
-  tokenizer_ = data::load_tokenizer(choice.path);
-  tokenizer_note_ = choice.note;
-  data::check_vocab_fits(*tokenizer_, layout_.args.vocab_size);
+  if (!single && !init_only && device_.is_cpu()) check_host_memory(layout_, env.local_world_size);
+  load_tokenizer();
 
   // Join the job once the inputs are known to be good (so a bad config fails
   // alike on every rank without a rendezvous), then lay the ranks out.
   if (env.world_size > 1) join_job();
-
-  // MFU's peak (metrics/rank_peak.hpp). A CPU peak is calibrated here:
-  // every rank has joined (the rendezvous above is a barrier), and none has
-  // started loading data or building the model, so nothing of this job
-  // computes while it is measured.
-  {
-    metrics::RankPeakInputs in;
-    in.given = options_.peak_flops;
-    in.device = device_;
-    // FSDP and autocast compute in mixed_precision_param; otherwise the
-    // weights' own dtype ([training] dtype) is the compute dtype.
-    const bool cast = layout_.dims.fsdp_enabled() || autocast_.has_value();
-    in.compute_dtype = cast ? metrics::compute_dtype_for_peak(true, cfg_.training.mixed_precision_param)
-                            : layout_.parallelize.param_storage_dtype;
-    in.local_rank = env.local_rank;
-    in.local_world_size = env.local_world_size;
-    if (mesh_) in.group = dist::world().group();
-    peak_ = metrics::resolve_rank_peak(in);
-  }
+  // MFU's peak, calibrated (on a CPU) now that every rank has joined and
+  // before anything of this job computes.
+  resolve_peak(env);
 
   // Data: this rank's shard of the documents, or (single_process) the
   // shards of the ranks it reads for.
   read_ranks_ = single ? options_.single_process->ranks : std::vector<int64_t>{dp_group_ ? dp_group_->rank() : 0};
   for (int64_t dp_rank : read_ranks_)
-    loaders_.push_back(build_data_loader(cfg_, layout_.batches, tokenizer_, dp_rank, layout_.args.attn_mask_type == "block_causal"));
-
+    loaders_.push_back(
+        build_data_loader(cfg_, layout_.batches, tokenizer_, dp_rank, layout_.args.attn_mask_type == "block_causal"));
   if (cfg_.validation.enable) build_validator();
 
   // Memory snapshots count tensors from here on, so that the model,
@@ -168,24 +150,63 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   memory_ = build_memory_recorder(cfg_, rank_, device_, [this](const std::string& line) { print(line); });
   set_determinism(cfg_.training.seed, cfg_.training.deterministic, cfg_.training.deterministic_warn_only, device_);
   build_model();
+  build_optimizer_and_schedule();
+
+  // Outputs go under [job] dump_folder: the metrics, the effective config,
+  // the checkpoints (resumed from the latest one in the folder, resharded
+  // to this job's layout) and traces on torchtitan's schedule.
+  build_metrics();
+  if (!cfg_.job.save_config_file.empty()) save_config_file();
+  if (cfg_.checkpoint.enable_checkpoint) build_checkpointer();
+  profiler_ = build_trace_profiler(cfg_, rank_, device_, [this](const std::string& line) { print(line); });
+}
+
+void Trainer::load_tokenizer() {
+  const data::TokenizerChoice choice =
+      data::choose_tokenizer_path(cfg_.model.tokenizer_path, cfg_.model.hf_assets_path, layout_.args.vocab_size);
+  tokenizer_ = data::load_tokenizer(choice.path);
+  tokenizer_note_ = choice.note;
+  data::check_vocab_fits(*tokenizer_, layout_.args.vocab_size);
+}
+
+void Trainer::resolve_peak(const dist::LaunchEnv& env) {
+  // metrics/rank_peak.hpp. A CPU peak is calibrated here: every rank has
+  // joined (the rendezvous is a barrier), and none has started loading
+  // data or building the model, so nothing of this job computes while it
+  // is measured.
+  metrics::RankPeakInputs in;
+  in.given = options_.peak_flops;
+  in.device = device_;
+  // FSDP and autocast compute in mixed_precision_param; otherwise the
+  // weights' own dtype ([training] dtype) is the compute dtype.
+  const bool cast = layout_.dims.fsdp_enabled() || autocast_.has_value();
+  in.compute_dtype = cast ? metrics::compute_dtype_for_peak(true, cfg_.training.mixed_precision_param)
+                          : layout_.parallelize.param_storage_dtype;
+  in.local_rank = env.local_rank;
+  in.local_world_size = env.local_world_size;
+  if (mesh_) in.group = dist::world().group();
+  peak_ = metrics::resolve_rank_peak(in);
+}
+
+void Trainer::build_optimizer_and_schedule() {
   params_ = parallelized_.params;
   optimizer_ = build_optimizer(params_, cfg_.optimizer);
   scheduler_ = build_lr_scheduler(*optimizer_, cfg_);
-  if (layout_.step_in_backward) {
-    step_in_backward_ = std::make_unique<optim::StepInBackward>(*optimizer_, params_, parallelized_.grad_norm_params);
-    if (cfg_.training.max_norm > 0)
-      early_lines_.push_back(strprintf(
-          "note: [training] max_norm = %g clips nothing with [optimizer] early_step_in_backward: each parameter "
-          "steps as its gradient arrives, before the norm of them all is known (torchtitan's neither); the log's "
-          "grad_norm is the unclipped norm",
-          cfg_.training.max_norm));
-  }
+  if (!layout_.step_in_backward) return;
+  step_in_backward_ = std::make_unique<optim::StepInBackward>(*optimizer_, params_, parallelized_.grad_norm_params);
+  if (cfg_.training.max_norm > 0)
+    early_lines_.push_back(strprintf(
+        "note: [training] max_norm = %g clips nothing with [optimizer] early_step_in_backward: each parameter "
+        "steps as its gradient arrives, before the norm of them all is known (torchtitan's neither); the log's "
+        "grad_norm is the unclipped norm",
+        cfg_.training.max_norm));
+}
 
+void Trainer::build_metrics() {
   // MFU: model FLOPs per token over the rank's peak (resolved above).
   flops_per_token_ = models::llama3::flops_per_token(layout_.args, cfg_.training.seq_len);
-
-  // Outputs go under [job] dump_folder. One log for the job: rank 0
-  // prints and writes the metrics files, the others only compute.
+  // One log for the job: rank 0 prints and writes the metrics files, the
+  // others only compute.
   jsonl_path_ = metrics_jsonl_path(cfg_);
   if (rank_ != 0) options_.console = false;
   MetricsBuild mb;
@@ -209,14 +230,6 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
     }
   }
   metrics_ = build_metrics_processor(cfg_, mb);
-  if (!cfg_.job.save_config_file.empty()) save_config_file();
-
-  // Checkpoints: resume from the latest one in the folder (a fresh start
-  // when there is none), resharded to this job's layout.
-  if (cfg_.checkpoint.enable_checkpoint) build_checkpointer();
-
-  // Traces on torchtitan's schedule; every rank writes its own.
-  profiler_ = build_trace_profiler(cfg_, rank_, device_, [this](const std::string& line) { print(line); });
 }
 
 Trainer::~Trainer() = default;
@@ -384,15 +397,7 @@ metrics::ValidationRecord Trainer::validate(int64_t step) {
   return r;
 }
 
-StepResult Trainer::train_step() {
-  const auto t0 = std::chrono::steady_clock::now();
-  StepResult r;
-  r.step = step_ + 1;
-  r.lr = scheduler_->current_lr();
-
-  optimizer_->zero_grad(/*set_to_none=*/true);
-  if (memory_) memory_->mark(r.step, "step start", params_, optimizer_.get());
-  dist::FlightRecorder::instance().set_step(r.step);
+Trainer::ForwardBackward Trainer::forward_backward_step() {
   // The step's batches are read first: its loss is normalised by the
   // number of counted targets in the whole global batch, which the first
   // backward already needs (torchtitan's train_step reads them first too).
@@ -409,46 +414,50 @@ StepResult Trainer::train_step() {
   const int64_t readers = static_cast<int64_t>(loaders_.size());
   const std::shared_ptr<const cp::ContextParallel>& context = model_->context_parallel();
   std::vector<data::Batch> batches;
-  int64_t local_targets = 0;
+  ForwardBackward fb;
   {
     TITAN_PROFILE_RANGE("titan::data_loading");
     for (int64_t i = 0; i < layout_.batches.accumulation_steps * readers; ++i) {
       data::Batch b = loaders_[static_cast<size_t>(i % readers)]->next();
       if (context) cp::keep_sequence_shard(b, *context);
-      local_targets += ops::counted_targets(b.labels);
+      fb.local_targets += ops::counted_targets(b.labels);
       batches.push_back(std::move(b));
     }
     if (options_.single_process && options_.single_process->microbatch_size > 0)
       batches = cut_into_microbatches(std::move(batches), options_.single_process->microbatch_size);
   }
   const double read_seconds = seconds_since(read_t0);
-  const LossNormalizer normalizer = normalize_over_global_batch(local_targets, loss_group_.get(), device_);
-  // The pipeline's schedule takes the scale as a number: one host read of
+  const LossNormalizer normalizer = normalize_over_global_batch(fb.local_targets, loss_group_.get(), device_);
+  fb.global_targets = normalizer.global_targets;
+  // The pipeline's runtime takes the scale as a number: one host read of
   // the count (a PP step syncs with the host for its loss anyway).
-  AccumulationResult acc =
-      parallelized_.pipeline
-          ? accumulate_pipeline_gradients(*parallelized_.pipeline, batches,
-                                          normalizer.loss_scale.item<double>(), device_)
-          : accumulate_gradients(
-                model_, batches, normalizer.loss_scale, device_,
-                [this](bool last) {
-                  parallelized_.step_hooks.before_micro_batch_backward(last);
-                  if (step_in_backward_) step_in_backward_->arm(last);
-                },
-                parallelized_.loss_fn, autocast_);
-  acc.data_seconds += read_seconds;
+  fb.acc = parallelized_.pipeline
+               ? accumulate_pipeline_gradients(*parallelized_.pipeline, batches,
+                                               normalizer.loss_scale.item<double>(), device_)
+               : accumulate_gradients(
+                     model_, batches, normalizer.loss_scale, device_,
+                     [this](bool last) {
+                       parallelized_.step_hooks.before_micro_batch_backward(last);
+                       if (step_in_backward_) step_in_backward_->arm(last);
+                     },
+                     parallelized_.loss_fn, autocast_);
+  fb.acc.data_seconds += read_seconds;
   parallelized_.step_hooks.after_last_backward();
-  // Fault injection for the tests of `titan verify`: "RANK:FACTOR" makes
-  // that rank of a multi-rank job scale its gradients (its shards under
-  // FSDP) by FACTOR, as a layout that mis-averaged (or mis-signed) them
-  // would. Never set in real runs.
-  if (const char* bad = std::getenv("TITAN_FAULT_SCALE_GRADS"); bad && *bad && mesh_) {
-    const std::string spec(bad);
-    const size_t colon = spec.find(':');
-    if (colon != std::string::npos && std::atoi(spec.substr(0, colon).c_str()) == rank_)
-      for (const at::Tensor& p : params_)
-        if (p.grad().defined()) p.grad().mul_(std::atof(spec.substr(colon + 1).c_str()));
-  }
+  return fb;
+}
+
+StepResult Trainer::train_step() {
+  const auto t0 = std::chrono::steady_clock::now();
+  StepResult r;
+  r.step = step_ + 1;
+  r.lr = scheduler_->current_lr();
+
+  optimizer_->zero_grad(/*set_to_none=*/true);
+  if (memory_) memory_->mark(r.step, "step start", params_, optimizer_.get());
+  dist::FlightRecorder::instance().set_step(r.step);
+  const ForwardBackward fb = forward_backward_step();
+  const AccumulationResult& acc = fb.acc;
+  if (options_.after_backward) options_.after_backward(params_);
   if (memory_) memory_->mark(r.step, "forward + backward", params_, optimizer_.get());
   // Job-wide numbers: the loss is the ranks' summed losses over the global
   // batch's count of targets, the tokens are their sum, and the max loss is
@@ -471,7 +480,7 @@ StepResult Trainer::train_step() {
       at::stack({acc.loss_sum.to(at::kDouble), at::scalar_tensor(static_cast<double>(acc.tokens), f64)});
   // A rank none of whose targets counts has no mean of its own: 0 here.
   at::Tensor max_loss =
-      (acc.loss_sum.to(at::kDouble) / static_cast<double>(std::max<int64_t>(local_targets, 1))).reshape({1});
+      (acc.loss_sum.to(at::kDouble) / static_cast<double>(std::max<int64_t>(fb.local_targets, 1))).reshape({1});
   if (loss_group_) {
     loss_group_->all_reduce(loss_and_tokens);
     loss_group_->all_reduce(max_loss, dist::ReduceOp::Max);
@@ -483,7 +492,7 @@ StepResult Trainer::train_step() {
                                                              parallelized_.grad_shard_groups,
                                                              parallelized_.grad_norm_params);
   const at::Tensor host = at::cat({loss_and_tokens, max_loss, norm.to(loss_and_tokens.device(), at::kDouble).reshape({1}),
-                                   normalizer.global_targets.to(loss_and_tokens.device()).reshape({1})})
+                                   fb.global_targets.to(loss_and_tokens.device()).reshape({1})})
                               .cpu();
   const double* h = host.data_ptr<double>();
   r.loss = h[0] / h[4];

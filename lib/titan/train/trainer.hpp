@@ -38,6 +38,7 @@
 #include "titan/train/job_layout.hpp"
 #include "titan/train/sharded_init.hpp"
 #include "titan/train/summary.hpp"
+#include "titan/train/train_step.hpp"
 
 namespace torch::optim {
 class Optimizer;
@@ -92,6 +93,11 @@ struct TrainerOptions {
   std::optional<models::llama3::ModelArgs> model_args;
   /// Called after every step (after its log line), e.g. to collect losses.
   std::function<void(const StepResult&)> on_step;
+  /// Called on every rank after each step's backward, before the loss is
+  /// reduced and the gradients clipped, with the tensors the optimizer
+  /// steps (their gradients complete: shards under FSDP). An adapter for
+  /// tests and `titan verify`'s fault injection (verify/gradient_fault.hpp).
+  std::function<void(const std::vector<at::Tensor>& trained)> after_backward;
   /// Console output: true prints the banner, log lines and summary.
   bool console = true;
   /// Where console output goes; nullptr = std::cout.
@@ -144,8 +150,8 @@ class Trainer {
   /// the optimizer could write NaN into the weights.
   TrainSummary train();
 
-  /// @brief One optimizer step: zero gradients, accumulate over the
-  /// micro-batches, check the loss, clip, update, advance the LR schedule.
+  /// @brief One optimizer step: zero gradients, forward_backward_step,
+  /// the job-wide loss, check it, clip, update, advance the LR schedule.
   /// Does not log (train() feeds the result to the MetricsProcessor).
   StepResult train_step();
 
@@ -187,9 +193,21 @@ class Trainer {
  private:
   // The constructor's steps that need the trainer's own state (the
   // components built from one config section each are in builders.hpp).
+  /// The tokenizer of [model] tokenizer_path / hf_assets_path, checked
+  /// against the model's vocabulary.
+  void load_tokenizer();
   /// Joins the job (rendezvous, flight recorder) and lays the ranks out:
   /// the mesh, the data-parallel and loss groups.
   void join_job();
+  /// MFU's peak for this rank (given, a GPU's datasheet, or a CPU GEMM
+  /// calibrated once per node: collective on a CPU job of several ranks).
+  void resolve_peak(const dist::LaunchEnv& env);
+  /// The optimizer over the trained tensors, its LR schedule and, with
+  /// [optimizer] early_step_in_backward, the hooks that step in backward.
+  void build_optimizer_and_schedule();
+  /// The MetricsProcessor: rank 0 logs and writes; under TensorBoard for
+  /// all ranks the run folder is agreed through the job's store.
+  void build_metrics();
   /// [validation]'s loader over the same data-parallel ranks (collective
   /// at run time).
   void build_validator();
@@ -209,6 +227,18 @@ class Trainer {
   std::string init_memory_table();
   /// Runs [validation] after `step` and logs it (collective).
   metrics::ValidationRecord validate(int64_t step);
+  /// What one step's forward and backward leave for the rest of it.
+  struct ForwardBackward {
+    AccumulationResult acc;     ///< this rank's loss sum, tokens, data time
+    int64_t local_targets = 0;  ///< this rank's counted targets
+    at::Tensor global_targets;  ///< the global batch's (float64, on the device)
+  };
+  /// The step's forward and backward (torchtitan's forward_backward_step,
+  /// apart from train_step): reads the global batch, normalises the loss
+  /// over its counted targets and accumulates every micro-batch's
+  /// gradients (the pipeline's schedule under PP); the gradients are
+  /// complete on return.
+  ForwardBackward forward_backward_step();
 
   config::JobConfig cfg_;
   TrainerOptions options_;

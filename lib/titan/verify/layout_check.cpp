@@ -12,6 +12,7 @@
 #include "titan/metrics/format.hpp"
 #include "titan/train/determinism.hpp"
 #include "titan/train/trainer.hpp"
+#include "titan/verify/gradient_fault.hpp"
 #include "titan/verify/reference_trainer.hpp"
 #include "titan/util/error.hpp"
 #include "titan/util/files.hpp"
@@ -162,6 +163,7 @@ LayoutCheckReport check_layout(const config::JobConfig& job, const LayoutCheckOp
     config::JobConfig pc = cfg;
     pc.job.dump_folder += "/layout";
     train::TrainerOptions po = quiet_options();
+    po.after_backward = gradient_fault_from_env();  // the tests' injected fault, if any
     if (resume_at > 0) {
       pc = with_resume_checkpoint(pc, -1);
       po.load_checkpoint = false;  // a fresh start, whatever an earlier check left
@@ -191,7 +193,9 @@ LayoutCheckReport check_layout(const config::JobConfig& job, const LayoutCheckOp
     config::JobConfig later = options.resume_as ? layout_check_config(*options.resume_as, options) : cfg;
     later.job.dump_folder = cfg.job.dump_folder + "/layout";
     later = with_resume_checkpoint(later, resume_at);
-    train::Trainer trainer(later, quiet_options());
+    train::TrainerOptions lo = quiet_options();
+    lo.after_backward = gradient_fault_from_env();
+    train::Trainer trainer(later, lo);
     TITAN_CHECK(trainer.step() == resume_at, "titan verify: the resumed run starts after step ", trainer.step(),
                 ", not after step ", resume_at, " where its checkpoint was saved (the step was not loaded: ",
                 "train_state in [checkpoint] exclude_from_loading?)");
