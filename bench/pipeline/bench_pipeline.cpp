@@ -96,7 +96,7 @@ void run_one(Row& row, const std::string& name, int m, const Options& o, const d
   verify::PipelineRunOptions po;
   po.kind = kind;
   po.microbatches = m;
-  po.schedule.record_events = true;
+  po.runtime.record_events = true;
   verify::PipelineRun run = verify::build_pipeline_run(spec, world.group(), po);
   const std::vector<at::Tensor> params = run.parameters();
   for (int64_t step = 1; step <= o.warmup + o.steps; ++step) {
@@ -104,9 +104,9 @@ void run_one(Row& row, const std::string& name, int m, const Options& o, const d
     for (const at::Tensor& p : params)
       if (p.grad().defined()) p.mutable_grad().zero_();
     const double t0 = now_ms();
-    run.schedule->step(batch.inputs, batch.labels);
+    run.runtime->step(batch.inputs, batch.labels);
     const double t1 = now_ms();
-    const std::vector<double> b = pp::measured_bubble(run.schedule->gather_events(), s.pp);
+    const std::vector<double> b = pp::measured_bubble(run.runtime->gather_events(), s.pp);
     if (step <= o.warmup) continue;
     row.times.push_back(t1 - t0);
     double mean = 0;

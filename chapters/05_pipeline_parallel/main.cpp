@@ -261,7 +261,7 @@ int main(int argc, char** argv) {
       pp::RuntimeOptions ro;
       ro.record_events = true;   // a barrier starts each step: one clock zero for all ranks
       ro.measure_memory = true;  // peak tensor bytes above the step's start
-      run.schedule = std::make_shared<pp::PipelineRuntime>(run.plan.spec, run.stages, run.pp_group, ro);
+      run.runtime = std::make_shared<pp::PipelineRuntime>(run.plan.spec, run.stages, run.pp_group, ro);
       res.spec = run.plan.spec;
       res.plan = run.plan.describe();
 
@@ -286,8 +286,8 @@ int main(int argc, char** argv) {
       for (auto& p : run.parameters())
         if (p.grad().defined()) p.mutable_grad().zero_();
       const MicroBatch batch = local_micro_batches(spec, 1, 0, 1).front();
-      const pp::PipelineStepResult step = run.schedule->step(batch.inputs, batch.labels);
-      res.events = run.schedule->gather_events();
+      const pp::PipelineStepResult step = run.runtime->step(batch.inputs, batch.labels);
+      res.events = run.runtime->gather_events();
       res.peak_bytes = per_rank(group, static_cast<double>(step.peak_activation_bytes), rank, n);
       res.bubble = pp::measured_bubble(res.events, n);
       for (const auto& e : res.events) res.step_ms = std::max(res.step_ms, e.end_us / 1e3);

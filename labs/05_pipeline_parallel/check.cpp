@@ -178,15 +178,15 @@ int main(int argc, char** argv) {
       verify::PipelineRunOptions o;
       o.kind = pp::ScheduleKind::OneFOneB;
       o.microbatches = m;
-      o.schedule.compute_actions = orders;  // the runtime runs YOUR order
+      o.runtime.compute_actions = orders;  // the runtime runs YOUR order
       verify::PipelineRun run = verify::build_pipeline_run(spec, world.group(), o);
 
       pp::RankActions ran;
-      for (const auto& a : run.schedule->actions())
+      for (const auto& a : run.runtime->actions())
         if (a.is_compute()) ran.push_back(a);
       report(global_max(ran == orders[static_cast<size_t>(rank)] ? 0 : 1) == 0,
              name + ": the runtime runs your order on every rank",
-             "rank " + std::to_string(rank) + " runs " + std::to_string(run.schedule->actions().size()) +
+             "rank " + std::to_string(rank) + " runs " + std::to_string(run.runtime->actions().size()) +
                  " actions (" + std::to_string(ran.size()) + " compute, the rest sends and receives)");
 
       auto opt = verify::build_optimizer(spec, run.parameters());

@@ -59,12 +59,12 @@ int main(int argc, char** argv) {
       o.kind = titan::pp::ScheduleKind::OneFOneB;
       o.microbatches = 4;
       int actions = 0;
-      o.schedule.before_action = [&](const titan::pp::Action& a) {
+      o.runtime.before_action = [&](const titan::pp::Action& a) {
         if (world.rank() == bad_rank && ++actions == 4) throw titan::Error("injected failure before " + a.str());
       };
       titan::verify::PipelineRun run = titan::verify::build_pipeline_run(spec, world.group(), o);
       auto batch = titan::verify::local_micro_batches(spec, 1, 0, 1).front();
-      run.schedule->step(batch.inputs, batch.labels);
+      run.runtime->step(batch.inputs, batch.labels);
       std::printf("rank %d finished\n", world.rank());
       return 0;
     }

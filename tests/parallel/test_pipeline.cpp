@@ -170,12 +170,12 @@ TEST(Pipeline, ActivationMemoryGPipeHoldsEveryMicroBatch1F1BAtMostPp) {
     verify::PipelineRunOptions o;
     o.kind = kinds[k];
     o.microbatches = m;
-    o.schedule.measure_memory = true;
+    o.runtime.measure_memory = true;
     verify::PipelineRun run = verify::build_pipeline_run(spec, world().group(), o);
     auto batch = verify::local_micro_batches(spec, 1, 0, 1).front();
-    run.schedule->step(batch.inputs, batch.labels);  // warm-up (allocator, RoPE table)
+    run.runtime->step(batch.inputs, batch.labels);  // warm-up (allocator, RoPE table)
     for (auto& p : run.parameters()) p.mutable_grad().zero_();  // keep the storage: only activations count
-    peak[k] = run.schedule->step(batch.inputs, batch.labels).peak_activation_bytes;
+    peak[k] = run.runtime->step(batch.inputs, batch.labels).peak_activation_bytes;
   }
   // GPipe keeps all m micro-batches' activations on every rank, 1F1B at
   // most pp − r on rank r: the ratio should approach m / (pp − r). Measured
@@ -204,15 +204,15 @@ TEST(Pipeline, CustomComputeActionsRunAsGiven) {
   verify::PipelineRunOptions o;
   o.kind = ScheduleKind::OneFOneB;
   o.microbatches = 4;
-  o.schedule.compute_actions = titan::pp::compute_actions(gpipe);
+  o.runtime.compute_actions = titan::pp::compute_actions(gpipe);
   verify::PipelineRun run = verify::build_pipeline_run(spec, world().group(), o);
   titan::pp::RankActions ran;
-  for (const auto& a : run.schedule->actions())
+  for (const auto& a : run.runtime->actions())
     if (a.is_compute()) ran.push_back(a);
-  EXPECT_EQ(ran, o.schedule.compute_actions.at(static_cast<size_t>(world().rank())));
+  EXPECT_EQ(ran, o.runtime.compute_actions.at(static_cast<size_t>(world().rank())));
   expect_pipeline_trains_alike(spec, run, "custom actions (GPipe order, 1F1B spec)");
 
-  o.schedule.compute_actions.back().pop_back();  // the last rank's last backward
+  o.runtime.compute_actions.back().pop_back();  // the last rank's last backward
   EXPECT_THROW(verify::build_pipeline_run(spec, world().group(), o), titan::Error);
 }
 

@@ -103,7 +103,7 @@ std::vector<data::Batch> cut_into_microbatches(std::vector<data::Batch> batches,
   return out;
 }
 
-AccumulationResult accumulate_pipeline_gradients(pp::PipelineRuntime& schedule,
+AccumulationResult accumulate_pipeline_gradients(pp::PipelineRuntime& runtime,
                                                  const std::vector<data::Batch>& batches, double loss_scale,
                                                  const c10::Device& device) {
   TITAN_CHECK(!batches.empty(), "gradient accumulation needs at least 1 batch, got none");
@@ -122,7 +122,7 @@ AccumulationResult accumulate_pipeline_gradients(pp::PipelineRuntime& schedule,
     }
     r.data_seconds += seconds_since(t0);
     TITAN_PROFILE_RANGE("titan::pipeline_step");
-    loss_sum += schedule.step(inputs, loss_scale).loss_sum;
+    loss_sum += runtime.step(inputs, loss_scale).loss_sum;
     r.tokens += inputs.labels.numel();
   }
   r.loss_sum = at::scalar_tensor(loss_sum, at::TensorOptions().dtype(at::kFloat).device(device));

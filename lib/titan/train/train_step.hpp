@@ -105,13 +105,13 @@ AccumulationResult accumulate_gradients(models::llama3::Transformer& model,
                                         std::optional<at::ScalarType> autocast = std::nullopt);
 
 /// @brief accumulate_gradients under pipeline parallelism: each of
-/// `batches` goes through one step of `schedule` (which cuts it into the
+/// `batches` goes through one step of `runtime` (which cuts it into the
 /// schedule's micro-batches and runs their forwards and backwards across
 /// the stages, whose losses sum over their targets), with each
 /// micro-batch's loss scaled by `loss_scale` (LossNormalizer::loss_scale,
-/// read to the host: the schedule takes a number). The loss sum is the last
+/// read to the host: the runtime takes a number). The loss sum is the last
 /// stage's, known on every pipeline rank.
-AccumulationResult accumulate_pipeline_gradients(pp::PipelineRuntime& schedule,
+AccumulationResult accumulate_pipeline_gradients(pp::PipelineRuntime& runtime,
                                                  const std::vector<data::Batch>& batches, double loss_scale,
                                                  const c10::Device& device);
 

@@ -39,7 +39,7 @@ PipelineRun build_pipeline_run(const RunSpec& spec, std::shared_ptr<dist::Proces
   setup.device = spec.device;
   setup.loss_fn = o.loss_fn;
   run.stages = models::llama3::pipeline_stages(run.parts, run.plan, pp_rank, setup);
-  run.schedule = std::make_shared<pp::PipelineRuntime>(run.plan.spec, run.stages, pp_group, o.schedule);
+  run.runtime = std::make_shared<pp::PipelineRuntime>(run.plan.spec, run.stages, pp_group, o.runtime);
   return run;
 }
 
@@ -71,7 +71,7 @@ Technique pipeline_technique(PipelineRun& run, const RunSpec& spec,
   t.forward_backward = [&run](const std::vector<MicroBatch>& micro) {
     std::vector<at::Tensor> in, lab;
     for (const MicroBatch& mb : micro) in.push_back(mb.inputs), lab.push_back(mb.labels);
-    return run.schedule->step(at::cat(in), at::cat(lab)).loss;
+    return run.runtime->step(at::cat(in), at::cat(lab)).loss;
   };
   t.full_grads = [full] { return full(true); };
   t.full_params = [full] { return full(false); };

@@ -20,12 +20,12 @@
 
 namespace titan::verify {
 
-/// @brief A model cut for this pipeline rank and the schedule that runs it.
+/// @brief A model cut for this pipeline rank and the runtime that runs its schedule.
 struct PipelineRun {
   models::llama3::PipelinePlan plan;
   std::vector<models::llama3::Transformer> parts;  ///< this rank's stages, in stage order
   std::vector<std::shared_ptr<pp::PipelineStage>> stages;
-  std::shared_ptr<pp::PipelineRuntime> schedule;
+  std::shared_ptr<pp::PipelineRuntime> runtime;
   std::shared_ptr<dist::ProcessGroup> pp_group;
   /// Every parameter of every part (what the optimizer steps).
   std::vector<at::Tensor> parameters() const;
@@ -50,7 +50,7 @@ struct PipelineRunOptions {
   int64_t local_seq_len = 0;
   /// The last stage's loss (loss parallel); empty = cross_entropy.
   std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss_fn;
-  pp::RuntimeOptions schedule;
+  pp::RuntimeOptions runtime;  ///< the runtime's own options (events, memory, a given action list)
 };
 
 /// @brief build_model(spec, spec.model_seed) — the reference's weights —,

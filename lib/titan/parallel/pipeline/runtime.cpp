@@ -123,7 +123,7 @@ void PipelineRuntime::agree_shapes() {
   shapes_agreed_ = true;
 }
 
-PipelineStepResult PipelineRuntime::step(const BatchInputs& batch, double loss_scale) {
+PipelineStepResult PipelineRuntime::step(const BatchInputs& batch, std::optional<double> loss_scale) {
   return run(batch, loss_scale, /*forward_only=*/false, nullptr);
 }
 
@@ -164,12 +164,12 @@ struct PipelineRuntime::StepState {
   std::map<int, at::Tensor> eval_losses;
 };
 
-PipelineStepResult PipelineRuntime::run(const BatchInputs& batch, double loss_scale, bool forward_only,
+PipelineStepResult PipelineRuntime::run(const BatchInputs& batch, std::optional<double> loss_scale, bool forward_only,
                                         std::vector<double>* microbatch_losses) {
   const int m = spec_.microbatches, S = spec_.num_stages();
   StepState st;
   st.micro = split_microbatches(batch, m);
-  st.loss_scale = loss_scale < 0 ? 1.0 / m : loss_scale;
+  st.loss_scale = loss_scale.value_or(1.0 / m);
   st.forward_only = forward_only;
   st.device = stages_.front()->options().device;
   if (!shapes_agreed_ && spec_.pp > 1) agree_shapes();

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "titan/parallel/pipeline/microbatch.hpp"
@@ -54,11 +55,15 @@ struct RuntimeOptions {
 
 /// @brief What one step measured on this rank.
 struct PipelineStepResult {
-  /// Mean loss over the step's micro-batches (all of them; from the last
-  /// stage, sent to every rank of the pipeline group).
+  /// loss_sum / micro-batches: the mean of the micro-batches' losses as
+  /// the last stage's loss_fn returns them (with ops::cross_entropy, each a
+  /// mean: the step's mean loss when the micro-batches hold equally many
+  /// counted targets; with the trainer's summing loss, a sum per
+  /// micro-batch, so read loss_sum there). From the last stage, sent to
+  /// every rank of the pipeline group.
   double loss = 0;
-  /// The micro-batches' losses added up (loss · micro-batches): with a
-  /// stage loss that sums over targets, the step's summed loss.
+  /// The micro-batches' losses added up, unscaled: with a stage loss that
+  /// sums over targets (the trainer's), the step's summed loss.
   double loss_sum = 0;
   /// Peak tensor bytes above the step's start (with measure_memory).
   int64_t peak_activation_bytes = 0;
@@ -77,16 +82,17 @@ class PipelineRuntime {
   /// the pipeline) is cut by split_microbatches into spec.microbatches
   /// micro-batches along the batch — the first stage reads their inputs,
   /// the last their labels, every stage their doc_start —; each
-  /// micro-batch's loss is multiplied by `loss_scale` before backward (1/m
-  /// by default: the gradients are those of the mean of the micro-batches'
-  /// mean losses — the batch's mean loss when they hold equally many
-  /// targets, which hidden document-boundary targets can change; the
-  /// trainer's stages sum their targets' losses instead and scale by one
-  /// over the global batch's count, which makes it exact). Gradients are
-  /// accumulated into .grad. Collective over the pipeline group.
-  PipelineStepResult step(const BatchInputs& batch, double loss_scale = -1);
+  /// micro-batch's loss is multiplied by `loss_scale` before backward
+  /// (none given: 1/m, so that the gradients are those of the mean of the
+  /// micro-batches' mean losses — the batch's mean loss when they hold
+  /// equally many targets, which hidden document-boundary targets can
+  /// change; the trainer's stages sum their targets' losses instead and
+  /// give one over the global batch's count, which makes it exact).
+  /// Gradients are accumulated into .grad. Collective over the pipeline group.
+  PipelineStepResult step(const BatchInputs& batch, std::optional<double> loss_scale = std::nullopt);
   /// step() of a batch without document starts (causal attention).
-  PipelineStepResult step(const at::Tensor& inputs, const at::Tensor& labels, double loss_scale = -1) {
+  PipelineStepResult step(const at::Tensor& inputs, const at::Tensor& labels,
+                          std::optional<double> loss_scale = std::nullopt) {
     return step(BatchInputs{inputs, labels, {}}, loss_scale);
   }
 
@@ -110,7 +116,7 @@ class PipelineRuntime {
  private:
   /// What travels between one step's actions on this rank (runtime.cpp).
   struct StepState;
-  PipelineStepResult run(const BatchInputs& batch, double loss_scale, bool forward_only,
+  PipelineStepResult run(const BatchInputs& batch, std::optional<double> loss_scale, bool forward_only,
                          std::vector<double>* microbatch_losses);
   /// The communication actions [begin, end) of actions_, posted as one
   /// batch of sends and receives.

@@ -30,8 +30,10 @@ struct StageOptions {
   /// its input (its doc_start under block-causal attention).
   std::function<at::Tensor(const at::Tensor& input, const BatchInputs& microbatch)> forward;
   /// Last stage: the loss of a micro-batch from its logits and labels
-  /// (empty = ops::cross_entropy, the mean; the trainer's is a sum, which it
-  /// scales by the global batch's count through the schedule's loss_scale).
+  /// (empty = ops::cross_entropy, the mean over the micro-batch's targets,
+  /// what a pipeline alone needs; the trainer's, parallelize_llama's
+  /// loss_fn, is the sum, which it scales by one over the global batch's
+  /// count through PipelineRuntime::step's loss_scale).
   std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss_fn;
   /// Shape and dtype of one micro-batch's activation entering this stage
   /// (unused on the first stage, whose input is tokens) and leaving it
@@ -76,7 +78,7 @@ class PipelineStage {
   void backward_weight(int mb);
 
   /// Losses (unscaled) of the micro-batches this last stage ran since the
-  /// last take_losses(), summed, as a detached scalar; undefined if none.
+  /// last take_loss_sum(), summed, as a detached scalar; undefined if none.
   at::Tensor take_loss_sum();
   /// Forgets every micro-batch held for a backward and the loss sum (after
   /// a forward-only pass, or a step that failed part-way).
