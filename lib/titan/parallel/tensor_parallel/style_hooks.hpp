@@ -9,7 +9,7 @@
 /// change, and what one call's post_forward needs from its pre_forward (the
 /// embedding's id mask, the weight sequence parallelism swapped out) goes
 /// through that call's ops::HookCall. Async TP's overlapped versions are
-/// types of their own (async_tp.cpp), which enable_async_tp puts in these
+/// types of their own (async_tp_hooks.cpp), which enable_async_tp puts in these
 /// hooks' places.
 
 #include <ATen/ATen.h>
