@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "support/cpu_gemm_here.hpp"
 #include "titan/ops/cpu_isa.hpp"
 #include "titan/ops/gemm/cpu_matmul.hpp"
 #include "titan/ops/gemm/onednn_sgemm.hpp"
@@ -150,9 +151,7 @@ TEST(CpuMatmul, TheChoiceIsParsedWithOneLineErrors) {
   // there) and with AVX-512 kernels (not under ONEDNN_MAX_CPU_ISA=AVX2);
   // else aten, and the banner's word says why.
   const CpuMatmul chosen = titan::ops::parse_cpu_matmul("auto");
-  const char* isa_cap = std::getenv("ONEDNN_MAX_CPU_ISA");
-  if (!titan::ops::onednn::available() || titan::ops::cpu_vendor() == "GenuineIntel" ||
-      (isa_cap != nullptr && std::string(isa_cap) == "AVX2") || !__builtin_cpu_supports("avx512f"))
+  if (!titan::ops::onednn::available() || !titan::testing::cpu_gemm_here().auto_takes_onednn())
     EXPECT_EQ(chosen, CpuMatmul::aten);
   if (chosen == CpuMatmul::aten) {
     titan::ops::set_cpu_matmul(CpuMatmul::aten);

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/cpu_gemm_here.hpp"
 #include "support/metrics_jsonl.hpp"
 #include "support/run_command.hpp"
 #include "titan/checkpoint/file_io.hpp"
@@ -72,13 +73,11 @@ TEST(TrainCli, BannerNamesTheGemmOfTheLinearLayers) {
   ScratchDir dir("train_cli_gemm");
   auto r = run_command(debug_run(dir));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const bool intel = titan::ops::cpu_vendor() == "GenuineIntel";
-  const char* isa_cap = std::getenv("ONEDNN_MAX_CPU_ISA");
-  const bool avx512 = __builtin_cpu_supports("avx512f") && !(isa_cap != nullptr && std::string(isa_cap) == "AVX2");
+  const titan::testing::CpuGemmHere here = titan::testing::cpu_gemm_here();
   EXPECT_HAS(r.output, !titan::ops::onednn::available() ? "fp32 Linear GEMMs by aten::mm (oneDNN's plugin did not load"
-                       : intel   ? "fp32 Linear GEMMs by aten::mm (an Intel CPU, where MKL's own kernels are as fast"
-                       : !avx512 ? "fp32 Linear GEMMs by aten::mm (oneDNN would run gemm:jit here, not its AVX-512"
-                                 : " threads, fp32 Linear GEMMs by oneDNN\n");
+                       : here.intel   ? "fp32 Linear GEMMs by aten::mm (an Intel CPU, where MKL's own kernels are as fast"
+                       : !here.avx512 ? "fp32 Linear GEMMs by aten::mm (oneDNN would run gemm:jit here, not its AVX-512"
+                                      : " threads, fp32 Linear GEMMs by oneDNN\n");
   auto aten = run_command(debug_run(dir) + " --model.cpu_matmul aten");
   ASSERT_EQ(aten.exit_code, 0) << aten.output;
   EXPECT_HAS(aten.output, "fp32 Linear GEMMs by aten::mm\n");
