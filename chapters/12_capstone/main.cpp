@@ -570,6 +570,28 @@ void print_estimate(const std::vector<std::string>& args, int64_t world) {
 
 // ------------------------------------------------------------ the lesson, section by section
 
+/// FSDP's analytic split of TP's local tensors over `n` ranks: the bytes
+/// rank `k` holds (each tensor's dim-0 rows by torch.chunk's rule), and
+/// into `units` each unit's gathered bytes (every rank's padded rows; a
+/// block per "layers.<i>", the rest the root's).
+double fsdp_shard_bytes(const std::map<std::string, std::vector<int64_t>>& local_shapes, int64_t n, int64_t k,
+                        Units& units) {
+  std::map<std::string, double> gathered;
+  double held = 0;
+  for (const auto& [name, shape] : local_shapes) {
+    int64_t row = 1;
+    for (size_t d = 1; d < shape.size(); ++d) row *= shape[d];
+    held += double(titan::shard_size_and_offset(shape[0], n, k).first * row * 4);
+    const std::string unit = name.rfind("layers.", 0) == 0 ? name.substr(0, name.find('.', 7)) : "root";
+    gathered[unit] += double((shape[0] + n - 1) / n * n * row * 4);
+  }
+  for (const auto& [u, b] : gathered) {
+    if (u == "root") units.root = b;
+    else units.blocks.push_back(b);
+  }
+  return held;
+}
+
 /// What section 2 leaves to section 3: this rank's stage (its shape), the
 /// techniques applied, FSDP's units (the trainer's step is checked with them).
 struct StepByStep {
@@ -681,24 +703,11 @@ bool build_step_by_step(const Layout& l, const models::llama3::ModelArgs& args, 
   for (const auto& block : s.part->blocks()) fsdp::fully_shard(*block, dp_mesh, fo);
   fsdp::fully_shard(*s.part, dp_mesh, fo);
   applied.fsdp = true;
-  const int64_t n = l.fsdp_size(), k = l.fsdp_rank();
-  // Analytic: each TP-local tensor's dim-0 rows by torch.chunk's rule; the
-  // gathered unit = every rank's padded rows.
-  std::map<std::string, double> units;
-  double exact = 0;
-  for (const auto& [name, shape] : local_shapes) {
-    int64_t row = 1;
-    for (size_t d = 1; d < shape.size(); ++d) row *= shape[d];
-    exact += double(titan::shard_size_and_offset(shape[0], n, k).first * row * 4);
-    const std::string unit = name.rfind("layers.", 0) == 0 ? name.substr(0, name.find('.', 7)) : "root";
-    units[unit] += double((shape[0] + n - 1) / n * n * row * 4);
-  }
-  for (const auto& [u, b] : units) {
-    if (u == "root") out.unit_bytes.root = b;
-    else out.unit_bytes.blocks.push_back(b);
-  }
+  const int64_t n = l.fsdp_size();
+  const double exact = fsdp_shard_bytes(local_shapes, n, l.fsdp_rank(), out.unit_bytes);
   report(strprintf("2%c. FSDP %lld: fully_shard per block + root over mesh[\"%s\"] (%zu units on this rank's "
-                   "stage), sharding TP's local tensors", letter++, (long long)n, l.fsdp_dim.c_str(), units.size()),
+                   "stage), sharding TP's local tensors", letter++, (long long)n, l.fsdp_dim.c_str(),
+                   out.unit_bytes.blocks.size() + (out.unit_bytes.root > 0 ? 1 : 0)),
          cp_on ? "stage/(tp*dp*cp)" : "stage/(tp*dp)", stage_bytes / double(kTP * n), exact);
   s.part = nullptr;  // the step-by-step model goes (its shape stays in s)
   return ok;
