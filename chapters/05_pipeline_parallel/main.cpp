@@ -62,6 +62,7 @@
 #include "titan/metrics/format.hpp"
 #include "titan/metrics/tensor_memory.hpp"
 #include "titan/models/llama3/pipeline.hpp"
+#include "titan/ops/cross_entropy.hpp"
 #include "titan/parallel/pipeline/runtime.hpp"
 #include "titan/parallel/pipeline/schedule.hpp"
 #include "titan/parallel/pipeline/simulate.hpp"
@@ -257,6 +258,11 @@ int main(int argc, char** argv) {
       setup.activation_shape = {spec.global_batch / v.microbatches, spec.seq_len, spec.model.dim};
       setup.dtype = spec.dtype;
       setup.device = spec.device;
+      // The last stage's loss: each micro-batch's mean cross-entropy (the
+      // runtime scales each by 1/m, so the step's loss is the batch's mean).
+      setup.loss_fn = [](const at::Tensor& logits, const at::Tensor& labels) {
+        return ops::cross_entropy(logits, labels);
+      };
       run.stages = models::llama3::pipeline_stages(run.parts, run.plan, rank, setup);
       pp::RuntimeOptions ro;
       ro.record_events = true;   // a barrier starts each step: one clock zero for all ranks

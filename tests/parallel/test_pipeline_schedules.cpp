@@ -26,6 +26,7 @@
 #include "titan/parallel/pipeline/schedule_csv.hpp"
 #include "titan/parallel/pipeline/simulate.hpp"
 #include "titan/parallel/pipeline/split.hpp"
+#include "titan/parallel/pipeline/stage.hpp"
 #include "titan/util/error.hpp"
 #include "support/error_of.hpp"
 #include "support/run_command.hpp"
@@ -519,4 +520,21 @@ TEST(PipelineMicroBatches, SplitKeepsTheRowsOfEveryTensorTogether) {
   EXPECT_NE(error_of([&] { split_microbatches({rows, rows, rows.narrow(0, 0, 3)}, 3); })
                 .find("the batch's doc_start hold 3 sequences but its inputs 6"),
             std::string::npos);
+}
+
+// The last stage says which loss it takes (a sum for the trainer, a mean
+// for a pipeline alone): without one it is refused at construction, in one
+// line; the stages before it need none.
+TEST(PipelineStage, TheLastStageNeedsItsLoss) {
+  StageOptions o;
+  o.forward = [](const at::Tensor& x, const BatchInputs&) { return x; };
+  o.num_stages = 2;
+  o.stage_index = 0;
+  EXPECT_EQ(error_of([&] { PipelineStage first(o); }), "");
+  o.stage_index = 1;
+  const std::string e = error_of([&] { PipelineStage last(o); });
+  EXPECT_NE(e.find("pipeline stage 1 is the last of 2 and has no loss_fn"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  o.loss_fn = [](const at::Tensor& logits, const at::Tensor&) { return logits.sum(); };
+  EXPECT_EQ(error_of([&] { PipelineStage last(o); }), "");
 }

@@ -1,3 +1,4 @@
+#include "titan/ops/cross_entropy.hpp"
 #include "titan/verify/pipeline_technique.hpp"
 
 #include <ATen/ATen.h>
@@ -37,7 +38,12 @@ PipelineRun build_pipeline_run(const RunSpec& spec, std::shared_ptr<dist::Proces
   setup.activation_shape = {batch / o.microbatches, seq, spec.model.dim};
   setup.dtype = spec.dtype;
   setup.device = spec.device;
-  setup.loss_fn = o.loss_fn;
+  // Without one given, each micro-batch's mean loss (the runtime's default
+  // scale 1/m then makes the step's the batch's mean).
+  setup.loss_fn = o.loss_fn ? o.loss_fn
+                            : [](const at::Tensor& logits, const at::Tensor& labels) {
+                                return ops::cross_entropy(logits, labels);
+                              };
   run.stages = models::llama3::pipeline_stages(run.parts, run.plan, pp_rank, setup);
   run.runtime = std::make_shared<pp::PipelineRuntime>(run.plan.spec, run.stages, pp_group, o.runtime);
   return run;

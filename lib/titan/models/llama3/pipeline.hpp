@@ -93,7 +93,7 @@ struct StageSetup {
   std::vector<int64_t> activation_shape;
   at::ScalarType dtype = at::kFloat;        ///< what the stages compute in
   c10::Device device = c10::Device(c10::kCPU);  ///< the compute device
-  /// The last stage's loss; empty = ops::cross_entropy (the mean).
+  /// The last stage's loss (required: pp::StageOptions::loss_fn).
   std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss_fn;
 };
 

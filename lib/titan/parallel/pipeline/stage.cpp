@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
-#include "titan/ops/cross_entropy.hpp"
 #include "titan/parallel/pipeline/split_backward.hpp"
 #include "titan/util/error.hpp"
 
@@ -13,6 +12,9 @@ PipelineStage::PipelineStage(StageOptions options) : o_(std::move(options)) {
   TITAN_CHECK(o_.num_stages >= 1 && o_.stage_index >= 0 && o_.stage_index < o_.num_stages, "pipeline stage ",
               o_.stage_index, " is not one of ", o_.num_stages, " stages");
   TITAN_CHECK(static_cast<bool>(o_.forward), "pipeline stage ", o_.stage_index, " has no forward");
+  TITAN_CHECK(o_.stage_index + 1 < o_.num_stages || static_cast<bool>(o_.loss_fn), "pipeline stage ",
+              o_.stage_index, " is the last of ", o_.num_stages, " and has no loss_fn (StageOptions::loss_fn: the "
+              "micro-batch's loss, a sum or a mean over its targets)");
 }
 
 PipelineStage::Held& PipelineStage::held(int mb, const char* what) {
@@ -34,7 +36,7 @@ at::Tensor PipelineStage::forward(int mb, const at::Tensor& input, const BatchIn
   if (is_last()) {
     const at::Tensor& labels = batch.labels;
     TITAN_CHECK(labels.defined(), "pipeline: the last stage needs the labels of micro-batch ", mb);
-    at::Tensor loss = o_.loss_fn ? o_.loss_fn(out, labels) : ops::cross_entropy(out, labels);
+    at::Tensor loss = o_.loss_fn(out, labels);
     h.target = loss * loss_scale;
     at::Tensor d = loss.detach().to(at::kFloat);
     loss_sum_ = loss_sum_.defined() ? loss_sum_ + d : d;

@@ -29,11 +29,13 @@ struct StageOptions {
   /// micro-batch this input belongs to, for what every stage reads besides
   /// its input (its doc_start under block-causal attention).
   std::function<at::Tensor(const at::Tensor& input, const BatchInputs& microbatch)> forward;
-  /// Last stage: the loss of a micro-batch from its logits and labels
-  /// (empty = ops::cross_entropy, the mean over the micro-batch's targets,
-  /// what a pipeline alone needs; the trainer's, parallelize_llama's
-  /// loss_fn, is the sum, which it scales by one over the global batch's
-  /// count through PipelineRuntime::step's loss_scale).
+  /// Last stage (required there; no default, so that every caller says
+  /// which): the loss of a micro-batch from its logits and labels. The
+  /// trainer's (parallelize_llama's loss_fn) sums over the targets and is
+  /// scaled by one over the global batch's count through
+  /// PipelineRuntime::step's loss_scale; a pipeline run alone (chapter 05,
+  /// verify's pipeline runs) takes ops::cross_entropy's mean and the
+  /// default scale 1/m.
   std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss_fn;
   /// Shape and dtype of one micro-batch's activation entering this stage
   /// (unused on the first stage, whose input is tokens) and leaving it
