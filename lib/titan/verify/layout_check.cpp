@@ -174,7 +174,7 @@ LayoutCheckReport check_layout(const config::JobConfig& job, const LayoutCheckOp
     report.world_size = static_cast<int>(dims.world_size);
     report.emulated_ranks = dims.dp_degree();
     if (options.resume_as)
-      check_resume_layout(train::plan_job_layout(cfg, dims.world_size, trainer.device()),
+      check_resume_layout(trainer.layout(),  // the saving run's own reading of its config
                           train::plan_job_layout(layout_check_config(*options.resume_as, options), dims.world_size,
                                                  trainer.device()));
     run_steps(trainer, 1, resume_at > 0 ? resume_at : options.steps);
