@@ -258,13 +258,20 @@ struct ValidationSection {
   int64_t steps = -1;                     ///< batches per validation; -1 = one pass over the split
 };
 
-/// @brief [comm]: collective timeouts and the flight recorder.
+/// @brief [comm]: collective timeouts, the flight recorder, and the fake
+/// backend that plays one rank of a larger job in one process.
 struct CommSection {
   int64_t init_timeout_seconds = 300;  ///< rendezvous and first collective
   int64_t timeout_seconds = 300;       ///< every later collective
   int64_t trace_buf_size = 20000;      ///< flight-recorder entries per rank; 0 = off
   std::string save_traces_folder = "comm_traces";  ///< flight-recorder dumps, under dump_folder
   std::string save_traces_file_prefix = "rank_";   ///< a dump is PREFIX<rank>.json
+  /// "default" (the launcher's ranks communicate) or "fake_backend"
+  /// (torchtitan's name): one process plays rank fake_rank of a job of
+  /// fake_world_size ranks, and no collective communicates.
+  std::string mode = "default";
+  int64_t fake_world_size = 1;  ///< the world the fake rank plays in ("fake_backend")
+  int64_t fake_rank = 0;        ///< the rank it plays, in [0, fake_world_size)
 };
 
 /// @brief The whole configuration of a training job.

@@ -239,6 +239,13 @@ std::vector<Field> make_fields() {
                   "dumped when a collective fails or times out, on a fatal signal and on SIGUSR1"),
       TITAN_FIELD(comm, save_traces_folder, "flight-recorder dumps, under dump_folder (read with titan flight-recorder)"),
       TITAN_FIELD(comm, save_traces_file_prefix, "a rank's dump is PREFIX<rank>.json"),
+      TITAN_FIELD(comm, mode,
+                  "default: the ranks communicate; fake_backend: this one process builds and trains rank "
+                  "fake_rank of a fake_world_size-rank job at full size, collectives do not communicate "
+                  "(memory and step time are that rank's; the loss is not a result)",
+                  "default", "fake_backend"),
+      TITAN_FIELD(comm, fake_world_size, "the world size the fake_backend rank plays in (>= 1)"),
+      TITAN_FIELD(comm, fake_rank, "the rank the fake_backend process plays, in [0, fake_world_size)"),
   };
 }
 #undef TITAN_FIELD

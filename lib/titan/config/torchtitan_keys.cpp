@@ -197,7 +197,7 @@ std::vector<TorchtitanKey> make_table() {
       row("comm", "trace_buf_size", I(20000), kTitan),
       row("comm", "save_traces_folder", S("comm_traces"), kTitan),
       row("comm", "save_traces_file_prefix", S("rank_"), kTitan),
-      row("comm", "mode", S("default"), kDefault, "fake or local-tensor backends; use titan estimate"),
+      row("comm", "mode", S("default"), kTitan),
 
       // torchtitan's trainer never reads [memory_estimation]: only its
       // estimation script does (scripts/estimate/estimation.py), whose

@@ -136,6 +136,9 @@ void validate(const JobConfig& cfg) {
   require(cfg, "comm.init_timeout_seconds", cfg.comm.init_timeout_seconds > 0, "> 0");
   require(cfg, "comm.timeout_seconds", cfg.comm.timeout_seconds > 0, "> 0");
   require(cfg, "comm.trace_buf_size", cfg.comm.trace_buf_size >= 0, ">= 0");
+  require(cfg, "comm.fake_world_size", cfg.comm.fake_world_size >= 1, ">= 1");
+  require(cfg, "comm.fake_rank", cfg.comm.fake_rank >= 0 && cfg.comm.fake_rank < cfg.comm.fake_world_size,
+          "in [0, [comm] fake_world_size = " + std::to_string(cfg.comm.fake_world_size) + ")");
   require(cfg, "comm.save_traces_folder", !cfg.comm.save_traces_folder.empty(), "non-empty");
   require(cfg, "comm.save_traces_file_prefix",
           cfg.comm.save_traces_file_prefix.find('/') == std::string::npos, "a file-name prefix without '/'");

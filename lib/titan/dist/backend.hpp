@@ -1,7 +1,8 @@
 #pragma once
 /// @file
 /// @brief Creates the c10d engine behind a ProcessGroup: Gloo for CPU
-/// tensors, NCCL for CUDA tensors.
+/// tensors, NCCL for CUDA tensors, or the fake one that plays a rank of a
+/// larger job without communicating.
 ///
 /// These are the only places that include ProcessGroupGloo.hpp (which needs
 /// gloo's headers) and ProcessGroupNCCL.hpp (which needs nccl.h), so the rest
@@ -31,6 +32,12 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
                                                     int rank, int size,
                                                     std::chrono::milliseconds timeout,
                                                     const c10::Device& device);
+
+/// @brief A backend that communicates nothing ([comm] mode = "fake_backend"):
+/// every collective returns at once, its output computed as if each of the
+/// `size` peers held what this rank holds (an all-gather repeats the input,
+/// a SUM multiplies by `size`, MAX and MIN keep it); receives read ones.
+c10::intrusive_ptr<c10d::Backend> make_fake_backend(int rank, int size);
 
 /// @brief True when this build can create NCCL backends.
 bool nccl_available();

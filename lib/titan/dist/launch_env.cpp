@@ -94,6 +94,21 @@ LaunchEnv read_launch_env() {
   return parse_launch_env(vars);
 }
 
+LaunchEnv fake_launch_env(const LaunchEnv& launched, int rank, int world_size) {
+  TITAN_CHECK(launched.world_size == 1, "[comm] mode = \"fake_backend\" plays one rank in one process, but this "
+              "process was launched as rank ", launched.rank, " of ", launched.world_size, " (", launched.source,
+              "): run it alone, and pick the rank with [comm] fake_rank");
+  TITAN_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "[comm] fake_rank = ", rank,
+              " is outside [0, [comm] fake_world_size = ", world_size, ")");
+  LaunchEnv played = launched;
+  played.rank = rank;
+  played.world_size = world_size;
+  played.local_rank = 0;
+  played.local_world_size = 1;
+  played.source = "fake_backend";
+  return played;
+}
+
 std::string error_line_prefix() {
   const char* rank = std::getenv("RANK");
   if (rank && !std::getenv("TITAN_LAUNCHER")) return std::string("rank ") + rank + ": ";

@@ -31,6 +31,13 @@ LaunchEnv parse_launch_env(const std::map<std::string, std::string>& vars);
 /// @brief parse_launch_env over the real process environment.
 LaunchEnv read_launch_env();
 
+/// @brief The place a fake rank plays ([comm] mode = "fake_backend"): rank
+/// `rank` of `world_size`, alone on its node (its GPU is the first visible
+/// one). `launched` is where the launcher put this process: a world of one,
+/// else titan::Error in one line (the fake backend plays one rank in one
+/// process; N processes would each play the same).
+LaunchEnv fake_launch_env(const LaunchEnv& launched, int rank, int world_size);
+
 /// @brief What a rank's one-line error starts with: "rank N: " under
 /// torchrun (RANK set; its log interleaves the ranks' lines), "" alone or
 /// under titan's launcher (TITAN_LAUNCHER set: it prefixes each line itself).

@@ -151,8 +151,8 @@ c10::intrusive_ptr<c10d::Backend> connect_gloo(const c10::intrusive_ptr<c10d::St
 }  // namespace
 
 World::World(LaunchEnv env, c10::Device device, c10::intrusive_ptr<c10d::Store> store,
-             std::chrono::milliseconds timeout)
-    : env_(std::move(env)), device_(device), store_(std::move(store)), timeout_(timeout) {
+             std::chrono::milliseconds timeout, bool fake)
+    : env_(std::move(env)), device_(device), store_(std::move(store)), timeout_(timeout), fake_(fake) {
   std::vector<int> all(env_.world_size);
   for (int r = 0; r < env_.world_size; ++r) all[r] = r;
   world_group_ = new_group("world", all);
@@ -170,7 +170,9 @@ std::shared_ptr<ProcessGroup> World::new_group(const std::string& name, std::vec
   key += "#" + std::to_string(group_counts_[key]++);
   const int n = static_cast<int>(global_ranks.size());
   c10::intrusive_ptr<c10d::Backend> backend;
-  if (device_.is_cuda()) {
+  if (fake_) {
+    backend = make_fake_backend(group_rank, n);
+  } else if (device_.is_cuda()) {
     // NCCL connects lazily, at the first collective: nothing to agree on here.
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("titan/group/" + key, store_);
     try {
@@ -193,6 +195,7 @@ const World& init_distributed(const InitOptions& options) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_world) return *g_world;
   LaunchEnv env = read_launch_env();
+  if (options.fake) env = fake_launch_env(env, options.fake_rank, options.fake_world_size);
   auto rdzv_timeout = options.rendezvous_timeout;
   if (const char* s = std::getenv("TITAN_RENDEZVOUS_TIMEOUT"); s && *s)
     rdzv_timeout = std::chrono::milliseconds(static_cast<int64_t>(std::atof(s) * 1000));
@@ -207,15 +210,18 @@ const World& init_distributed(const InitOptions& options) {
 #ifdef TITAN_HAS_CUDA
   if (device.is_cuda()) c10::cuda::set_device(device.index());
 #endif
-  auto store = rendezvous(env, rdzv_timeout);
+  // A fake rank meets nobody: its store is its own.
+  c10::intrusive_ptr<c10d::Store> store;
+  if (options.fake) store = c10::make_intrusive<c10d::HashStore>();
+  else store = rendezvous(env, rdzv_timeout);
   // Beats from the rendezvous on, so that a peer dying while the groups
-  // connect is named too. One rank has nobody to tell.
-  if (env.world_size > 1) {
+  // connect is named too. One rank (or a fake one) has nobody to tell.
+  if (env.world_size > 1 && !options.fake) {
     g_heartbeat = std::make_unique<Heartbeat>(store, env.rank);
     detail::set_current_heartbeat(g_heartbeat.get());
   }
   g_clean_exit = false;
-  g_world = std::make_unique<World>(env, device, store, options.timeout);
+  g_world = std::make_unique<World>(env, device, store, options.timeout, options.fake);
   // On NCCL a dead peer fails no collective on the host: the watch of the
   // next rank's heartbeat names it before the watchdog's timeout does.
   if (g_heartbeat && peer_watch_wanted(device.is_cuda()))
@@ -285,7 +291,7 @@ void report_failure(const std::string& message, bool knock_on, std::chrono::mill
   g_clean_exit = true;  // reported here; the exit handler need not repeat it
   if (!g_world) return;
   FailureBoard::report(g_world->store(), g_world->rank(), message, knock_on);
-  if (g_world->rank() != 0 || g_world->size() == 1) return;
+  if (g_world->rank() != 0 || g_world->size() == 1 || g_world->fake()) return;  // no peer will report
   std::vector<int> peers;
   for (int r = 1; r < g_world->size(); ++r) peers.push_back(r);
   auto deadline = std::chrono::steady_clock::now() + linger;

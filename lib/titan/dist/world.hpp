@@ -37,6 +37,12 @@ struct InitOptions {
   int64_t flight_recorder_entries = 0;
   std::string flight_recorder_folder;
   std::string flight_recorder_prefix = "rank_";
+  /// [comm] mode = "fake_backend": this process plays rank `fake_rank` of
+  /// `fake_world_size` (it must be launched alone), with no rendezvous and
+  /// a fake backend (backend.hpp) behind every group.
+  bool fake = false;
+  int fake_rank = 0;
+  int fake_world_size = 1;
 };
 
 /// @brief Ends each backend with its orderly `shutdown()` (NCCL: flush its
@@ -49,7 +55,7 @@ void shutdown_backends(std::vector<c10::intrusive_ptr<c10d::Backend>>& backends)
 class World {
  public:
   World(LaunchEnv env, c10::Device device, c10::intrusive_ptr<c10d::Store> store,
-        std::chrono::milliseconds timeout);
+        std::chrono::milliseconds timeout, bool fake = false);
 
   const LaunchEnv& env() const { return env_; }
   int rank() const { return env_.rank; }
@@ -57,6 +63,9 @@ class World {
   const c10::Device& device() const { return device_; }
   const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  /// True when this process plays one rank of the job and no group
+  /// communicates ([comm] mode = "fake_backend").
+  bool fake() const { return fake_; }
   /// The group of all ranks ("world").
   const std::shared_ptr<ProcessGroup>& group() const { return world_group_; }
 
@@ -73,6 +82,7 @@ class World {
   c10::Device device_;
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
+  bool fake_ = false;
   std::shared_ptr<ProcessGroup> world_group_;
   mutable std::map<std::string, int> group_counts_;
   // ProcessGroupNCCL's destructor, when shutdown() was not called first,

@@ -63,4 +63,16 @@ void set_adam_step(torch::optim::Optimizer& optimizer, const at::Tensor& param, 
   throw Error("optimizer state: only Adam and AdamW can be checkpointed");
 }
 
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
+  auto bytes = [](const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; };
+  int64_t total = 0;
+  for (const auto& [key, state] : optimizer.state()) {
+    if (auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(state.get()))
+      total += bytes(s->exp_avg()) + bytes(s->exp_avg_sq()) + bytes(s->max_exp_avg_sq());
+    else if (auto* a = dynamic_cast<const torch::optim::AdamParamState*>(state.get()))
+      total += bytes(a->exp_avg()) + bytes(a->exp_avg_sq()) + bytes(a->max_exp_avg_sq());
+  }
+  return total;
+}
+
 }  // namespace titan::optim

@@ -32,4 +32,9 @@ AdamMoments adam_state(torch::optim::Optimizer& optimizer, const at::Tensor& par
 /// @brief Sets the step count of `param`'s state (creating the state).
 void set_adam_step(torch::optim::Optimizer& optimizer, const at::Tensor& param, int64_t step);
 
+/// @brief Bytes `optimizer` keeps per parameter: the Adam / AdamW moments
+/// titan trains with (max_exp_avg_sq too under amsgrad), summed over the
+/// parameters it has stepped; other optimizers' state counts 0.
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
+
 }  // namespace titan::optim

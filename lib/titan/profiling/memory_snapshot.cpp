@@ -12,6 +12,7 @@
 #include "titan/metrics/format.hpp"
 #include "titan/metrics/tensor_memory.hpp"
 #include "titan/util/error.hpp"
+#include "titan/optim/adam_state.hpp"
 #include "titan/util/byte_gauge.hpp"
 #include "titan/util/strprintf.hpp"
 
@@ -20,20 +21,6 @@ namespace titan::profiling {
 namespace {
 
 int64_t bytes_of(const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
-
-// The optimizer's per-parameter tensors (the Adam / AdamW moments titan
-// trains with; other optimizers' state counts as "other").
-int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer) {
-  int64_t b = 0;
-  for (const auto& [key, state] : optimizer.state()) {
-    (void)key;
-    if (auto* s = dynamic_cast<torch::optim::AdamWParamState*>(state.get()))
-      b += bytes_of(s->exp_avg()) + bytes_of(s->exp_avg_sq()) + bytes_of(s->max_exp_avg_sq());
-    else if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(state.get()))
-      b += bytes_of(a->exp_avg()) + bytes_of(a->exp_avg_sq()) + bytes_of(a->max_exp_avg_sq());
-  }
-  return b;
-}
 
 // "12.3 MiB" below a GiB, "1.23 GiB" above: the debug model's steps are MiB.
 std::string human(int64_t bytes) {
@@ -89,7 +76,7 @@ void MemoryRecorder::mark(int64_t step, const std::string& phase, const std::vec
     m.parameters += bytes_of(p);
     m.gradients += bytes_of(p.grad());
   }
-  if (optimizer) m.optimizer_state = optimizer_state_bytes(*optimizer);
+  if (optimizer) m.optimizer_state = optim::optimizer_state_bytes(*optimizer);
   m.fsdp_gathered = byte_gauge(kFsdpUnshardedGauge).now();  // published by FSDP
   const metrics::TensorMemory tm = metrics::tensor_memory(device_);
   m.total = tm.current_bytes;

@@ -60,6 +60,7 @@ std::string Trainer::banner() const {
                    static_cast<long long>(v.local_batch_size), static_cast<long long>(v.seq_len),
                    v.steps == -1 ? " (one pass)" : "");
   }
+  if (fake_run_) s += fake_rank_banner_line(fake_run_->rank, fake_run_->world_size);
   s += "  parallel  " + layout_.dims.describe() + (parallelized_.description.empty() ? "" : ": " + parallelized_.description);
   if (read_ranks_.size() > 1)
     s += strprintf("; one process reading %lld data-parallel ranks' batches", static_cast<long long>(read_ranks_.size()));
@@ -105,7 +106,9 @@ std::string Trainer::init_memory_table() {
                                at::TensorOptions().dtype(at::kDouble))
                         .reshape({1, 4});
   at::Tensor all = mine;
-  if (mesh_) all = dist::world().group()->all_gather(mine.to(device_), 0).cpu();
+  // A fake rank has only its own row (a gather would repeat it).
+  if (mesh_ && !fake_run_) all = dist::world().group()->all_gather(mine.to(device_), 0).cpu();
+  const int64_t first_rank = fake_run_ ? rank_ : 0;
   const double model = static_cast<double>(init_report_.model_bytes);
   // A loaded checkpoint (the weights came from it, not from the init):
   // what its reading held beyond the model, next to the init's.
@@ -115,7 +118,7 @@ std::string Trainer::init_memory_table() {
                               human_bytes(model).c_str(), loaded ? "   tensor peak during load   load / model" : "");
   for (int64_t r = 0; r < all.size(0); ++r) {
     const double held = all[r][0].item<double>(), peak = all[r][1].item<double>(), piece = all[r][2].item<double>();
-    out += strprintf("  %4lld  %15s  %6.2f%%  %14s  %24s  %12.4f", static_cast<long long>(r),
+    out += strprintf("  %4lld  %15s  %6.2f%%  %14s  %24s  %12.4f", static_cast<long long>(first_rank + r),
                      human_bytes(held).c_str(), 100.0 * held / model, human_bytes(piece).c_str(),
                      human_bytes(peak).c_str(), peak / model);
     if (loaded) {

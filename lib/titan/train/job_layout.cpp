@@ -10,6 +10,16 @@ namespace titan::train {
 JobLayout plan_job_layout(const config::JobConfig& cfg, int64_t world_size, c10::Device device,
                           const std::optional<models::llama3::ModelArgs>& model_args,
                           std::optional<int64_t> batch_dp_degree) {
+  // A fake rank's world is a key of the config: errors about it name the key.
+  if (plays_fake_rank(cfg) && world_size == cfg.comm.fake_world_size && world_size > 1) {
+    try {
+      config::JobConfig real = cfg;
+      real.comm.mode = "default";
+      return plan_job_layout(real, world_size, device, model_args, batch_dp_degree);
+    } catch (const Error& e) {
+      throw Error("[comm] fake_world_size = " + std::to_string(world_size) + ": " + e.what());
+    }
+  }
   // Cheapest first: a bad key fails before any shape is worked out.
   config::check_supported(cfg, world_size);
   if (cfg.checkpoint.create_seed_checkpoint) {
@@ -31,11 +41,23 @@ JobLayout plan_job_layout(const config::JobConfig& cfg, int64_t world_size, c10:
   return layout;
 }
 
+bool plays_fake_rank(const config::JobConfig& cfg) { return cfg.comm.mode == "fake_backend"; }
+
+dist::LaunchEnv job_launch_env(const config::JobConfig& cfg, const dist::LaunchEnv& launched) {
+  if (!plays_fake_rank(cfg)) return launched;
+  return dist::fake_launch_env(launched, static_cast<int>(cfg.comm.fake_rank),
+                               static_cast<int>(cfg.comm.fake_world_size));
+}
+
 JobLayout check_job_before_launch(const config::JobConfig& cfg, int world_size) {
   dist::LaunchEnv env;
   env.world_size = world_size;
   env.local_world_size = world_size;
-  return plan_job_layout(cfg, world_size, resolve_device(cfg.training.device, env));
+  TITAN_CHECK(!plays_fake_rank(cfg) || world_size == 1, "[comm] mode = \"fake_backend\" plays one rank in one ",
+              "process, not --nproc ", world_size, ": give the job's size as [comm] fake_world_size and the rank as ",
+              "[comm] fake_rank");
+  env = job_launch_env(cfg, env);
+  return plan_job_layout(cfg, env.world_size, resolve_device(cfg.training.device, env));
 }
 
 }  // namespace titan::train

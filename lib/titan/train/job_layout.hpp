@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "titan/config/job_config.hpp"
+#include "titan/dist/launch_env.hpp"
 #include "titan/models/llama3/job_layout.hpp"
 
 namespace titan::train {
@@ -34,10 +35,21 @@ JobLayout plan_job_layout(const config::JobConfig& cfg, int64_t world_size, c10:
                           const std::optional<models::llama3::ModelArgs>& model_args = std::nullopt,
                           std::optional<int64_t> batch_dp_degree = std::nullopt);
 
+/// @brief Where this process sits in its job: `launched` (the launcher's
+/// word, dist::read_launch_env()), or, with [comm] mode = "fake_backend",
+/// rank [comm] fake_rank of [comm] fake_world_size (launched alone, else a
+/// one-line titan::Error).
+dist::LaunchEnv job_launch_env(const config::JobConfig& cfg, const dist::LaunchEnv& launched);
+
+/// @brief True when `cfg` plays one rank of its job ([comm] mode =
+/// "fake_backend").
+bool plays_fake_rank(const config::JobConfig& cfg);
+
 /// @brief plan_job_layout for a job about to start `world_size` local ranks
 /// (`titan train` / `titan verify --nproc N`, in their launcher): on the
-/// device local rank 0 would pick. Throws as plan_job_layout does;
-/// returns the layout.
+/// device local rank 0 would pick. A fake rank's job starts one process
+/// (`world_size` must be 1) and is planned on [comm] fake_world_size.
+/// Throws as plan_job_layout does; returns the layout.
 JobLayout check_job_before_launch(const config::JobConfig& cfg, int world_size);
 
 }  // namespace titan::train

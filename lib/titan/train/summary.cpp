@@ -32,7 +32,8 @@ std::string format_summary(const TrainSummary& s) {
   out += "\n";
   if (s.losses.empty()) return out;
   const auto first = static_cast<long long>(s.first_step());
-  out += strprintf("  loss      %.4f (step %lld) -> %.4f (step %lld)\n", s.first_loss(), first, s.last_loss(), done);
+  out += strprintf("  loss      %.4f (step %lld) -> %.4f (step %lld)%s\n", s.first_loss(), first, s.last_loss(), done,
+                   s.fake_rank ? " (not a result: a fake rank computes on data no peer sent)" : "");
   if (!s.validation_losses.empty())
     out += strprintf("  val loss  %.4f (step %lld) -> %.4f (step %lld)\n", s.validation_losses.front().second,
                      static_cast<long long>(s.validation_losses.front().first), s.validation_losses.back().second,

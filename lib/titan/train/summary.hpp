@@ -18,6 +18,9 @@ struct TrainSummary {
   /// `losses` then begins with step resumed_from + 1.
   int64_t resumed_from = 0;
   bool interrupted = false;     ///< stopped early by Ctrl-C / SIGTERM
+  /// A fake rank's run ([comm] mode = "fake_backend"): its losses are not
+  /// results, and the summary says so.
+  bool fake_rank = false;
   std::vector<double> losses;   ///< the loss of every step this run ran, in order
   /// [validation]: (step, loss) of every validation, in order.
   std::vector<std::pair<int64_t, double>> validation_losses;

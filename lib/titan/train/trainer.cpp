@@ -44,6 +44,9 @@
 #include "titan/train/device.hpp"
 #include "titan/train/host_memory_check.hpp"
 #include "titan/train/job_layout.hpp"
+#include "titan/estimate/memory_estimate.hpp"
+#include "titan/optim/adam_state.hpp"
+#include "titan/dist/comm_log.hpp"
 #include "titan/train/stop_signal.hpp"
 #include "titan/train/train_step.hpp"
 #include "titan/train/validator.hpp"
@@ -108,8 +111,10 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // A single-process run (a reference) is one process whatever launched
   // it: tests run it on every rank of a parallel job to compare against.
   const bool single = options_.single_process.has_value();
-  const dist::LaunchEnv env = single ? dist::LaunchEnv{} : dist::read_launch_env();
+  const dist::LaunchEnv env = single ? dist::LaunchEnv{} : job_launch_env(cfg_, dist::read_launch_env());
   rank_ = env.rank;
+  if (!single && plays_fake_rank(cfg_) && env.world_size > 1)
+    fake_run_ = FakeRankRun{.rank = env.rank, .world_size = env.world_size};
   device_ = resolve_device(cfg_.training.device, env);
   // The layout, the batches, the model's shape and every parallelism's
   // options, read and checked once (a bad layout fails here, before the job
@@ -157,7 +162,12 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   // to this job's layout) and traces on torchtitan's schedule.
   build_metrics();
   if (!cfg_.job.save_config_file.empty()) save_config_file();
-  if (cfg_.checkpoint.enable_checkpoint) build_checkpointer();
+  // A fake rank's weights are not a result, and a save of its shards
+  // would replace a real job's checkpoint in the same folder.
+  if (cfg_.checkpoint.enable_checkpoint && fake_run_)
+    early_lines_.push_back("checkpoint off: a fake rank ([comm] mode = \"fake_backend\") neither saves nor loads");
+  else if (cfg_.checkpoint.enable_checkpoint)
+    build_checkpointer();
   profiler_ = build_trace_profiler(cfg_, rank_, device_, [this](const std::string& line) { print(line); });
 }
 
@@ -208,9 +218,9 @@ void Trainer::build_metrics() {
   // One log for the job: rank 0 prints and writes the metrics files, the
   // others only compute.
   jsonl_path_ = metrics_jsonl_path(cfg_);
-  if (rank_ != 0) options_.console = false;
+  if (!logs()) options_.console = false;
   MetricsBuild mb;
-  mb.writes = rank_ == 0;
+  mb.writes = logs();
   mb.console = options_.console, mb.progress = options_.progress, mb.out = options_.out;
   mb.flops_per_token = flops_per_token_;
   mb.peak_flops = peak_.flops;
@@ -221,7 +231,7 @@ void Trainer::build_metrics() {
     // One run folder for the job: rank 0's clock names it, the others read
     // the name from the job's store (their clocks may be past the minute).
     const std::string key = "titan/tensorboard_run";
-    if (rank_ == 0) {
+    if (logs()) {
       mb.tensorboard_run = metrics::tensorboard_run_dir(cfg_.job.dump_folder, cfg_.metrics.save_tb_folder);
       dist::world().store()->set(key, std::vector<uint8_t>(mb.tensorboard_run.begin(), mb.tensorboard_run.end()));
     } else {
@@ -242,6 +252,11 @@ void Trainer::join_job() {
   init.flight_recorder_entries = cfg_.comm.trace_buf_size;
   init.flight_recorder_folder = files::join(cfg_.job.dump_folder, cfg_.comm.save_traces_folder);
   init.flight_recorder_prefix = cfg_.comm.save_traces_file_prefix;
+  if (fake_run_) {
+    init.fake = true;
+    init.fake_rank = fake_run_->rank;
+    init.fake_world_size = fake_run_->world_size;
+  }
   const dist::World& world = dist::init_distributed(init);
   mesh_ = std::make_unique<dist::DeviceMesh>(layout_.dims.build_mesh(world));
   const std::string dp_name = layout_.dims.dp_mesh_name();
@@ -299,7 +314,7 @@ void Trainer::save_config_file() {
   // as JSON; a path it cannot write stops every rank with its one line.
   const std::string path = files::join(cfg_.job.dump_folder, cfg_.job.save_config_file);
   std::string error;
-  if (rank_ == 0) {
+  if (logs()) {
     try {
       TITAN_CHECK(files::make_directories(files::dir_name(path)), "[job] save_config_file: cannot create the folder of ",
                   path);
@@ -558,9 +573,15 @@ TrainSummary Trainer::train() {
   double first_tps = 0;
   const auto t0 = std::chrono::steady_clock::now();
   double agree_seconds = 0;  // the last stop agreement's
+  double comm_start_us = 0;  // the CommLog's clock at the last step's start (a fake rank's report)
+  s.fake_rank = fake_run_.has_value();
   try {
     while (step_ < cfg_.training.steps) {
       if (profiler_) profiler_->step_begin(step_ + 1);
+      if (fake_run_) {
+        metrics::reset_tensor_memory_peak(device_);
+        comm_start_us = dist::CommLog::instance().now_us();
+      }
       StepResult r;
       try {
         r = train_step();
@@ -573,6 +594,7 @@ TrainSummary Trainer::train() {
       // optimizer kernels (one rank's next step absorbs them the same way).
       r.step_seconds += agree_seconds;
       if (profiler_) profiler_->step_end(r.step);
+      if (fake_run_) note_fake_step(r, s.losses.size());
       if (memory_) memory_->step_end(r.step);
       metrics::StepInput in;
       in.step = r.step, in.loss = r.loss, in.max_loss = r.max_loss, in.grad_norm = r.grad_norm, in.lr = r.lr;
@@ -620,9 +642,45 @@ TrainSummary Trainer::train() {
   if (peak_.flops > 0) s.mfu_pct = metrics::mfu_percent(flops_per_token_, s.mean_tps, peak_.flops);
   if (options_.console) {
     std::ostream& out = options_.out ? *options_.out : std::cout;
+    if (fake_run_) out << fake_report(comm_start_us);
     out << format_summary(s) << std::flush;
   }
   return s;
+}
+
+void Trainer::note_fake_step(const StepResult& r, size_t steps_before) {
+  // The step's peak: the counter's since the step began, or, where the
+  // memory timeline marked this step (its marks restart the counter's
+  // window), the largest of its phases.
+  int64_t peak = metrics::tensor_memory(device_).peak_bytes;
+  if (memory_ && memory_->records(r.step))
+    for (const profiling::MemoryMark& m : memory_->marks()) peak = std::max(peak, m.peak);
+  FakeRankRun& f = *fake_run_;
+  // Steady state from the run's second step on: the first one also makes
+  // the optimizer's state (kept only while it is the only step).
+  if (steps_before <= 1) {
+    f.step_peak = 0;
+    f.peak_steps.clear();
+    f.step_seconds.clear();
+  }
+  f.step_peak = std::max(f.step_peak, peak);
+  f.peak_steps.push_back(r.step);
+  f.step_seconds.push_back(r.step_seconds);
+}
+
+std::string Trainer::fake_report(double last_step_start_us) {
+  FakeRankRun& f = *fake_run_;
+  f.pp_rank = layout_.dims.pp > 1 ? static_cast<int>(mesh_->local_rank("pp")) : 0;
+  f.parameters = 0;
+  for (const at::Tensor& p : params_) f.parameters += p.numel() * static_cast<int64_t>(p.element_size());
+  f.optimizer_state = optim::optimizer_state_bytes(*optimizer_);
+  const metrics::MemoryStats m = metrics::memory_stats(device_);
+  f.process_peak = m.peak_bytes;
+  f.process_peak_source = device_.is_cuda() ? "CUDA max reserved" : "process resident peak (VmHWM)";
+  f.last_step_comm.clear();
+  for (const dist::CommRecord& r : dist::CommLog::instance().records())
+    if (r.start_us >= last_step_start_us) f.last_step_comm.push_back(r);
+  return fake_rank_report(f, estimate::estimate_job(layout_));
 }
 
 }  // namespace titan::train

@@ -30,6 +30,7 @@
 #include "titan/dist/launch_env.hpp"
 #include "titan/metrics/metrics_processor.hpp"
 #include "titan/metrics/rank_peak.hpp"
+#include "titan/train/fake_rank_report.hpp"
 #include "titan/models/llama3/transformer.hpp"
 #include "titan/models/llama3/parallelize.hpp"
 #include "titan/optim/lr_schedule.hpp"
@@ -170,7 +171,8 @@ class Trainer {
   /// @brief The job's layout as this rank read it (what `titan estimate`
   /// and `titan verify`'s communication count take).
   const JobLayout& layout() const { return layout_; }
-  /// @brief This rank's global rank (0 without a launcher).
+  /// @brief This rank's global rank (0 without a launcher; [comm] fake_rank
+  /// when it plays one rank of a larger job).
   int rank() const { return rank_; }
   /// @brief The parameters the optimizer steps: this rank's shards under FSDP.
   const std::vector<at::Tensor>& trained_parameters() const { return params_; }
@@ -205,6 +207,16 @@ class Trainer {
   /// The optimizer over the trained tensors, its LR schedule and, with
   /// [optimizer] early_step_in_backward, the hooks that step in backward.
   void build_optimizer_and_schedule();
+  /// Whether this process prints and writes the job's log: rank 0, or the
+  /// one process of a fake rank.
+  bool logs() const { return rank_ == 0 || fake_run_.has_value(); }
+  /// A fake rank's step, measured after it: its tensor peak and time
+  /// (`steps_before`: the steps this run ran before it; the first is kept
+  /// only until a second comes).
+  void note_fake_step(const StepResult& r, size_t steps_before);
+  /// A fake rank's closing report (fake_rank_report.hpp); the last step
+  /// began at `last_step_start_us` on the CommLog's clock.
+  std::string fake_report(double last_step_start_us);
   /// The MetricsProcessor: rank 0 logs and writes; under TensorBoard for
   /// all ranks the run folder is agreed through the job's store.
   void build_metrics();
@@ -261,6 +273,9 @@ class Trainer {
   /// shard of every sequence); null on one rank.
   std::shared_ptr<dist::ProcessGroup> loss_group_;
   int rank_ = 0;
+  /// What this process measures when it plays one rank of a larger job
+  /// ([comm] mode = "fake_backend"); empty otherwise.
+  std::optional<FakeRankRun> fake_run_;
   models::llama3::Transformer model_{nullptr};
   models::llama3::ParallelizedModel parallelized_;
   /// What this rank's sharded initialisation held and took.

@@ -234,21 +234,4 @@ int64_t tensor_bytes(const NamedTensors& tensors) {
   return total;
 }
 
-namespace {
-int64_t bytes_of(const at::Tensor& t) {
-  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
-}
-}  // namespace
-
-int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
-  int64_t total = 0;
-  for (const auto& [key, state] : optimizer.state()) {
-    if (auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(state.get()))
-      total += bytes_of(s->exp_avg()) + bytes_of(s->exp_avg_sq()) + bytes_of(s->max_exp_avg_sq());
-    else if (auto* s = dynamic_cast<const torch::optim::AdamParamState*>(state.get()))
-      total += bytes_of(s->exp_avg()) + bytes_of(s->exp_avg_sq()) + bytes_of(s->max_exp_avg_sq());
-  }
-  return total;
-}
-
 }  // namespace titan::verify

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "titan/optim/adam_state.hpp"
 #include "titan/dist/process_group.hpp"
 #include "titan/models/llama3/transformer.hpp"
 #include "titan/optim/optimizer.hpp"
@@ -206,8 +207,7 @@ Tolerance adam_param_tolerance(double lr);
 
 /// @brief Bytes of a set of tensors (numel × element size).
 int64_t tensor_bytes(const NamedTensors& tensors);
-/// @brief Bytes the optimizer keeps per parameter (AdamW/Adam moments,
-/// step counters), summed.
-int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
+/// @brief Bytes the optimizer keeps per parameter (optim/adam_state.hpp).
+using optim::optimizer_state_bytes;
 
 }  // namespace titan::verify

@@ -116,6 +116,8 @@ void PipelineRuntime::agree_shapes() {
                      kShapeTag + s + 1});
   }
   for (auto& w : group_->batch_p2p(ops)) w->wait();  // `ops` keeps the send buffers alive until here
+  // A fake rank's receives carry no peer's header (dist::ProcessGroup::communicates).
+  if (!group_->communicates()) expected.clear();
   for (const Expected& e : expected)
     TITAN_CHECK(at::equal(e.got.cpu(), e.want.cpu()), "pipeline stage ", e.stage, " (rank ", rank_,
                 ") expects activations ", text(e.want), " but stage ", e.stage - 1, " (rank ",
