@@ -183,6 +183,23 @@ step flash_cuda 90 'PASSED|FAILED|SKIPPED' "$BUNDLE/bin/test_attention" --titan-
 #    against the op-by-op versions and float64, on the GPU.
 step fused_ops_cuda 60 'PASSED|FAILED|cross|swiglu .*fp32|rope .*fp32|model' env TITAN_TEST_DEVICE=cuda "$BUNDLE/bin/test_ops" \
   --titan-test-files=test_fused_ops.cpp
+# 1c. Two ranks on one GPU: Gloo carries the CUDA tensors ([comm] backend =
+#     "gloo", send and recv staged through pinned host memory) and both
+#     ranks share GPU 0 ([comm] ranks_per_device = 2); titan verify checks
+#     each layout against one process on the same GPU (fp32).
+for lay in "fsdp2:" "ddp2:--parallelism.data_parallel_replicate_degree 2 --parallelism.data_parallel_shard_degree 1" \
+           "tp2:--parallelism.tensor_parallel_degree 2" "pp2:--parallelism.pipeline_parallel_degree 2" \
+           "cp2:--parallelism.context_parallel_degree 2"; do
+  # shellcheck disable=SC2086 # the layout's overrides are words
+  step "two_ranks_gloo_${lay%%:*}" 90 'verify|PASS|FAIL|diverg|error|Error' "$T" verify --nproc 2 \
+    --job.config_file "$CFG" --training.device cuda --comm.backend gloo --comm.ranks_per_device 2 ${lay#*:}
+done
+# 1d. A fake rank at full size ([comm] mode = "fake_backend"): rank 0 of the
+#     8B at FSDP 64, sequence 8192, its peak beside titan estimate's.
+step fake_rank_8b_fsdp64 120 'fake rank|tensor peak|parameters|step  |error|Error' "$T" train \
+  --job.config_file "$BUNDLE/train_configs/llama3_8b.toml" --training.device cuda --comm.mode fake_backend \
+  --comm.fake_world_size 64 --comm.fake_rank 0 --training.steps 3 --model.tokenizer_path "" --training.dataset "" \
+  --training.seq_len 8192 --training.batch_size 1 --checkpoint.enable_checkpoint false --job.dump_folder "$WORK/fake8b"
 # 2. The debug model trained on the GPU with SDPA and with the flash kernel
 #    (fp32 model: the kernel casts to bf16 and back, docs/attention.md).
 for attn in sdpa flash; do

@@ -4,6 +4,9 @@
 // function of the rank), so the expected output needs no communication.
 #include <ATen/ATen.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "support/dist_test.hpp"
 #include "titan/dist/comm_log.hpp"
 #include "titan/metrics/tensor_memory.hpp"
@@ -134,6 +137,10 @@ TEST_P(Collectives, SendRecvAroundARing) {
     g.send(out, next);
   }
   TITAN_EXPECT_CLOSE(in, input_of(prev, {5}, GetParam()), 0.0);
+  // Under TITAN_STAGE_P2P=1 (CTest collectives_np2_staged) the send and
+  // the receive went through host buffers, as Gloo's do with CUDA tensors.
+  const char* staged = std::getenv("TITAN_STAGE_P2P");
+  EXPECT_EQ(g.stages_p2p(out), staged != nullptr && std::string(staged) == "1");
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, Collectives, ::testing::Values(at::kFloat, at::kBFloat16, at::kLong),

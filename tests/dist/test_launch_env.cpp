@@ -73,7 +73,7 @@ TEST(LaunchEnv, BadValuesNameTheVariable) {
 // rank is alone on its node or Slurm gave each task its own
 // (--gpus-per-task), and a one-line error when LOCAL_RANK is past the
 // visible ones or several ranks of a node would share a GPU (NCCL refuses
-// that: "Duplicate GPU detected").
+// that: "Duplicate GPU detected") unless [comm] ranks_per_device asks.
 TEST(CudaDeviceFor, LocalRankAmongVisibleGpusOrTheOnlyOne) {
   using titan::dist::cuda_device_for;
   using titan::testing::error_of;
@@ -95,4 +95,48 @@ TEST(CudaDeviceFor, LocalRankAmongVisibleGpusOrTheOnlyOne) {
   EXPECT_NE(shared.find("2 ranks on this node and 1 visible GPU"), std::string::npos) << shared;
   EXPECT_NE(error_of([&] { cuda_device_for(env(0, 4, "torchrun"), 2); }).find("NCCL needs a GPU per rank"),
             std::string::npos);
+  // The refusal names the key that lets ranks share, with the count needed.
+  EXPECT_NE(shared.find("[comm] ranks_per_device = 2"), std::string::npos) << shared;
+}
+
+// [comm] ranks_per_device = n: local ranks k·n .. k·n+n−1 share GPU k.
+TEST(CudaDeviceFor, RanksShareGpusWhenAsked) {
+  using titan::dist::cuda_device_for;
+  using titan::testing::error_of;
+  auto env = [](int local_rank, int local_world_size) {
+    titan::dist::LaunchEnv e;
+    e.local_rank = local_rank, e.local_world_size = local_world_size, e.world_size = local_world_size;
+    e.source = "torchrun";
+    return e;
+  };
+  EXPECT_EQ(cuda_device_for(env(0, 2), 1, 2), 0);
+  EXPECT_EQ(cuda_device_for(env(1, 2), 1, 2), 0);
+  EXPECT_EQ(cuda_device_for(env(2, 4), 2, 2), 1);
+  EXPECT_EQ(cuda_device_for(env(3, 4), 2, 2), 1);
+  EXPECT_EQ(cuda_device_for(env(5, 8), 8, 2), 2);  // sharing asked, GPUs to spare: still pairs
+  const std::string too_many = error_of([&] { cuda_device_for(env(0, 6), 2, 2); });
+  std::printf("[measured] 6 ranks, 2 GPUs, 2 per GPU: %s\n", too_many.c_str());
+  EXPECT_NE(too_many.find("6 ranks on this node and 2 visible GPUs"), std::string::npos) << too_many;
+  EXPECT_NE(too_many.find("shared by [comm] ranks_per_device = 2"), std::string::npos) << too_many;
+  EXPECT_NE(too_many.find("ranks_per_device = 3"), std::string::npos) << too_many;
+}
+
+// [comm] backend: auto picks by device; Gloo may carry CUDA tensors; NCCL
+// refuses the CPU, and ranks sharing a GPU before NCCL 2.30.
+TEST(ChooseEngine, ByDeviceChoiceAndNcclVersion) {
+  using titan::dist::choose_engine;
+  using titan::testing::error_of;
+  const c10::Device cpu(c10::kCPU), gpu(c10::kCUDA, 0);
+  EXPECT_EQ(choose_engine("auto", cpu, 1, false, 0), "gloo");
+  EXPECT_EQ(choose_engine("auto", gpu, 1, false, 22809), "nccl");
+  EXPECT_EQ(choose_engine("gloo", gpu, 2, false, 22809), "gloo");
+  EXPECT_EQ(choose_engine("nccl", gpu, 1, false, 22809), "nccl");
+  EXPECT_EQ(choose_engine("auto", gpu, 2, false, 23003), "nccl");
+  EXPECT_EQ(choose_engine("auto", gpu, 1, true, 22809), "fake");
+  const std::string on_cpu = error_of([&] { choose_engine("nccl", cpu, 1, false, 22809); });
+  EXPECT_NE(on_cpu.find("[comm] backend = \"nccl\" needs CUDA tensors"), std::string::npos) << on_cpu;
+  const std::string old = error_of([&] { choose_engine("auto", gpu, 2, false, 22809); });
+  std::printf("[measured] NCCL 2.28.9, 2 ranks per GPU: %s\n", old.c_str());
+  EXPECT_NE(old.find("from 2.30 on (found 2.28.9)"), std::string::npos) << old;
+  EXPECT_NE(old.find("--comm.backend gloo"), std::string::npos) << old;
 }

@@ -272,6 +272,13 @@ struct CommSection {
   std::string mode = "default";
   int64_t fake_world_size = 1;  ///< the world the fake rank plays in ("fake_backend")
   int64_t fake_rank = 0;        ///< the rank it plays, in [0, fake_world_size)
+  /// The engine under the collectives: "auto" (Gloo for CPU tensors, NCCL
+  /// for CUDA ones), "gloo" (also for CUDA tensors, staged through host
+  /// memory where Gloo takes none) or "nccl".
+  std::string backend = "auto";
+  /// Local ranks that share one GPU (1: a GPU per rank). Above 1 a node of
+  /// G GPUs runs up to G x ranks_per_device ranks.
+  int64_t ranks_per_device = 1;
 };
 
 /// @brief The whole configuration of a training job.

@@ -246,6 +246,12 @@ std::vector<Field> make_fields() {
                   "default", "fake_backend"),
       TITAN_FIELD(comm, fake_world_size, "the world size the fake_backend rank plays in (>= 1)"),
       TITAN_FIELD(comm, fake_rank, "the rank the fake_backend process plays, in [0, fake_world_size)"),
+      TITAN_FIELD(comm, backend,
+                  "the collectives' engine: auto (Gloo for CPU tensors, NCCL for CUDA tensors), gloo (CUDA "
+                  "tensors too: what Gloo cannot take, P2P, is staged through pinned host memory) or nccl",
+                  "auto", "gloo", "nccl"),
+      TITAN_FIELD(comm, ranks_per_device,
+                  "local ranks sharing one GPU (>= 1; 1 = a GPU per rank); NCCL needs 2.30+ for more than one"),
   };
 }
 #undef TITAN_FIELD

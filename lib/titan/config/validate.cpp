@@ -139,6 +139,7 @@ void validate(const JobConfig& cfg) {
   require(cfg, "comm.fake_world_size", cfg.comm.fake_world_size >= 1, ">= 1");
   require(cfg, "comm.fake_rank", cfg.comm.fake_rank >= 0 && cfg.comm.fake_rank < cfg.comm.fake_world_size,
           "in [0, [comm] fake_world_size = " + std::to_string(cfg.comm.fake_world_size) + ")");
+  require(cfg, "comm.ranks_per_device", cfg.comm.ranks_per_device >= 1, ">= 1");
   require(cfg, "comm.save_traces_folder", !cfg.comm.save_traces_folder.empty(), "non-empty");
   require(cfg, "comm.save_traces_file_prefix",
           cfg.comm.save_traces_file_prefix.find('/') == std::string::npos, "a file-name prefix without '/'");

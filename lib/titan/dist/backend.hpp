@@ -42,4 +42,9 @@ c10::intrusive_ptr<c10d::Backend> make_fake_backend(int rank, int size);
 /// @brief True when this build can create NCCL backends.
 bool nccl_available();
 
+/// @brief The NCCL library torch loaded, as NCCL numbers its versions
+/// (major·10000 + minor·100 + patch: 22809 for 2.28.9); 0 in a build
+/// without NCCL.
+int nccl_version();
+
 }  // namespace titan::dist

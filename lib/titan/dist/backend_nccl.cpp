@@ -69,4 +69,9 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
 
 bool nccl_available() { return true; }
 
+int nccl_version() {
+  const auto [major, minor, patch] = c10d::getNcclVersionTuple();
+  return major * 10000 + minor * 100 + patch;
+}
+
 }  // namespace titan::dist

@@ -15,4 +15,6 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
 
 bool nccl_available() { return false; }
 
+int nccl_version() { return 0; }
+
 }  // namespace titan::dist

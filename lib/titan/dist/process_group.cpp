@@ -6,10 +6,12 @@
 #include <c10/util/Logging.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <string>
 #include <thread>
 
 #include "titan/dist/flight_recorder.hpp"
@@ -585,31 +587,60 @@ void ProcessGroup::reduce(at::Tensor& tensor, int root, ReduceOp op) const {
 }
 
 void ProcessGroup::send(const at::Tensor& tensor, int dst, int tag) const {
-  std::vector<at::Tensor> tensors{tensor.contiguous()};
-  run(start_record(CommOp::Send, nbytes(tensor), tensor, {}, dst), [&] { return backend_->send(tensors, dst, tag); });
+  TITAN_COMM_RANGE("c10d::send " + name_);
+  send_async(tensor.contiguous(), dst, tag)->wait();
 }
 
 void ProcessGroup::recv(at::Tensor& tensor, int src, int tag) const {
-  TITAN_CHECK(tensor.is_contiguous(), "recv on ", describe(), " needs a contiguous tensor");
-  std::vector<at::Tensor> tensors{tensor};
-  run(start_record(CommOp::Recv, nbytes(tensor), tensor, {}, src), [&] { return backend_->recv(tensors, src, tag); });
+  TITAN_COMM_RANGE("c10d::recv " + name_);
+  recv_async(tensor, src, tag)->wait();
 }
+
+bool ProcessGroup::stages_p2p(const at::Tensor& tensor) const {
+  // TITAN_STAGE_P2P=1 takes the path with CPU tensors too, where the host
+  // buffer is a plain copy: how a machine without a GPU tests it.
+  static const bool forced = [] {
+    const char* v = std::getenv("TITAN_STAGE_P2P");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return backend_->getBackendName() == "gloo" && (tensor.is_cuda() || forced);
+}
+
+namespace {
+
+// A host tensor shaped like `t`, pinned when `t` is on a GPU (so that the
+// copies to and from it are DMA transfers).
+at::Tensor host_buffer_like(const at::Tensor& t) {
+  return at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(t.is_cuda()));
+}
+
+}  // namespace
 
 std::shared_ptr<PendingWork> ProcessGroup::send_async(const at::Tensor& tensor, int dst, int tag) const {
   TITAN_CHECK(tensor.is_contiguous(), "send on ", describe(), " needs a contiguous tensor");
-  std::vector<at::Tensor> tensors{tensor};
+  // Gloo sends no CUDA tensor: it sends a host copy (taken now, so that the
+  // caller may reuse its buffer once wait() returns, as always).
+  const at::Tensor wire = stages_p2p(tensor) ? host_buffer_like(tensor).copy_(tensor) : tensor;
+  std::vector<at::Tensor> tensors{wire};
   // on_done keeps the buffer alive while the transfer runs.
   return start_async(
       *this,
-      start_record(CommOp::Send, nbytes(tensor), tensor, {}, dst), [&] { return backend_->send(tensors, dst, tag); }, [tensor] {});
+      start_record(CommOp::Send, nbytes(tensor), tensor, {}, dst), [&] { return backend_->send(tensors, dst, tag); }, [wire] {});
 }
 
 std::shared_ptr<PendingWork> ProcessGroup::recv_async(at::Tensor& tensor, int src, int tag) const {
   TITAN_CHECK(tensor.is_contiguous(), "recv on ", describe(), " needs a contiguous tensor");
-  std::vector<at::Tensor> tensors{tensor};
+  // Gloo receives no CUDA tensor: into a host buffer, copied to `tensor`
+  // when the receive is waited.
+  const bool staged = stages_p2p(tensor);
+  const at::Tensor wire = staged ? host_buffer_like(tensor) : tensor;
+  std::vector<at::Tensor> tensors{wire};
   return start_async(
       *this,
-      start_record(CommOp::Recv, nbytes(tensor), tensor, {}, src), [&] { return backend_->recv(tensors, src, tag); }, [tensor] {});
+      start_record(CommOp::Recv, nbytes(tensor), tensor, {}, src), [&] { return backend_->recv(tensors, src, tag); },
+      [tensor, wire, staged]() mutable {
+        if (staged) tensor.copy_(wire);
+      });
 }
 
 std::vector<std::shared_ptr<PendingWork>> ProcessGroup::batch_p2p(const std::vector<P2POp>& ops) const {

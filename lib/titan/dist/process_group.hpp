@@ -104,6 +104,11 @@ class ProcessGroup {
   /// peer's data arrives (collectives mirror this rank, receives read
   /// ones), so a handshake that checks a peer's word has nothing to check.
   bool communicates() const { return backend_->getBackendName() != "fake"; }
+  /// True when a send or receive of `tensor` goes through a host buffer:
+  /// on Gloo with a CUDA tensor (Gloo's collectives take CUDA tensors,
+  /// its send and recv do not), or with any tensor when TITAN_STAGE_P2P=1
+  /// (the test of that path on a machine without a GPU).
+  bool stages_p2p(const at::Tensor& tensor) const;
 
   /// In-place all-reduce of `tensor`.
   void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::Sum) const;

@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
@@ -36,12 +37,12 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
-c10::Device pick_device(const std::string& want, const LaunchEnv& env) {
+c10::Device pick_device(const std::string& want, const LaunchEnv& env, int ranks_per_device) {
   bool cuda = at::hasCUDA();
   if (want == "cpu" || (want == "auto" && !cuda)) return c10::Device(c10::kCPU);
   TITAN_CHECK(want == "cuda" || want == "auto", "unknown device '", want, "' (expected cpu, cuda or auto)");
   TITAN_CHECK(cuda, "device 'cuda' requested but no CUDA device is available");
-  return c10::Device(c10::kCUDA, cuda_device_for(env, static_cast<int>(at::getNumGPUs())));
+  return c10::Device(c10::kCUDA, cuda_device_for(env, static_cast<int>(at::getNumGPUs()), ranks_per_device));
 }
 
 c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& env, std::chrono::milliseconds timeout) {
@@ -151,8 +152,8 @@ c10::intrusive_ptr<c10d::Backend> connect_gloo(const c10::intrusive_ptr<c10d::St
 }  // namespace
 
 World::World(LaunchEnv env, c10::Device device, c10::intrusive_ptr<c10d::Store> store,
-             std::chrono::milliseconds timeout, bool fake)
-    : env_(std::move(env)), device_(device), store_(std::move(store)), timeout_(timeout), fake_(fake) {
+             std::chrono::milliseconds timeout, std::string engine)
+    : env_(std::move(env)), device_(device), store_(std::move(store)), timeout_(timeout), engine_(std::move(engine)) {
   std::vector<int> all(env_.world_size);
   for (int r = 0; r < env_.world_size; ++r) all[r] = r;
   world_group_ = new_group("world", all);
@@ -170,9 +171,9 @@ std::shared_ptr<ProcessGroup> World::new_group(const std::string& name, std::vec
   key += "#" + std::to_string(group_counts_[key]++);
   const int n = static_cast<int>(global_ranks.size());
   c10::intrusive_ptr<c10d::Backend> backend;
-  if (fake_) {
+  if (engine_ == "fake") {
     backend = make_fake_backend(group_rank, n);
-  } else if (device_.is_cuda()) {
+  } else if (engine_ == "nccl") {
     // NCCL connects lazily, at the first collective: nothing to agree on here.
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("titan/group/" + key, store_);
     try {
@@ -199,7 +200,12 @@ const World& init_distributed(const InitOptions& options) {
   auto rdzv_timeout = options.rendezvous_timeout;
   if (const char* s = std::getenv("TITAN_RENDEZVOUS_TIMEOUT"); s && *s)
     rdzv_timeout = std::chrono::milliseconds(static_cast<int64_t>(std::atof(s) * 1000));
-  c10::Device device = pick_device(options.device, env);
+  c10::Device device = pick_device(options.device, env, options.ranks_per_device);
+  const std::string engine = choose_engine(options.backend, device, options.ranks_per_device, options.fake,
+                                           nccl_version());
+  // NCCL 2.30+ takes two ranks of a communicator on one GPU when asked
+  // (experimental in NCCL; the user's own setting wins).
+  if (engine == "nccl" && options.ranks_per_device > 1) setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", /*overwrite=*/0);
   FlightRecorder& recorder = FlightRecorder::instance();
   recorder.configure(options.flight_recorder_entries);
   if (options.flight_recorder_entries > 0 && !options.flight_recorder_folder.empty()) {
@@ -221,10 +227,10 @@ const World& init_distributed(const InitOptions& options) {
     detail::set_current_heartbeat(g_heartbeat.get());
   }
   g_clean_exit = false;
-  g_world = std::make_unique<World>(env, device, store, options.timeout, options.fake);
+  g_world = std::make_unique<World>(env, device, store, options.timeout, engine);
   // On NCCL a dead peer fails no collective on the host: the watch of the
   // next rank's heartbeat names it before the watchdog's timeout does.
-  if (g_heartbeat && peer_watch_wanted(device.is_cuda()))
+  if (g_heartbeat && peer_watch_wanted(engine == "nccl"))
     g_peer_watch = std::make_unique<PeerWatch>(*g_heartbeat, env.rank, env.world_size,
                                                peer_watch_window(options.timeout, g_heartbeat->interval()));
   static bool registered = false;
@@ -242,19 +248,44 @@ const World& world() {
 
 bool is_initialized() { return g_world != nullptr; }
 
-c10::DeviceIndex cuda_device_for(const LaunchEnv& env, int visible_devices) {
+c10::DeviceIndex cuda_device_for(const LaunchEnv& env, int visible_devices, int ranks_per_device) {
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   const std::string shown = std::string("(CUDA_VISIBLE_DEVICES='") + (visible ? visible : "") + "')";
+  TITAN_CHECK(ranks_per_device >= 1, "[comm] ranks_per_device = ", ranks_per_device, " must be >= 1");
   // Slurm's --gpus-per-task leaves each task its own single GPU; titan run
   // and torchrun leave every rank all of the node's.
   if (visible_devices == 1 && (env.local_world_size == 1 || env.source == "slurm")) return 0;
-  TITAN_CHECK(env.local_world_size <= visible_devices, env.local_world_size, " ranks on this node and ",
-              visible_devices, " visible GPU", visible_devices == 1 ? "" : "s", " ", shown,
-              ": NCCL needs a GPU per rank (run as many ranks per node as GPUs, or --training.device cpu to "
-              "emulate the ranks)");
-  TITAN_CHECK(env.local_rank >= 0 && env.local_rank < visible_devices, "LOCAL_RANK ", env.local_rank,
-              " has no GPU: ", visible_devices, " visible ", shown);
-  return static_cast<c10::DeviceIndex>(env.local_rank);
+  const int share = (env.local_world_size + visible_devices - 1) / std::max(visible_devices, 1);
+  TITAN_CHECK(env.local_world_size <= visible_devices * ranks_per_device, env.local_world_size,
+              " ranks on this node and ", visible_devices, " visible GPU", visible_devices == 1 ? "" : "s", " ", shown,
+              ranks_per_device > 1 ? " shared by [comm] ranks_per_device = " + std::to_string(ranks_per_device) : "",
+              ": NCCL needs a GPU per rank (run as many ranks per node as GPUs, let ranks share them with [comm] "
+              "ranks_per_device = ", share, ", or --training.device cpu to emulate the ranks)");
+  const int gpu = env.local_rank / ranks_per_device;
+  TITAN_CHECK(env.local_rank >= 0 && gpu < visible_devices, "LOCAL_RANK ", env.local_rank, " has no GPU: ",
+              visible_devices, " visible ", shown);
+  return static_cast<c10::DeviceIndex>(gpu);
+}
+
+std::string choose_engine(const std::string& choice, const c10::Device& device, int ranks_per_device, bool fake,
+                          int nccl_version) {
+  if (fake) return "fake";
+  TITAN_CHECK(choice == "auto" || choice == "gloo" || choice == "nccl", "[comm] backend = \"", choice,
+              "\" is not one of auto, gloo, nccl");
+  TITAN_CHECK(choice != "nccl" || device.is_cuda(), "[comm] backend = \"nccl\" needs CUDA tensors, but the job ",
+              "trains on ", device.str(), " (use --comm.backend gloo or auto, or --training.device cuda)");
+  const std::string engine = choice == "auto" ? (device.is_cuda() ? "nccl" : "gloo") : choice;
+  constexpr int kFirstMultiRankNccl = 23000;  // NCCL 2.30.0: NCCL_MULTI_RANK_GPU_ENABLE
+  if (engine == "nccl" && ranks_per_device > 1) {
+    const std::string found = nccl_version > 0 ? std::to_string(nccl_version / 10000) + "." +
+                                                     std::to_string(nccl_version / 100 % 100) + "." +
+                                                     std::to_string(nccl_version % 100)
+                                               : std::string("none");
+    TITAN_CHECK(nccl_version >= kFirstMultiRankNccl, "[comm] ranks_per_device = ", ranks_per_device,
+                " puts ranks of one NCCL communicator on one GPU, which NCCL takes from 2.30 on (found ", found,
+                "): use --comm.backend gloo, or install nvidia-nccl-cu13>=2.30 into the venv");
+  }
+  return engine;
 }
 
 at::Tensor to_comm_device(const at::Tensor& t) {

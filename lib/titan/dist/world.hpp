@@ -43,6 +43,11 @@ struct InitOptions {
   bool fake = false;
   int fake_rank = 0;
   int fake_world_size = 1;
+  /// [comm] backend: "auto" (Gloo on CPU, NCCL on CUDA), "gloo" (also on
+  /// CUDA: ProcessGroup stages P2P through pinned host memory) or "nccl".
+  std::string backend = "auto";
+  /// [comm] ranks_per_device: local ranks that share one GPU.
+  int ranks_per_device = 1;
 };
 
 /// @brief Ends each backend with its orderly `shutdown()` (NCCL: flush its
@@ -54,8 +59,9 @@ void shutdown_backends(std::vector<c10::intrusive_ptr<c10d::Backend>>& backends)
 /// @brief The job as this rank sees it, after init_distributed().
 class World {
  public:
+  /// `engine`: "gloo", "nccl" or "fake", the backend of every group.
   World(LaunchEnv env, c10::Device device, c10::intrusive_ptr<c10d::Store> store,
-        std::chrono::milliseconds timeout, bool fake = false);
+        std::chrono::milliseconds timeout, std::string engine);
 
   const LaunchEnv& env() const { return env_; }
   int rank() const { return env_.rank; }
@@ -65,7 +71,9 @@ class World {
   std::chrono::milliseconds timeout() const { return timeout_; }
   /// True when this process plays one rank of the job and no group
   /// communicates ([comm] mode = "fake_backend").
-  bool fake() const { return fake_; }
+  bool fake() const { return engine_ == "fake"; }
+  /// The backend every group runs on: "gloo", "nccl" or "fake".
+  const std::string& engine() const { return engine_; }
   /// The group of all ranks ("world").
   const std::shared_ptr<ProcessGroup>& group() const { return world_group_; }
 
@@ -82,7 +90,7 @@ class World {
   c10::Device device_;
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
-  bool fake_ = false;
+  std::string engine_;
   std::shared_ptr<ProcessGroup> world_group_;
   mutable std::map<std::string, int> group_counts_;
   // ProcessGroupNCCL's destructor, when shutdown() was not called first,
@@ -109,8 +117,19 @@ bool is_initialized();
 /// visible GPU (--gpus-per-task). Throws a one-line titan::Error naming the
 /// numbers when LOCAL_RANK is not a visible GPU, or when several ranks of a
 /// node would share one GPU (NCCL refuses two ranks of a communicator on
-/// one device: "Duplicate GPU detected").
-c10::DeviceIndex cuda_device_for(const LaunchEnv& env, int visible_devices);
+/// one device: "Duplicate GPU detected"). With `ranks_per_device` > 1
+/// ([comm] ranks_per_device) local ranks k·n .. k·n+n−1 share GPU k, and
+/// the node may run that many times its GPUs.
+c10::DeviceIndex cuda_device_for(const LaunchEnv& env, int visible_devices, int ranks_per_device = 1);
+
+/// @brief The backend a job's groups run on: "fake" for a fake rank,
+/// else [comm] backend `choice` on `device` ("auto": Gloo for the CPU,
+/// NCCL for CUDA). Throws a one-line titan::Error for NCCL on the CPU, and
+/// for NCCL with ranks sharing a GPU when the NCCL loaded
+/// (`nccl_version`, e.g. 22809 for 2.28.9; 0 when absent) is older than
+/// 2.30, the first to take two ranks of a communicator on one device.
+std::string choose_engine(const std::string& choice, const c10::Device& device, int ranks_per_device, bool fake,
+                          int nccl_version);
 
 /// @brief `t` on the device the job's collectives run on (world().device()),
 /// or `t` itself when it is there already or no job is initialised. For the

@@ -37,6 +37,11 @@ std::string Trainer::banner() const {
   if (device_.is_cpu())
     s += strprintf(", %d threads, fp32 Linear GEMMs by %s", at::get_num_threads(),
                    ops::describe_cpu_matmul(cfg_.model.cpu_matmul).c_str());
+  if (device_.is_cuda() && cfg_.comm.ranks_per_device > 1)
+    s += strprintf(", shared by up to %lld ranks ([comm] ranks_per_device)",
+                   static_cast<long long>(cfg_.comm.ranks_per_device));
+  if (device_.is_cuda() && mesh_ && dist::world().engine() == "gloo")
+    s += "; collectives over Gloo ([comm] backend), send and recv staged through pinned host memory";
 #ifdef TITAN_HAS_CUDA
   if (device_.is_cuda()) {
     // Where titan's CUDA kernels cannot run here, what runs instead and why.

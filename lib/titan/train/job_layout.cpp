@@ -57,7 +57,8 @@ JobLayout check_job_before_launch(const config::JobConfig& cfg, int world_size) 
               "process, not --nproc ", world_size, ": give the job's size as [comm] fake_world_size and the rank as ",
               "[comm] fake_rank");
   env = job_launch_env(cfg, env);
-  return plan_job_layout(cfg, env.world_size, resolve_device(cfg.training.device, env));
+  return plan_job_layout(cfg, env.world_size,
+                         resolve_device(cfg.training.device, env, static_cast<int>(cfg.comm.ranks_per_device)));
 }
 
 }  // namespace titan::train

@@ -115,7 +115,7 @@ Trainer::Trainer(config::JobConfig cfg, TrainerOptions options)
   rank_ = env.rank;
   if (!single && plays_fake_rank(cfg_) && env.world_size > 1)
     fake_run_ = FakeRankRun{.rank = env.rank, .world_size = env.world_size};
-  device_ = resolve_device(cfg_.training.device, env);
+  device_ = resolve_device(cfg_.training.device, env, static_cast<int>(cfg_.comm.ranks_per_device));
   // The layout, the batches, the model's shape and every parallelism's
   // options, read and checked once (a bad layout fails here, before the job
   // starts; `titan train --nproc N` ran the same in its launcher).
@@ -252,6 +252,8 @@ void Trainer::join_job() {
   init.flight_recorder_entries = cfg_.comm.trace_buf_size;
   init.flight_recorder_folder = files::join(cfg_.job.dump_folder, cfg_.comm.save_traces_folder);
   init.flight_recorder_prefix = cfg_.comm.save_traces_file_prefix;
+  init.backend = cfg_.comm.backend;
+  init.ranks_per_device = static_cast<int>(cfg_.comm.ranks_per_device);
   if (fake_run_) {
     init.fake = true;
     init.fake_rank = fake_run_->rank;
