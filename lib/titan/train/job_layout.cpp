@@ -7,19 +7,12 @@
 
 namespace titan::train {
 
-JobLayout plan_job_layout(const config::JobConfig& cfg, int64_t world_size, c10::Device device,
-                          const std::optional<models::llama3::ModelArgs>& model_args,
-                          std::optional<int64_t> batch_dp_degree) {
-  // A fake rank's world is a key of the config: errors about it name the key.
-  if (plays_fake_rank(cfg) && world_size == cfg.comm.fake_world_size && world_size > 1) {
-    try {
-      config::JobConfig real = cfg;
-      real.comm.mode = "default";
-      return plan_job_layout(real, world_size, device, model_args, batch_dp_degree);
-    } catch (const Error& e) {
-      throw Error("[comm] fake_world_size = " + std::to_string(world_size) + ": " + e.what());
-    }
-  }
+namespace {
+
+// plan_job_layout's checks and plan, whatever named the world size.
+JobLayout plan_on_world(const config::JobConfig& cfg, int64_t world_size, c10::Device device,
+                        const std::optional<models::llama3::ModelArgs>& model_args,
+                        std::optional<int64_t> batch_dp_degree) {
   // Cheapest first: a bad key fails before any shape is worked out.
   config::check_supported(cfg, world_size);
   if (cfg.checkpoint.create_seed_checkpoint) {
@@ -39,6 +32,21 @@ JobLayout plan_job_layout(const config::JobConfig& cfg, int64_t world_size, c10:
   TITAN_CHECK(attention != "flash" || device.is_cpu() || device.is_cuda(),
               "[model] attn_type = \"flash\" runs on the CPU or a CUDA GPU, not on ", device.str());
   return layout;
+}
+
+}  // namespace
+
+JobLayout plan_job_layout(const config::JobConfig& cfg, int64_t world_size, c10::Device device,
+                          const std::optional<models::llama3::ModelArgs>& model_args,
+                          std::optional<int64_t> batch_dp_degree) {
+  if (!plays_fake_rank(cfg) || world_size != cfg.comm.fake_world_size || world_size == 1)
+    return plan_on_world(cfg, world_size, device, model_args, batch_dp_degree);
+  // A fake rank's world is a key of the config: errors about it name the key.
+  try {
+    return plan_on_world(cfg, world_size, device, model_args, batch_dp_degree);
+  } catch (const Error& e) {
+    throw Error("[comm] fake_world_size = " + std::to_string(world_size) + ": " + e.what());
+  }
 }
 
 bool plays_fake_rank(const config::JobConfig& cfg) { return cfg.comm.mode == "fake_backend"; }
