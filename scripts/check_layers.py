@@ -34,6 +34,7 @@ LAYERS = [
     ["launch"],      # the multi-process launcher
     ["train"],       # the trainer
     ["verify"],      # reference runs and equivalence checks
+    ["predict"],     # step time and MFU of a layout on a cluster
 ]
 LEVEL = {folder: i for i, layer in enumerate(LAYERS) for folder in layer}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"titan/([a-z0-9_]+)/(?:([a-z0-9_]+)/)?')

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "planned_world.hpp"
 #include "titan/config/config.hpp"
 #include "titan/estimate/fit.hpp"
 #include "titan/estimate/memory_estimate.hpp"
@@ -15,14 +16,6 @@
 #include "titan/util/error.hpp"
 
 namespace titan::cli {
-
-static int64_t parse_world(const std::string& flag, const std::string& value) {
-  char* end = nullptr;
-  const long long n = std::strtoll(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || n < 1)
-    throw Error("titan estimate: " + flag + " wants a positive number of ranks, got '" + value + "'");
-  return n;
-}
 
 static double parse_gib(const std::string& value) {
   char* end = nullptr;
@@ -32,18 +25,10 @@ static double parse_gib(const std::string& value) {
   return g;
 }
 
-static void throw_if_joined(const std::string& a) {
-  throw Error("titan estimate: write '" + a.substr(0, 7) + " " + a.substr(8) + "' (a space, not '=')");
-}
-
 static int cmd_estimate(int argc, char** argv) {
-  // --nproc N names the ranks as `titan train --nproc N` does, but nothing
-  // is launched: rename it before run_main's self-launch sees it.
-  static char world_flag[] = "--world_size";
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--nproc") argv[i] = world_flag;
-    if (a.rfind("--nproc=", 0) == 0) throw_if_joined(a);
+  if (const std::string joined = rename_nproc_for_planning(argc, argv, "estimate"); !joined.empty()) {
+    std::fprintf(stderr, "error: %s\n", joined.c_str());
+    return 2;
   }
   return run_main(argc, argv, [](int argc, char** argv) {
     std::vector<std::string> own;
@@ -52,7 +37,7 @@ static int cmd_estimate(int argc, char** argv) {
     // The ranks: as `titan train --nproc N` would use, or torchrun's WORLD_SIZE.
     int64_t world = 1;
     double budget_gib = estimate::kDefaultDeviceMemoryGiB;
-    if (const char* w = std::getenv("WORLD_SIZE")) world = parse_world("WORLD_SIZE", w);
+    if (const char* w = std::getenv("WORLD_SIZE")) world = parse_planned_world("estimate", "WORLD_SIZE", w);
     for (size_t i = 0; i < own.size(); ++i) {
       const std::string& a = own[i];
       if (a == "--help" || a == "-h") {
@@ -66,8 +51,8 @@ static int cmd_estimate(int argc, char** argv) {
             "layout that fits.\n");
         return 0;
       }
-      if ((a == "--nproc" || a == "--world_size") && i + 1 < own.size()) {
-        world = parse_world(a, own[++i]);
+      if ((a == kPlannedNproc || a == "--world_size") && i + 1 < own.size()) {
+        world = parse_planned_world("estimate", a, own[++i]);
       } else if (a == "--device_memory_gib" && i + 1 < own.size()) {
         budget_gib = parse_gib(own[++i]);
       } else {

@@ -281,6 +281,30 @@ struct CommSection {
   int64_t ranks_per_device = 1;
 };
 
+/// @brief [cluster] (titan's): the machines `titan predict` models a job
+/// on. A preset names an accelerator and its network; every other key
+/// replaces one of the preset's values (0 = the preset's).
+struct ClusterSection {
+  /// h100_sxm, h100_hbm2e_500w, h200, a100_80g or b200 (predict/cluster.hpp)
+  std::string preset = "h100_sxm";
+  double peak_bf16_tflops = 0;  ///< dense bf16 tensor-core peak per GPU, TFLOP/s
+  double peak_fp8_tflops = 0;   ///< dense float8 peak per GPU, TFLOP/s
+  double peak_fp32_tflops = 0;  ///< fp32 (no tensor cores) peak per GPU, TFLOP/s
+  double hbm_bandwidth_gbps = 0;  ///< memory bandwidth per GPU, GB/s
+  double hbm_capacity_gib = 0;    ///< memory per GPU, GiB
+  int64_t gpus_per_node = 0;      ///< GPUs joined by the intra-node links
+  double intra_node_bandwidth_gbps = 0;  ///< per GPU, each way, GB/s (NVLink)
+  /// An all-reduce inside a node, where switches reduce (NVLink SHARP), GB/s
+  double intra_node_all_reduce_bandwidth_gbps = 0;
+  double intra_node_latency_us = 0;      ///< per step of a ring inside a node
+  double inter_node_bandwidth_gbps = 0;  ///< per GPU, each way, GB/s (its NIC)
+  double inter_node_latency_us = 0;      ///< per step of a ring across nodes
+  /// Fractions of a peak that kernels reach (calibrated: predict/cluster.hpp)
+  double matmul_efficiency = 0;
+  double attention_efficiency = 0;
+  double memory_efficiency = 0;
+};
+
 /// @brief The whole configuration of a training job.
 ///
 /// Build one with parse_job_config() (load.hpp): defaults < TOML file <
@@ -299,6 +323,7 @@ struct JobConfig {
   Float8Section float8;
   ValidationSection validation;
   CommSection comm;
+  ClusterSection cluster;
 
   /// Where each option that is not a default came from, keyed "section.key"
   /// (canonical names): "file.toml:12" or "command line". Error messages

@@ -252,6 +252,25 @@ std::vector<Field> make_fields() {
                   "auto", "gloo", "nccl"),
       TITAN_FIELD(comm, ranks_per_device,
                   "local ranks sharing one GPU (>= 1; 1 = a GPU per rank); NCCL needs 2.30+ for more than one"),
+
+      TITAN_FIELD(cluster, preset, "titan predict's machines: an accelerator and its network; the keys below replace "
+                  "its values (0 = the preset's)", "h100_sxm", "h100_hbm2e_500w", "h200", "a100_80g", "b200"),
+      TITAN_FIELD(cluster, peak_bf16_tflops, "dense bf16 tensor-core peak per GPU, TFLOP/s (>= 0)"),
+      TITAN_FIELD(cluster, peak_fp8_tflops, "dense float8 tensor-core peak per GPU, TFLOP/s (>= 0)"),
+      TITAN_FIELD(cluster, peak_fp32_tflops, "fp32 peak per GPU without tensor cores, TFLOP/s (>= 0)"),
+      TITAN_FIELD(cluster, hbm_bandwidth_gbps, "memory bandwidth per GPU, GB/s (>= 0)"),
+      TITAN_FIELD(cluster, hbm_capacity_gib, "memory per GPU, GiB (>= 0)"),
+      TITAN_FIELD(cluster, gpus_per_node, "GPUs per node, joined by the intra-node links (>= 0)"),
+      TITAN_FIELD(cluster, intra_node_bandwidth_gbps, "intra-node (NVLink) bandwidth per GPU, each way, GB/s (>= 0)"),
+      TITAN_FIELD(cluster, intra_node_all_reduce_bandwidth_gbps,
+                  "an all-reduce's bandwidth inside a node where the switches reduce (NVLink SHARP), GB/s (>= 0)"),
+      TITAN_FIELD(cluster, intra_node_latency_us, "latency of one step of a ring inside a node, microseconds (>= 0)"),
+      TITAN_FIELD(cluster, inter_node_bandwidth_gbps, "inter-node bandwidth per GPU (its NIC), each way, GB/s (>= 0)"),
+      TITAN_FIELD(cluster, inter_node_latency_us, "latency of one step of a ring across nodes, microseconds (>= 0)"),
+      TITAN_FIELD(cluster, matmul_efficiency, "fraction of the peak a large GEMM reaches, in [0, 1]"),
+      TITAN_FIELD(cluster, attention_efficiency,
+                  "fraction of the peak flash attention reaches on the FLOPs it executes, in [0, 1]"),
+      TITAN_FIELD(cluster, memory_efficiency, "fraction of the memory bandwidth elementwise kernels reach, in [0, 1]"),
   };
 }
 #undef TITAN_FIELD

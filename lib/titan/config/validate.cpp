@@ -143,6 +143,26 @@ void validate(const JobConfig& cfg) {
   require(cfg, "comm.save_traces_folder", !cfg.comm.save_traces_folder.empty(), "non-empty");
   require(cfg, "comm.save_traces_file_prefix",
           cfg.comm.save_traces_file_prefix.find('/') == std::string::npos, "a file-name prefix without '/'");
+  const ClusterSection& k = cfg.cluster;
+  for (const auto& [name, value] :
+       std::vector<std::pair<const char*, double>>{{"cluster.peak_bf16_tflops", k.peak_bf16_tflops},
+                                                   {"cluster.peak_fp8_tflops", k.peak_fp8_tflops},
+                                                   {"cluster.peak_fp32_tflops", k.peak_fp32_tflops},
+                                                   {"cluster.hbm_bandwidth_gbps", k.hbm_bandwidth_gbps},
+                                                   {"cluster.hbm_capacity_gib", k.hbm_capacity_gib},
+                                                   {"cluster.gpus_per_node", static_cast<double>(k.gpus_per_node)},
+                                                   {"cluster.intra_node_bandwidth_gbps", k.intra_node_bandwidth_gbps},
+                                                   {"cluster.intra_node_all_reduce_bandwidth_gbps",
+                                                    k.intra_node_all_reduce_bandwidth_gbps},
+                                                   {"cluster.intra_node_latency_us", k.intra_node_latency_us},
+                                                   {"cluster.inter_node_bandwidth_gbps", k.inter_node_bandwidth_gbps},
+                                                   {"cluster.inter_node_latency_us", k.inter_node_latency_us}})
+    require(cfg, name, value >= 0 && std::isfinite(value), ">= 0 (0 = the preset's)");
+  for (const auto& [name, value] : std::vector<std::pair<const char*, double>>{
+           {"cluster.matmul_efficiency", k.matmul_efficiency},
+           {"cluster.attention_efficiency", k.attention_efficiency},
+           {"cluster.memory_efficiency", k.memory_efficiency}})
+    require(cfg, name, value >= 0 && value <= 1, "in [0, 1] (0 = the preset's)");
 }
 
 BatchPlan plan_batches(const JobConfig& cfg, int64_t dp_degree) {

@@ -10,6 +10,7 @@
 #include "titan/models/llama3/pipeline.hpp"
 #include "titan/parallel/data_parallel.hpp"
 #include "titan/parallel/parallel_dims.hpp"
+#include "titan/util/error.hpp"
 #include "titan/util/strprintf.hpp"
 
 namespace titan::verify {
@@ -47,6 +48,13 @@ class Count {
 
  private:
   StepComm comm_;
+};
+
+// Bytes per element of each kind of traffic.
+struct WireSizes {
+  double param = kFloat;       // FSDP's all-gathered weights
+  double reduce = kFloat;      // gradients reduce-scattered or all-reduced
+  double activation = kFloat;  // TP, CP and PP traffic: what the blocks compute in
 };
 
 // Elements of a [rows, cols] weight as FSDP gathers it over n shards: the
@@ -108,27 +116,29 @@ std::vector<std::pair<int64_t, int64_t>> root_weight_shapes(const models::llama3
 
 // Bytes of weights as one FSDP unit of n ranks gathers them (each padded
 // on dim 0 to a multiple of n).
-double unit_bytes(const std::vector<std::pair<int64_t, int64_t>>& shapes, int64_t n) {
+double unit_elements(const std::vector<std::pair<int64_t, int64_t>>& shapes, int64_t n) {
   double e = 0;
   for (const auto& [rows, cols] : shapes) e += padded(rows, cols, n);
-  return e * kFloat;
+  return e;
 }
 
-double block_unit_bytes(const models::llama3::ModelArgs& a, const Layout& l) {
-  return unit_bytes(block_weight_shapes(a, l.tp), l.fsdp_n);
+double block_unit_elements(const models::llama3::ModelArgs& a, const Layout& l) {
+  return unit_elements(block_weight_shapes(a, l.tp), l.fsdp_n);
 }
 
-double root_unit_bytes(const models::llama3::ModelArgs& a, const Layout& l, const StagePart& s) {
-  return unit_bytes(root_weight_shapes(a, l.tp, s), l.fsdp_n);
+double root_unit_elements(const models::llama3::ModelArgs& a, const Layout& l, const StagePart& s) {
+  return unit_elements(root_weight_shapes(a, l.tp, s), l.fsdp_n);
 }
 
 // The bytes of every parameter of a stage part, in the order the model
 // registers them (root's embedding, the blocks, root's norm and output):
 // DDP buckets them in reverse of it.
 std::vector<int64_t> stage_param_bytes_in_order(const models::llama3::ModelArgs& a, const Layout& l,
-                                                const StagePart& s) {
+                                                const StagePart& s, double element_size) {
   std::vector<int64_t> out;
-  auto add = [&](int64_t rows, int64_t cols) { out.push_back(rows * cols * static_cast<int64_t>(kFloat)); };
+  auto add = [&](int64_t rows, int64_t cols) {
+    out.push_back(static_cast<int64_t>(static_cast<double>(rows * cols) * element_size));
+  };
   const auto root = root_weight_shapes(a, l.tp, s);
   const size_t before_blocks = s.has_embedding ? 1 : 0;
   for (size_t k = 0; k < before_blocks; ++k) add(root[k].first, root[k].second);
@@ -261,7 +271,7 @@ int64_t weight_steps_of_stage(const pp::RankActions& actions, int stage) {
 
 }  // namespace
 
-ExpectedComm expected_step_comm(const models::llama3::JobLayout& job, bool first_step) {
+ExpectedComm expected_step_comm(const models::llama3::JobLayout& job, bool first_step, const CountOptions& options) {
   const parallel::ParallelDims& dims = job.dims;
   const models::llama3::ModelArgs& args = job.args;
   const models::llama3::ParallelizeOptions& o = job.parallelize;
@@ -270,9 +280,22 @@ ExpectedComm expected_step_comm(const models::llama3::JobLayout& job, bool first
     out.not_modelled_because = why;
     return out;
   };
-  if (o.float8.enable) return refuse("float8 linears");
-  if (o.fsdp.param_dtype != at::kFloat || o.fsdp.reduce_dtype != at::kFloat) return refuse("mixed precision");
-  if (o.param_storage_dtype != at::kFloat) return refuse("bf16 parameters ([training] dtype)");
+  WireSizes wire;
+  if (!options.layout_dtypes) {
+    if (o.float8.enable) return refuse("float8 linears");
+    if (o.fsdp.param_dtype != at::kFloat || o.fsdp.reduce_dtype != at::kFloat) return refuse("mixed precision");
+    if (o.param_storage_dtype != at::kFloat) return refuse("bf16 parameters ([training] dtype)");
+  } else {
+    // FSDP computes in its param dtype; without FSDP autocast keeps the
+    // residual stream (and so TP's, CP's and PP's traffic) in the stored dtype.
+    const double stored = static_cast<double>(c10::elementSize(o.param_storage_dtype));
+    const bool fsdp = dims.fsdp_enabled();
+    wire.param = fsdp && o.float8.fsdp_float8_all_gather ? 1.0 : static_cast<double>(c10::elementSize(o.fsdp.param_dtype));
+    wire.reduce = fsdp ? static_cast<double>(c10::elementSize(o.fsdp.reduce_dtype)) : stored;
+    wire.activation = fsdp ? static_cast<double>(c10::elementSize(o.fsdp.param_dtype)) : stored;
+  }
+  const int me = options.pp_rank;
+  TITAN_CHECK(me >= 0 && me < dims.pp, "expected_step_comm: pipeline rank ", me, " outside [0, ", dims.pp, ")");
   const std::vector<bool>& recomputed = o.ac.blocks;
   const bool op_ac = o.ac.policy.per_op();
   // Per-op AC keeps every block matmul's output unless the config forces
@@ -303,7 +326,7 @@ ExpectedComm expected_step_comm(const models::llama3::JobLayout& job, bool first
     schedule_steps = batches.accumulation_steps;
     micro_batches = plan.spec.microbatches;
     seqs = job.microbatch_sequences();
-    stage_ids = plan.spec.stages_of_rank(0);
+    stage_ids = plan.spec.stages_of_rank(me);
     for (int s : stage_ids) {
       const pp::LayerRange r = plan.layers[static_cast<size_t>(s)];
       parts.push_back({r.begin, r.size(), s == 0, s + 1 == plan.spec.num_stages(), s});
@@ -312,26 +335,27 @@ ExpectedComm expected_step_comm(const models::llama3::JobLayout& job, bool first
     parts.push_back({0, args.n_layers, true, true});
   }
   const int64_t M = schedule_steps * micro_batches;  // micro-batches through each stage per step
-  // Under PP, rank 0's actions (the zero-bubble lists come from list
+  // Under PP, this rank's actions (the zero-bubble lists come from list
   // scheduling over all ranks: made once).
-  const pp::RankActions rank0_actions = dims.pp_enabled() ? plan.actions().front() : pp::RankActions{};
+  const pp::RankActions rank_actions =
+      dims.pp_enabled() ? plan.actions()[static_cast<size_t>(me)] : pp::RankActions{};
   Count c;
 
   // FSDP / HSDP / DDP.
   if (l.fsdp) {
     const int n = static_cast<int>(l.fsdp_n);
-    const double block = block_unit_bytes(args, l);
+    const double block = block_unit_elements(args, l);
     // Under PP, whether every micro-batch's backward reduce-scatters or
     // only the step's last.
     const bool sync_every_backward = dims.pp_enabled() && o.fsdp.reduce_scatter_per_microbatch;
     for (const StagePart& s : parts) {
-      const double root = root_unit_bytes(args, l, s);
+      const double root = root_unit_elements(args, l, s);
       // Under PP a unit's gathers per schedule step: with "default" and
       // "never" and no sync before the last backward, one (the weights stay
       // over the micro-batches). The root never reshards after forward.
       const auto pp_gathers = [&](bool reshard, bool checkpointed) -> int64_t {
         return dims.pp_enabled()
-                   ? gathers_of_stage_unit(rank0_actions, s.stage, reshard, sync_every_backward, checkpointed)
+                   ? gathers_of_stage_unit(rank_actions, s.stage, reshard, sync_every_backward, checkpointed)
                    : 0;
       };
       // (A stage's last block is not the model's: the rule is the same for all.)
@@ -355,14 +379,14 @@ ExpectedComm expected_step_comm(const models::llama3::JobLayout& job, bool first
       const int64_t roots = root > 0 ? 1 : 0;
       const int64_t root_gathers = roots * (dims.pp_enabled() ? schedule_steps * pp_root_gathers : M);
       const int64_t scatters = dims.pp_enabled() && !sync_every_backward ? schedule_steps : M;  // per unit
-      c.all_gather(l.fsdp_group, block_gathers, block, n);
-      c.all_gather(l.fsdp_group, root_gathers, root, n);
-      c.reduce_scatter(l.fsdp_group, scatters * s.blocks, block, n);
-      c.reduce_scatter(l.fsdp_group, scatters * roots, root, n);
+      c.all_gather(l.fsdp_group, block_gathers, block * wire.param, n);
+      c.all_gather(l.fsdp_group, root_gathers, root * wire.param, n);
+      c.reduce_scatter(l.fsdp_group, scatters * s.blocks, block * wire.reduce, n);
+      c.reduce_scatter(l.fsdp_group, scatters * roots, root * wire.reduce, n);
       if (l.dp_replicate > 1) {
         const int r = static_cast<int>(l.dp_replicate);
-        c.all_reduce("dp_replicate", scatters * s.blocks, block / n, r);
-        c.all_reduce("dp_replicate", scatters * roots, root / n, r);
+        c.all_reduce("dp_replicate", scatters * s.blocks, block * wire.reduce / n, r);
+        c.all_reduce("dp_replicate", scatters * roots, root * wire.reduce / n, r);
       }
     }
   } else if (l.ddp) {
@@ -372,7 +396,7 @@ ExpectedComm expected_step_comm(const models::llama3::JobLayout& job, bool first
     // stage part has its own buckets and syncs at its last micro-batch.
     const int64_t cap = static_cast<int64_t>(parallel::ReplicateOptions{}.bucket_cap_mb * 1024 * 1024);
     for (const StagePart& s : parts) {
-      const std::vector<int64_t> bytes = stage_param_bytes_in_order(args, l, s);
+      const std::vector<int64_t> bytes = stage_param_bytes_in_order(args, l, s, wire.reduce);
       for (const std::vector<size_t>& bucket : parallel::plan_buckets(bytes, std::vector<int64_t>(bytes.size(), 0), cap)) {
         double payload = 0;
         for (size_t k : bucket) payload += static_cast<double>(bytes[k]);
@@ -384,7 +408,7 @@ ExpectedComm expected_step_comm(const models::llama3::JobLayout& job, bool first
   // TP, per micro-batch.
   if (dims.tp_enabled()) {
     const int n = static_cast<int>(l.tp);
-    const double A = static_cast<double>(seqs * T * args.dim) * kFloat;
+    const double A = static_cast<double>(seqs * T * args.dim) * wire.activation;
     const double tokens = static_cast<double>(seqs * T);
     for (const StagePart& s : parts) {
       int64_t again = 0;  // recomputed blocks of the stage
@@ -402,7 +426,7 @@ ExpectedComm expected_step_comm(const models::llama3::JobLayout& job, bool first
           // copy). Per-op AC keeps every matmul's output, so its recompute
           // runs the two gather rings only (gather, no GEMM) and no
           // reduce-scatter ring.
-          const int64_t w_steps = schedule_steps * weight_steps_of_stage(rank0_actions, s.stage);
+          const int64_t w_steps = schedule_steps * weight_steps_of_stage(rank_actions, s.stage);
           const int64_t recompute_rings = op_ac ? 2 : 4;
           const int64_t rings = M * (8 * s.blocks + recompute_rings * again) + w_steps * 2 * s.blocks;
           c.sends("tp", rings * (n - 1), A / n);
@@ -412,13 +436,13 @@ ExpectedComm expected_step_comm(const models::llama3::JobLayout& job, bool first
         c.all_gather("tp", M * (block_ops + ends), A, n);
         c.reduce_scatter("tp", M * (block_ops + ends), A, n);
         const int64_t norms = 2 * s.blocks + (s.has_output ? 1 : 0);
-        c.all_reduce("tp", M * norms, static_cast<double>(args.dim) * kFloat, n);
+        c.all_reduce("tp", M * norms, static_cast<double>(args.dim) * wire.activation, n);
       } else {
         c.all_reduce("tp", M * (4 * s.blocks + 2 * again + ends), A, n);
       }
       if (s.has_output) {
         if (l.loss_parallel) c.all_reduce("tp", 3 * M, tokens * kFloat, n);
-        else c.all_gather("tp", M, tokens * static_cast<double>(args.vocab_size) * kFloat, n);
+        else c.all_gather("tp", M, tokens * static_cast<double>(args.vocab_size) * wire.activation, n);
       }
     }
   }
@@ -426,7 +450,7 @@ ExpectedComm expected_step_comm(const models::llama3::JobLayout& job, bool first
   // CP: ring attention per micro-batch and block.
   if (dims.cp_enabled()) {
     const int n = static_cast<int>(l.cp);
-    const double P = static_cast<double>(seqs * (args.kv_heads() / l.tp) * T * args.head_dim()) * kFloat;
+    const double P = static_cast<double>(seqs * (args.kv_heads() / l.tp) * T * args.head_dim()) * wire.activation;
     const bool all_gather = o.cp_rotate == cp::RotateMethod::allgather;
     for (const StagePart& s : parts)
       for (int64_t b = s.first_block; b < s.first_block + s.blocks; ++b) {
@@ -444,10 +468,10 @@ ExpectedComm expected_step_comm(const models::llama3::JobLayout& job, bool first
 
   // PP: activations forward, their gradients backward, between ranks.
   if (dims.pp_enabled()) {
-    const double act = static_cast<double>(seqs * (T / (l.sp ? l.tp : 1)) * args.dim) * kFloat;
+    const double act = static_cast<double>(seqs * (T / (l.sp ? l.tp : 1)) * args.dim) * wire.activation;
     for (int s : stage_ids) {
-      const bool sends_forward = s + 1 < plan.spec.num_stages() && plan.spec.rank_of_stage(s + 1) != 0;
-      const bool receives_forward = s > 0 && plan.spec.rank_of_stage(s - 1) != 0;
+      const bool sends_forward = s + 1 < plan.spec.num_stages() && plan.spec.rank_of_stage(s + 1) != me;
+      const bool receives_forward = s > 0 && plan.spec.rank_of_stage(s - 1) != me;
       // Forward out and its gradient back in; forward in and its gradient back out.
       if (sends_forward) c.sends("pp", M, act), c.receives("pp", M);
       if (receives_forward) c.receives("pp", M), c.sends("pp", M, act);

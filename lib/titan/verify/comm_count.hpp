@@ -6,8 +6,10 @@
 /// sends whole tensors where shards would do is named even when its
 /// numbers agree with one process.
 ///
-/// The count is derived from the algorithms, for rank 0 of the job (its
-/// pipeline stages, the first rank of every other dimension), in fp32, on
+/// The count is derived from the algorithms, for rank 0 of the job or the
+/// first rank of another pipeline rank (its pipeline stages, the first
+/// rank of every other dimension), in fp32 (CountOptions: or the layout's
+/// own dtypes), on
 /// the CommLog's wire volumes (dist/comm_log.hpp: ring all-reduce
 /// 2(n−1)/n·S, all-gather and reduce-scatter (n−1)/n·S, a send its bytes,
 /// a receive none). With M the micro-batches of the step (gradient
@@ -102,10 +104,25 @@ struct ExpectedComm {
   StepComm comm;
 };
 
+/// @brief Whose traffic the count is, and in which element sizes.
+struct CountOptions {
+  /// The pipeline rank counted (its stages; the first rank of every other
+  /// dimension). `titan verify` checks rank 0; the predictor asks for each.
+  int pp_rank = 0;
+  /// Count a mixed-precision or float8 layout in its own element sizes
+  /// (FSDP gathers in its param dtype, float8 gathers in one byte, reduces
+  /// in its reduce dtype, activations in the dtype the blocks compute in)
+  /// instead of refusing it. For the predictor: no CommLog has checked
+  /// these sizes yet, so `titan verify` leaves it off.
+  bool layout_dtypes = false;
+};
+
 /// @brief The count for one optimizer step of a job of `layout` (the
 /// trainer's own reading of its config, models/llama3/job_layout.hpp), for
-/// rank 0. `first_step`: the pipeline's shape handshake is part of it.
-ExpectedComm expected_step_comm(const models::llama3::JobLayout& layout, bool first_step);
+/// the rank `options` names (rank 0 by default). `first_step`: the
+/// pipeline's shape handshake is part of it.
+ExpectedComm expected_step_comm(const models::llama3::JobLayout& layout, bool first_step,
+                                const CountOptions& options = {});
 
 /// @brief One line per (group, kind) where `measured` and `expected`
 /// differ in ops or in bytes (by more than a byte per op of rounding):

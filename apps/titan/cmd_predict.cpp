@@ -1,0 +1,82 @@
+// `titan predict`: the step time, tokens/s per GPU and MFU of a config's
+// layout on a cluster ([cluster]), without running it (nothing is built
+// but the layout; docs/predict.md).
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "planned_world.hpp"
+#include "titan/config/config.hpp"
+#include "titan/estimate/fit.hpp"
+#include "titan/estimate/memory_estimate.hpp"
+#include "titan/launch/program.hpp"
+#include "titan/models/llama3/job_layout.hpp"
+#include "titan/predict/step_prediction.hpp"
+#include "titan/util/error.hpp"
+#include "titan/util/strprintf.hpp"
+
+namespace titan::cli {
+
+static int cmd_predict(int argc, char** argv) {
+  if (const std::string joined = rename_nproc_for_planning(argc, argv, "predict"); !joined.empty()) {
+    std::fprintf(stderr, "error: %s\n", joined.c_str());
+    return 2;
+  }
+  return run_main(argc, argv, [](int argc, char** argv) {
+    std::vector<std::string> own;
+    // Planned for the cluster's GPUs, also on a laptop without one.
+    const config::JobConfig cfg = estimate::planned_for_gpus(config::parse_job_config(argc, argv, 2, &own));
+    int64_t world = 1;
+    if (const char* w = std::getenv("WORLD_SIZE")) world = parse_planned_world("predict", "WORLD_SIZE", w);
+    for (size_t i = 0; i < own.size(); ++i) {
+      const std::string& a = own[i];
+      if (a == "--help" || a == "-h") {
+        std::string presets;
+        for (const std::string& n : predict::cluster_presets()) presets += (presets.empty() ? "" : ", ") + n;
+        std::printf(
+            "usage: titan predict [--job.config_file F] [--section.key value ...] [--nproc N]\n"
+            "Predicts one training step of the job on N GPUs (default: WORLD_SIZE or 1) of the cluster [cluster]\n"
+            "describes (presets: %s; each [cluster] key replaces one of its values): per pipeline rank the\n"
+            "compute (forward, backward, recompute, optimizer), the communication per mesh dimension and how much\n"
+            "of it is exposed, the pipeline bubble; then the step time, tokens/s per GPU, TFLOP/s per GPU and MFU.\n"
+            "Nothing is run: the model's FLOPs and bytes, the collectives' bytes and the schedule are counted\n"
+            "(docs/predict.md says how, and how close it came to measured runs).\n",
+            presets.c_str());
+        return 0;
+      }
+      if ((a == kPlannedNproc || a == "--world_size") && i + 1 < own.size()) {
+        world = parse_planned_world("predict", a, own[++i]);
+      } else {
+        throw Error("titan predict: unexpected argument '" + a + "' (see titan predict --help)");
+      }
+    }
+    const predict::Cluster cluster = predict::cluster_of(cfg);
+    if (cfg.training.device == "cpu")
+      throw Error("titan predict: [training] device = \"cpu\": predict models GPU clusters ([cluster] preset), not "
+                  "CPU jobs yet");
+    const models::llama3::JobLayout layout = models::llama3::plan_layout(cfg, world, c10::Device(c10::kCUDA));
+    const predict::StepPrediction p = predict::predict_step(layout, cluster);
+    if (!p.fits) {
+      // Say so in one line, with the memory estimate's way out.
+      const estimate::JobEstimate e = estimate::estimate_job(layout);
+      const estimate::FitAdvice advice = estimate::fit_advice(cfg, world, e, cluster.hbm_capacity_gib);
+      const std::string way_out =
+          advice.found ? strprintf("titan estimate suggests %s on %lld GPUs (%.1f GiB)", advice.overrides.c_str(),
+                                   static_cast<long long>(advice.world_size), advice.peak_gib)
+                       : std::string("titan estimate found no layout that fits");
+      throw Error(strprintf("titan predict: the layout does not fit: %.1f GiB per GPU estimated against %.1f GiB of "
+                            "%s; %s",
+                            advice.worst_peak_gib, cluster.hbm_capacity_gib, cluster.accelerator.c_str(),
+                            way_out.c_str()));
+    }
+    std::fputs(predict::format_prediction(p).c_str(), stdout);
+    return 0;
+  });
+}
+
+TITAN_COMMAND("predict", cmd_predict,
+              "predict the step time, tokens/s per GPU and MFU of a config's layout on a cluster ([cluster])");
+
+}  // namespace titan::cli
