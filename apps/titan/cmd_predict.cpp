@@ -13,6 +13,7 @@
 #include "titan/estimate/memory_estimate.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/models/llama3/job_layout.hpp"
+#include "titan/predict/layout_search.hpp"
 #include "titan/predict/step_prediction.hpp"
 #include "titan/util/error.hpp"
 #include "titan/util/strprintf.hpp"
@@ -29,6 +30,7 @@ static int cmd_predict(int argc, char** argv) {
     // Planned for the cluster's GPUs, also on a laptop without one.
     const config::JobConfig cfg = estimate::planned_for_gpus(config::parse_job_config(argc, argv, 2, &own));
     int64_t world = 1;
+    bool search = false;
     if (const char* w = std::getenv("WORLD_SIZE")) world = parse_planned_world("predict", "WORLD_SIZE", w);
     for (size_t i = 0; i < own.size(); ++i) {
       const std::string& a = own[i];
@@ -36,23 +38,39 @@ static int cmd_predict(int argc, char** argv) {
         std::string presets;
         for (const std::string& n : predict::cluster_presets()) presets += (presets.empty() ? "" : ", ") + n;
         std::printf(
-            "usage: titan predict [--job.config_file F] [--section.key value ...] [--nproc N]\n"
+            "usage: titan predict [--job.config_file F] [--section.key value ...] [--nproc N] [--search]\n"
             "Predicts one training step of the job on N GPUs (default: WORLD_SIZE or 1) of the cluster [cluster]\n"
             "describes (presets: %s; each [cluster] key replaces one of its values): per pipeline rank the\n"
             "compute (forward, backward, recompute, optimizer), the communication per mesh dimension and how much\n"
             "of it is exposed, the pipeline bubble; then the step time, tokens/s per GPU, TFLOP/s per GPU and MFU.\n"
             "Nothing is run: the model's FLOPs and bytes, the collectives' bytes and the schedule are counted\n"
-            "(docs/predict.md says how, and how close it came to measured runs).\n",
+            "(docs/predict.md says how, and how close it came to measured runs).\n"
+            "--search: the fastest layout of the job (its model, sequence and global batch) that fits on the N GPUs:\n"
+            "TP within a node, PP and its schedule, CP for long sequences, FSDP or HSDP, AC, accumulation; with the\n"
+            "runner-up and where it spends more.\n",
             presets.c_str());
         return 0;
       }
       if ((a == kPlannedNproc || a == "--world_size") && i + 1 < own.size()) {
         world = parse_planned_world("predict", a, own[++i]);
+      } else if (a == "--search") {
+        search = true;
       } else {
         throw Error("titan predict: unexpected argument '" + a + "' (see titan predict --help)");
       }
     }
     const predict::Cluster cluster = predict::cluster_of(cfg);
+    if (search) {
+      const predict::SearchResult r = predict::search_layouts(cfg, world, cluster);
+      if (r.best.empty())
+        throw Error(strprintf("titan predict --search: none of %lld layouts fits on %lld GPUs of %s (%lld over %.1f GiB "
+                              "per GPU, %lld refused)",
+                              static_cast<long long>(r.tried + r.refused), static_cast<long long>(world),
+                              cluster.accelerator.c_str(), static_cast<long long>(r.over_memory),
+                              cluster.hbm_capacity_gib, static_cast<long long>(r.refused)));
+      std::fputs(predict::format_search(r).c_str(), stdout);
+      return 0;
+    }
     if (cfg.training.device == "cpu")
       throw Error("titan predict: [training] device = \"cpu\": predict models GPU clusters ([cluster] preset), not "
                   "CPU jobs yet");

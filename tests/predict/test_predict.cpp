@@ -13,6 +13,7 @@
 #include "titan/models/llama3/flops.hpp"
 #include "titan/models/llama3/job_layout.hpp"
 #include "titan/predict/cluster.hpp"
+#include "titan/predict/layout_search.hpp"
 #include "titan/predict/step_prediction.hpp"
 #include "titan/verify/comm_count.hpp"
 
@@ -278,4 +279,53 @@ TEST(PredictCli, SixteenThousandGpusInSeconds) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::printf("405B on 16,384 GPUs predicted in %.2f s\n", r.seconds);
   EXPECT_LT(r.seconds, 10.0);
+}
+
+// Any Llama-shaped model: the flavors' shape keys plus the FFN width and the
+// vocabulary. Mistral 7B v0.1 (dim 4096, 32 layers, 32/8 heads, FFN 14336,
+// vocabulary 32000) has 7,241,732,096 parameters as published.
+TEST(ModelOverrides, FfnWidthAndVocabularyDescribeOtherModels) {
+  const auto mistral = layout({"--model.flavor", "8B", "--model.ffn_hidden_size", "14336", "--model.vocab_size",
+                               "32000", "--training.seq_len", "4096"},
+                              1)
+                           .args;
+  EXPECT_EQ(mistral.ffn_hidden_dim(), 14336);
+  EXPECT_EQ(mistral.vocab_size, 32000);
+  EXPECT_EQ(titan::models::llama3::count_parameters(mistral), 7241732096LL);
+  // A width no flavor of that dim has gets a recipe of its own.
+  const auto odd = layout({"--model.flavor", "8B", "--model.ffn_hidden_size", "11008"}, 1).args;
+  EXPECT_EQ(odd.ffn_hidden_dim(), 11008);
+  const std::string negative = required_error_of([] { layout({"--model.vocab_size", "-5"}, 1); });
+  EXPECT_NE(negative.find("[model] vocab_size"), std::string::npos) << negative;
+}
+
+// --search: the winner fits, is no slower than the runner-up or the
+// config's own layout, and its flags, read back as a config, predict the
+// same step.
+TEST(LayoutSearch, FindsTheFastestLayoutThatFits) {
+  const std::vector<std::string> job = {"--model.flavor", "8B", "--training.seq_len", "8192", "--training.batch_size",
+                                        "2", "--cluster.preset", "h100_sxm", "--activation_checkpoint.mode", "full"};
+  ASSERT_TRUE(predict(job, 16).fits);  // the config's own layout is one of the grid's
+  const titan::config::JobConfig cfg = parse(job);
+  const titan::predict::Cluster cluster = titan::predict::cluster_of(cfg);
+  const titan::predict::SearchResult r = titan::predict::search_layouts(cfg, 16, cluster);
+  std::printf("searched %lld layouts in %.2f s; fastest %s: %.4f s\n", static_cast<long long>(r.tried + r.refused),
+              r.seconds, r.best.empty() ? "-" : r.best[0].flags.c_str(),
+              r.best.empty() ? 0.0 : r.best[0].prediction.step_seconds);
+  ASSERT_EQ(r.best.size(), 2u);
+  EXPECT_TRUE(r.best[0].prediction.fits);
+  EXPECT_LE(r.best[0].prediction.step_seconds, r.best[1].prediction.step_seconds);
+  EXPECT_EQ(r.best[0].prediction.tokens_per_step, predict(job, 16).tokens_per_step);  // the same global batch
+  EXPECT_LE(r.best[0].prediction.step_seconds, predict(job, 16).step_seconds);
+  std::vector<std::string> back = job;
+  std::string flags = r.best[0].flags;
+  for (size_t at = 0; at != std::string::npos;) {
+    const size_t next = flags.find(' ', at);
+    back.push_back(flags.substr(at, next == std::string::npos ? next : next - at));
+    at = next == std::string::npos ? next : next + 1;
+  }
+  EXPECT_DOUBLE_EQ(predict(back, 16).step_seconds, r.best[0].prediction.step_seconds);
+  const std::string text = titan::predict::format_search(r);
+  EXPECT_NE(text.find("runner-up: "), std::string::npos) << text;
+  EXPECT_NE(text.find("% slower"), std::string::npos) << text;
 }

@@ -72,25 +72,10 @@ void read_rope(const json& j, ModelArgs& a, const std::string& what) {
 }
 
 // titan stores the FFN width as Meta's recipe (multiple_of, multiplier), HF
-// as the number. Prefer a flavor's recipe, so a real checkpoint's args read
-// like the flavor's; otherwise pick a recipe that lands on the number.
+// as the number (models::llama3::set_ffn_hidden_dim picks the recipe).
 void read_ffn(int64_t intermediate, ModelArgs& a, const std::string& what) {
   TITAN_CHECK(intermediate > 0, what, ": key 'intermediate_size' must be positive, got ", intermediate);
-  for (const auto& name : models::llama3::flavor_names()) {
-    ModelArgs f = models::llama3::flavor_args(name);
-    if (f.dim == a.dim && f.ffn_hidden_dim() == intermediate) {
-      a.multiple_of = f.multiple_of, a.ffn_dim_multiplier = f.ffn_dim_multiplier;
-      return;
-    }
-  }
-  a.multiple_of = 256, a.ffn_dim_multiplier.reset();
-  if (a.ffn_hidden_dim() == intermediate) return;
-  // Round up to a multiple of the width itself: any pre-rounding width in
-  // (0, intermediate] lands on it, and multiplier·⌊8·dim/3⌋ is within one of it.
-  const int64_t base = 8 * a.dim / 3;
-  a.multiple_of = intermediate;
-  a.ffn_dim_multiplier = static_cast<double>(intermediate) / static_cast<double>(base);
-  TITAN_CHECK(a.ffn_hidden_dim() == intermediate, what, ": key 'intermediate_size' ", intermediate,
+  TITAN_CHECK(models::llama3::set_ffn_hidden_dim(a, intermediate), what, ": key 'intermediate_size' ", intermediate,
               " cannot be expressed as titan's FFN width for hidden_size ", a.dim);
 }
 

@@ -61,6 +61,8 @@ struct ModelSection {
   int64_t dim = 0;
   int64_t n_heads = 0;     ///< titan's: query heads instead of the flavor's (0 = the flavor's)
   int64_t n_kv_heads = 0;  ///< titan's: key/value heads instead of the flavor's (0 = the flavor's)
+  int64_t ffn_hidden_size = 0;  ///< titan's: SwiGLU's hidden width instead of the flavor's (0 = the flavor's)
+  int64_t vocab_size = 0;       ///< titan's: the vocabulary instead of the flavor's (0 = the flavor's)
   std::string norm_type = "rmsnorm";   ///< normalisation layer
   /// attention backend (torchtitan's attn_type): "sdpa" (ATen's dispatch),
   /// "flash" (titan's CPU flash kernel) or "math" (explicit softmax)

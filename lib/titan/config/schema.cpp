@@ -67,6 +67,10 @@ std::vector<Field> make_fields() {
       TITAN_FIELD(model, dim, "titan's: model width instead of the flavor's (0 = the flavor's)"),
       TITAN_FIELD(model, n_heads, "titan's: query heads instead of the flavor's (0 = the flavor's)"),
       TITAN_FIELD(model, n_kv_heads, "titan's: key/value heads instead of the flavor's (0 = the flavor's)"),
+      TITAN_FIELD(model, ffn_hidden_size,
+                  "titan's: SwiGLU's hidden width instead of the flavor's (0 = the flavor's), e.g. a published "
+                  "model's intermediate_size"),
+      TITAN_FIELD(model, vocab_size, "titan's: the vocabulary instead of the flavor's (0 = the flavor's)"),
       TITAN_FIELD(model, norm_type, "normalisation layer", "rmsnorm", "layernorm", "np_layernorm", "fused_rmsnorm"),
       TITAN_FIELD(model, attn_type,
                   "attention backend: sdpa (ATen's dispatch), flash (titan's flash kernels: CPU, and CUDA GPUs "

@@ -17,6 +17,25 @@ int64_t ffn_hidden_dim(int64_t dim, int64_t multiple_of, std::optional<double> f
   return multiple_of * ((hidden + multiple_of - 1) / multiple_of);
 }
 
+bool set_ffn_hidden_dim(ModelArgs& a, int64_t width) {
+  if (width <= 0) return false;
+  for (const auto& name : flavor_names()) {
+    const ModelArgs f = flavor_args(name);
+    if (f.dim == a.dim && f.ffn_hidden_dim() == width) {
+      a.multiple_of = f.multiple_of, a.ffn_dim_multiplier = f.ffn_dim_multiplier;
+      return true;
+    }
+  }
+  a.multiple_of = 256, a.ffn_dim_multiplier.reset();
+  if (a.ffn_hidden_dim() == width) return true;
+  // Round up to a multiple of the width itself: any pre-rounding width in
+  // (0, width] lands on it, and multiplier·⌊8·dim/3⌋ is within one of it.
+  const int64_t base = 8 * a.dim / 3;
+  a.multiple_of = width;
+  a.ffn_dim_multiplier = static_cast<double>(width) / static_cast<double>(base);
+  return a.ffn_hidden_dim() == width;
+}
+
 int64_t ModelArgs::ffn_hidden_dim() const {
   return llama3::ffn_hidden_dim(dim, multiple_of, ffn_dim_multiplier);
 }
@@ -126,14 +145,19 @@ ModelArgs flavor_args(const std::string& flavor, int64_t n_layers) {
 }
 
 ModelArgs flavor_args(const std::string& flavor, const ShapeOverrides& o) {
-  for (const auto& [key, value] : {std::pair<const char*, int64_t>{"n_layers", o.n_layers}, {"dim", o.dim},
-                                   {"n_heads", o.n_heads}, {"n_kv_heads", o.n_kv_heads}})
+  for (const auto& [key, value] :
+       {std::pair<const char*, int64_t>{"n_layers", o.n_layers}, {"dim", o.dim}, {"n_heads", o.n_heads},
+        {"n_kv_heads", o.n_kv_heads}, {"ffn_hidden_size", o.ffn_hidden_size}, {"vocab_size", o.vocab_size}})
     TITAN_CHECK(value >= 0, "[model] ", key, " must be 0 (the flavor's) or positive, got ", value);
   ModelArgs a = flavor_args(flavor);
   if (o.n_layers > 0) a.n_layers = o.n_layers;
   if (o.dim > 0) a.dim = o.dim;
   if (o.n_heads > 0) a.n_heads = o.n_heads;
   if (o.n_kv_heads > 0) a.n_kv_heads = o.n_kv_heads;
+  if (o.vocab_size > 0) a.vocab_size = o.vocab_size;
+  if (o.ffn_hidden_size > 0)
+    TITAN_CHECK(set_ffn_hidden_dim(a, o.ffn_hidden_size), "[model] ffn_hidden_size = ", o.ffn_hidden_size,
+                " cannot be expressed as Llama's FFN recipe for dim ", a.dim);
   a.validate();
   return a;
 }
@@ -141,6 +165,7 @@ ModelArgs flavor_args(const std::string& flavor, const ShapeOverrides& o) {
 ModelArgs flavor_args(const config::ModelSection& model) {
   ShapeOverrides o;
   o.n_layers = model.n_layers, o.dim = model.dim, o.n_heads = model.n_heads, o.n_kv_heads = model.n_kv_heads;
+  o.ffn_hidden_size = model.ffn_hidden_size, o.vocab_size = model.vocab_size;
   return flavor_args(model.flavor, o);
 }
 

@@ -74,6 +74,13 @@ int64_t ffn_hidden_dim(int64_t dim, int64_t multiple_of, std::optional<double> f
 /// checkpoint metadata and the Python reference.
 std::string to_json(const ModelArgs& args);
 
+/// @brief Sets `a`'s FFN recipe (multiple_of, ffn_dim_multiplier) so that
+/// ffn_hidden_dim() is `width`: a flavor's recipe of the same dim when one
+/// lands on it (a real model's args then read like its flavor's), else a
+/// recipe made for it. False when no recipe reaches it (the caller names
+/// its key in the error).
+bool set_ffn_hidden_dim(ModelArgs& a, int64_t width);
+
 /// The flavor names flavor_args() accepts, in size order.
 const std::vector<std::string>& flavor_names();
 
@@ -94,6 +101,8 @@ struct ShapeOverrides {
   int64_t dim = 0;         ///< model width
   int64_t n_heads = 0;     ///< query heads
   int64_t n_kv_heads = 0;  ///< key/value heads
+  int64_t ffn_hidden_size = 0;  ///< SwiGLU's hidden width (set_ffn_hidden_dim)
+  int64_t vocab_size = 0;       ///< vocabulary (embedding and output rows)
 };
 
 /// @brief flavor_args(flavor) with the positive fields of `overrides`; a
@@ -102,7 +111,8 @@ struct ShapeOverrides {
 ModelArgs flavor_args(const std::string& flavor, const ShapeOverrides& overrides);
 
 /// @brief The model a job's [model] section names: its flavor with its
-/// n_layers / dim / n_heads / n_kv_heads overrides.
+/// n_layers / dim / n_heads / n_kv_heads / ffn_hidden_size / vocab_size
+/// overrides.
 ModelArgs flavor_args(const config::ModelSection& model);
 
 }  // namespace titan::models::llama3
