@@ -1,6 +1,7 @@
 // `titan predict`: the step time, tokens/s per GPU and MFU of a config's
 // layout on a cluster ([cluster]), without running it (nothing is built
 // but the layout; docs/predict.md).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -13,6 +14,8 @@
 #include "titan/estimate/memory_estimate.hpp"
 #include "titan/launch/program.hpp"
 #include "titan/models/llama3/job_layout.hpp"
+#include "titan/dist/world.hpp"
+#include "titan/predict/cpu_calibration.hpp"
 #include "titan/predict/layout_search.hpp"
 #include "titan/predict/step_prediction.hpp"
 #include "titan/util/error.hpp"
@@ -20,15 +23,55 @@
 
 namespace titan::cli {
 
+// `titan predict --calibrate`, on each of its two ranks: Gloo between
+// them, then rank 0 alone measures the compute and writes the cache.
+static int calibrate_this_machine() {
+  const dist::World& world = dist::init_distributed({.device = "cpu"});
+  predict::CpuCalibration c;
+  predict::measure_gloo(world, c);
+  world.group()->barrier();
+  if (world.rank() == 0) {
+    const predict::CpuCalibration compute = predict::measure_cpu_compute();
+    c.cpu_model = compute.cpu_model, c.cores = compute.cores, c.date = compute.date;
+    c.gemm_one_thread = compute.gemm_one_thread, c.gemm_all_cores = compute.gemm_all_cores;
+    c.copy_one_thread = compute.copy_one_thread, c.copy_all_cores = compute.copy_all_cores;
+    c.attention_efficiency = compute.attention_efficiency;
+    predict::save_cpu_calibration(c);
+    std::printf("calibrated: %s\nwritten to %s\n", predict::describe(c).c_str(), predict::cpu_calibration_path().c_str());
+  }
+  world.group()->barrier();
+  return 0;
+}
+
 static int cmd_predict(int argc, char** argv) {
   if (const std::string joined = rename_nproc_for_planning(argc, argv, "predict"); !joined.empty()) {
     std::fprintf(stderr, "error: %s\n", joined.c_str());
     return 2;
   }
+  // --calibrate measures this machine, Gloo between two ranks included:
+  // it runs as two ranks of its own.
+  std::vector<char*> args(argv, argv + argc);
+  static char nproc[] = "--nproc", two[] = "2";
+  const bool calibrate = std::any_of(args.begin() + 2, args.end(), [](const char* a) {
+    return std::string(a) == "--calibrate";
+  });
+  if (calibrate && !std::getenv("TITAN_LAUNCHER")) args.insert(args.begin() + 2, {nproc, two});
+  argc = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  argv = args.data();
   return run_main(argc, argv, [](int argc, char** argv) {
     std::vector<std::string> own;
     // Planned for the cluster's GPUs, also on a laptop without one.
-    const config::JobConfig cfg = estimate::planned_for_gpus(config::parse_job_config(argc, argv, 2, &own));
+    config::JobConfig cfg = config::parse_job_config(argc, argv, 2, &own);
+    // A GPU preset plans the job for its GPUs, also on a laptop without one;
+    // the cpu preset for this machine's cores.
+    const bool on_cpu = cfg.cluster.preset == "cpu";
+    if (!on_cpu && cfg.training.device == "cpu")
+      throw Error("titan predict: [training] device = \"cpu\" on the GPU preset [cluster] preset = \"" +
+                  cfg.cluster.preset + "\": use --cluster.preset cpu for this machine");
+    if (on_cpu && cfg.training.device == "cuda")
+      throw Error("titan predict: [cluster] preset = \"cpu\" models CPU jobs, not [training] device = \"cuda\"");
+    cfg.training.device = on_cpu ? "cpu" : "cuda";
     int64_t world = 1;
     bool search = false;
     if (const char* w = std::getenv("WORLD_SIZE")) world = parse_planned_world("predict", "WORLD_SIZE", w);
@@ -38,7 +81,7 @@ static int cmd_predict(int argc, char** argv) {
         std::string presets;
         for (const std::string& n : predict::cluster_presets()) presets += (presets.empty() ? "" : ", ") + n;
         std::printf(
-            "usage: titan predict [--job.config_file F] [--section.key value ...] [--nproc N] [--search]\n"
+            "usage: titan predict [--job.config_file F] [--section.key value ...] [--nproc N] [--search | --calibrate]\n"
             "Predicts one training step of the job on N GPUs (default: WORLD_SIZE or 1) of the cluster [cluster]\n"
             "describes (presets: %s; each [cluster] key replaces one of its values): per pipeline rank the\n"
             "compute (forward, backward, recompute, optimizer), the communication per mesh dimension and how much\n"
@@ -47,7 +90,8 @@ static int cmd_predict(int argc, char** argv) {
             "(docs/predict.md says how, and how close it came to measured runs).\n"
             "--search: the fastest layout of the job (its model, sequence and global batch) that fits on the N GPUs:\n"
             "TP within a node, PP and its schedule, CP for long sequences, FSDP or HSDP, AC, accumulation; with the\n"
-            "runner-up and where it spends more.\n",
+            "runner-up and where it spends more.\n"
+            "--calibrate: measure this machine (GEMM, copy, attention, Gloo between two ranks) for --cluster.preset cpu.\n",
             presets.c_str());
         return 0;
       }
@@ -55,11 +99,13 @@ static int cmd_predict(int argc, char** argv) {
         world = parse_planned_world("predict", a, own[++i]);
       } else if (a == "--search") {
         search = true;
+      } else if (a == "--calibrate") {
+        return calibrate_this_machine();
       } else {
         throw Error("titan predict: unexpected argument '" + a + "' (see titan predict --help)");
       }
     }
-    const predict::Cluster cluster = predict::cluster_of(cfg);
+    const predict::Cluster cluster = predict::cluster_of(cfg, world);
     if (search) {
       const predict::SearchResult r = predict::search_layouts(cfg, world, cluster);
       if (r.best.empty())
@@ -71,10 +117,8 @@ static int cmd_predict(int argc, char** argv) {
       std::fputs(predict::format_search(r).c_str(), stdout);
       return 0;
     }
-    if (cfg.training.device == "cpu")
-      throw Error("titan predict: [training] device = \"cpu\": predict models GPU clusters ([cluster] preset), not "
-                  "CPU jobs yet");
-    const models::llama3::JobLayout layout = models::llama3::plan_layout(cfg, world, c10::Device(c10::kCUDA));
+    const models::llama3::JobLayout layout =
+        models::llama3::plan_layout(cfg, world, on_cpu ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA));
     const predict::StepPrediction p = predict::predict_step(layout, cluster);
     if (!p.fits) {
       // Say so in one line, with the memory estimate's way out.

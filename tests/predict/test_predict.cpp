@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -13,8 +16,10 @@
 #include "titan/models/llama3/flops.hpp"
 #include "titan/models/llama3/job_layout.hpp"
 #include "titan/predict/cluster.hpp"
+#include "titan/predict/cpu_calibration.hpp"
 #include "titan/predict/layout_search.hpp"
 #include "titan/predict/step_prediction.hpp"
+#include "titan/util/files.hpp"
 #include "titan/verify/comm_count.hpp"
 
 using titan::testing::bin_path;
@@ -255,7 +260,8 @@ TEST(PredictCli, BadInputIsOneLine) {
            {"--nproc=8", "a space, not '='"},
            {"--nproc 0", "positive number of ranks"},
            {"--model.flavor 405B --nproc 8", "does not fit"},
-           {"--training.device cpu", "models GPU clusters"},
+           {"--training.device cpu", "use --cluster.preset cpu"},
+           {"--cluster.preset cpu --training.device cuda", "models CPU jobs"},
            {"--cluster.preset a100_80g --float8.enable_float8_linear", "no float8"},
            {"--bogus", "unexpected argument"},
        }) {
@@ -328,4 +334,66 @@ TEST(LayoutSearch, FindsTheFastestLayoutThatFits) {
   const std::string text = titan::predict::format_search(r);
   EXPECT_NE(text.find("runner-up: "), std::string::npos) << text;
   EXPECT_NE(text.find("% slower"), std::string::npos) << text;
+}
+
+// The cpu preset: this machine as calibrated, its ranks sharing the cores.
+TEST(CpuPreset, RanksShareTheCalibratedMachine) {
+  titan::predict::CpuCalibration c;
+  c.cpu_model = "test cpu", c.cores = 4, c.date = "2026-12-08";
+  c.gemm_one_thread = 50e9, c.gemm_all_cores = 180e9;
+  c.copy_one_thread = 10e9, c.copy_all_cores = 30e9;
+  c.attention_efficiency = 0.3, c.gloo_bandwidth = 2e9, c.gloo_latency = 40e-6;
+  const titan::predict::Cluster one = titan::predict::cpu_cluster(c, 1), two = titan::predict::cpu_cluster(c, 2),
+                                eight = titan::predict::cpu_cluster(c, 8);
+  EXPECT_DOUBLE_EQ(one.peak_fp32, 180e9);   // every core, as measured
+  EXPECT_DOUBLE_EQ(two.peak_fp32, 100e9);   // two cores each: 2 x one thread
+  EXPECT_DOUBLE_EQ(eight.peak_fp32, 25e9);  // half a core each
+  EXPECT_DOUBLE_EQ(two.hbm_bandwidth, 20e9);
+  EXPECT_EQ(two.gpus_per_node, 2);
+  EXPECT_FALSE(two.overlaps_communication);
+  EXPECT_DOUBLE_EQ(two.intra_bandwidth, 2e9);
+}
+
+TEST(CpuPreset, NoCalibrationIsOneLineSayingHowToMakeOne) {
+  const std::string dir = titan::files::join(titan::files::temp_dir(), "titan_predict_cpu_" + std::to_string(::getpid()));
+  titan::files::make_directories(dir);
+  ::setenv("TITAN_PREDICT_CPU_CACHE", (dir + "/none.json").c_str(), 1);
+  const std::string missing = required_error_of([] { titan::predict::load_cpu_calibration(); });
+  EXPECT_TRUE(one_line(missing)) << missing;
+  EXPECT_NE(missing.find("titan predict --calibrate"), std::string::npos) << missing;
+  {
+    std::ofstream(dir + "/other.json") << R"({"cpu_model": "another cpu", "cores": 96, "date": "2026-01-01",
+      "gemm_one_thread": 1e10, "gemm_all_cores": 1e11, "copy_one_thread": 1e10, "copy_all_cores": 1e11,
+      "attention_efficiency": 0.3, "gloo_bandwidth": 1e9, "gloo_latency": 1e-5})";
+  }
+  ::setenv("TITAN_PREDICT_CPU_CACHE", (dir + "/other.json").c_str(), 1);
+  const std::string other = required_error_of([] { titan::predict::load_cpu_calibration(); });
+  EXPECT_NE(other.find("another machine"), std::string::npos) << other;
+  { std::ofstream(dir + "/cut.json") << R"({"cpu_model": )"; }
+  ::setenv("TITAN_PREDICT_CPU_CACHE", (dir + "/cut.json").c_str(), 1);
+  const std::string cut = required_error_of([] { titan::predict::load_cpu_calibration(); });
+  EXPECT_TRUE(one_line(cut)) << cut;
+  EXPECT_NE(cut.find("is not a calibration"), std::string::npos) << cut;
+  ::unsetenv("TITAN_PREDICT_CPU_CACHE");
+  titan::files::remove_all(dir);
+}
+
+// --calibrate measures this machine (two ranks of Gloo included), and the
+// cpu preset then predicts a CPU job with it.
+TEST(CpuPreset, CalibrateThenPredict) {
+  const std::string dir = titan::files::join(titan::files::temp_dir(), "titan_calibrate_" + std::to_string(::getpid()));
+  titan::files::make_directories(dir);
+  const std::string env = "TITAN_PREDICT_CPU_CACHE=" + dir + "/predict_cpu.json TITAN_CPU_PEAK_CACHE=" + dir +
+                          "/cpu_peak.json ";
+  const auto cal = run_command(env + bin_path("titan") + " predict --calibrate 2>&1");
+  ASSERT_EQ(cal.exit_code, 0) << cal.output;
+  std::printf("%s(%.1f s)\n", cal.output.c_str(), cal.seconds);
+  EXPECT_NE(cal.output.find("calibrated: "), std::string::npos) << cal.output;
+  const auto p = run_command(env + bin_path("titan") +
+                             " predict --cluster.preset cpu --nproc 2 --training.seq_len 256 --training.batch_size 2 "
+                             "2>&1");
+  EXPECT_EQ(p.exit_code, 0) << p.output;
+  EXPECT_NE(p.output.find("(calibrated "), std::string::npos) << p.output;
+  EXPECT_NE(p.output.find("predicted: step "), std::string::npos) << p.output;
+  titan::files::remove_all(dir);
 }

@@ -287,7 +287,8 @@ struct CommSection {
 /// on. A preset names an accelerator and its network; every other key
 /// replaces one of the preset's values (0 = the preset's).
 struct ClusterSection {
-  /// h100_sxm, h100_hbm2e_500w, h200, a100_80g or b200 (predict/cluster.hpp)
+  /// h100_sxm, h100_hbm2e_500w, h200, a100_80g, b200 (predict/cluster.hpp),
+  /// or cpu: this machine as `titan predict --calibrate` measured it
   std::string preset = "h100_sxm";
   double peak_bf16_tflops = 0;  ///< dense bf16 tensor-core peak per GPU, TFLOP/s
   double peak_fp8_tflops = 0;   ///< dense float8 peak per GPU, TFLOP/s

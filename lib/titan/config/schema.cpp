@@ -258,7 +258,8 @@ std::vector<Field> make_fields() {
                   "local ranks sharing one GPU (>= 1; 1 = a GPU per rank); NCCL needs 2.30+ for more than one"),
 
       TITAN_FIELD(cluster, preset, "titan predict's machines: an accelerator and its network; the keys below replace "
-                  "its values (0 = the preset's)", "h100_sxm", "h100_hbm2e_500w", "h200", "a100_80g", "b200"),
+                  "its values (0 = the preset's); cpu: this machine, as titan predict --calibrate measured it", "h100_sxm",
+                  "h100_hbm2e_500w", "h200", "a100_80g", "b200", "cpu"),
       TITAN_FIELD(cluster, peak_bf16_tflops, "dense bf16 tensor-core peak per GPU, TFLOP/s (>= 0)"),
       TITAN_FIELD(cluster, peak_fp8_tflops, "dense float8 tensor-core peak per GPU, TFLOP/s (>= 0)"),
       TITAN_FIELD(cluster, peak_fp32_tflops, "fp32 peak per GPU without tensor cores, TFLOP/s (>= 0)"),

@@ -3,6 +3,7 @@
 #include <functional>
 
 #include "titan/config/job_config.hpp"
+#include "titan/predict/cpu_calibration.hpp"
 #include "titan/util/error.hpp"
 #include "titan/util/strprintf.hpp"
 
@@ -113,6 +114,10 @@ const std::vector<Preset>& presets() {
 }  // namespace
 
 std::string Cluster::describe() const {
+  if (preset == "cpu")
+    return strprintf("%s: per rank %.1f GFLOP/s fp32, %.1f GB/s, %.1f GiB; Gloo %.2f GB/s, %.0f us per collective",
+                     accelerator.c_str(), peak_fp32 / kGiga, hbm_bandwidth / kGiga, hbm_capacity_gib,
+                     intra_bandwidth / kGiga, intra_latency / kMicro);
   return strprintf("%s, %lld per node, %.0f TFLOP/s bf16, %.0f GB/s HBM, %.0f GiB; links %.0f GB/s in a node, %.0f GB/s "
                    "across nodes (per GPU, each way)",
                    accelerator.c_str(), static_cast<long long>(gpus_per_node), peak_bf16 / kTera,
@@ -140,9 +145,9 @@ Cluster cluster_preset(const std::string& name) {
   throw Error("[cluster] preset = \"" + name + "\" is not a preset (known: " + known + ")");
 }
 
-Cluster cluster_of(const config::JobConfig& cfg) {
+Cluster cluster_of(const config::JobConfig& cfg, int64_t ranks) {
   const config::ClusterSection& k = cfg.cluster;
-  Cluster c = cluster_preset(k.preset);
+  Cluster c = k.preset == "cpu" ? cpu_cluster(load_cpu_calibration(), ranks) : cluster_preset(k.preset);
   // Each key, when set, replaces the preset's value (in the key's unit).
   auto take = [&](const char* key, double given, double unit, double& into) {
     if (given <= 0) return;

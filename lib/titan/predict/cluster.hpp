@@ -46,6 +46,9 @@ struct Cluster {
   double matmul_efficiency = 0;   ///< fraction of the peak a large GEMM reaches
   double attention_efficiency = 0;  ///< fraction of the peak flash attention reaches on the FLOPs it runs
   double memory_efficiency = 0;   ///< fraction of hbm_bandwidth elementwise kernels reach
+  /// Collectives run beside the compute (a GPU's copy engines and NCCL's
+  /// SMs); false on CPUs, where Gloo's threads take the compute's cores.
+  bool overlaps_communication = true;
   std::vector<std::string> overridden;  ///< "[cluster] gpus_per_node = 4", each key the config set
 
   /// @brief "NVIDIA H100 SXM 80GB, 8 per node, 989 TFLOP/s bf16, NVLink 360 GB/s, 40 GB/s across nodes".
@@ -59,8 +62,9 @@ const std::vector<std::string>& cluster_presets();
 /// presets for an unknown one.
 Cluster cluster_preset(const std::string& name);
 
-/// @brief [cluster] of `cfg`: its preset with every non-zero key in place
-/// of the preset's value.
-Cluster cluster_of(const config::JobConfig& cfg);
+/// @brief [cluster] of `cfg` for a job of `ranks`: its preset with every
+/// non-zero key in place of the preset's value. The preset "cpu" is this
+/// machine as calibrated (cpu_calibration.hpp), its `ranks` sharing it.
+Cluster cluster_of(const config::JobConfig& cfg, int64_t ranks = 1);
 
 }  // namespace titan::predict

@@ -103,7 +103,8 @@ SearchResult search_layouts(const config::JobConfig& cfg, int64_t world, const C
     const config::JobConfig c = config_of(cfg, l, local);
     StepPrediction p;
     try {
-      p = predict_step(models::llama3::plan_layout(c, world, c10::Device(c10::kCUDA)), cluster);
+      const c10::Device device = c.training.device == "cpu" ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA);
+      p = predict_step(models::llama3::plan_layout(c, world, device), cluster);
     } catch (const Error&) {
       ++result.refused;
       return false;

@@ -189,6 +189,9 @@ StepPrediction predict_step(const models::llama3::JobLayout& job, const Cluster&
         g.overlap = "the step's scalars: on the critical path";
         g.exposed = g.seconds;
       }
+      // Where collectives share the compute's cores, nothing hides but
+      // the pipeline's messages, which the schedule already charges.
+      if (!cluster.overlaps_communication && group != "pp") g.exposed = g.seconds;
       rp.exposed_comm += g.exposed;
       rp.comm.push_back(g);
     }
@@ -240,14 +243,22 @@ std::string thousands(double x) {
 }  // namespace
 
 std::string prediction_line(const StepPrediction& p) {
-  return strprintf("predicted: step %.3f s, %s tokens/s per GPU, %.0f TFLOP/s per GPU, MFU %.1f %%\n",
-                   p.step_seconds, thousands(p.tokens_per_second_per_gpu).c_str(), p.tflops_per_gpu, p.mfu_percent);
+  const char* per = p.cluster.preset == "cpu" ? "rank" : "GPU";
+  // A GPU's hundreds of TFLOP/s to the unit; a CPU rank's fraction of one in 3 digits.
+  const std::string tflops = p.tflops_per_gpu >= 10 ? strprintf("%.0f", p.tflops_per_gpu)
+                                                    : strprintf("%.3g", p.tflops_per_gpu);
+  return strprintf("predicted: step %.3f s, %s tokens/s per %s, %s TFLOP/s per %s, MFU %.1f %%\n", p.step_seconds,
+                   thousands(p.tokens_per_second_per_gpu).c_str(), per, tflops.c_str(), per, p.mfu_percent);
 }
 
 std::string format_prediction(const StepPrediction& p) {
   const Cluster& c = p.cluster;
-  std::string out = strprintf("titan predict: %lld GPUs on %lld node(s), [cluster] preset %s\n",
-                              static_cast<long long>(p.world), static_cast<long long>(p.nodes), c.preset.c_str());
+  const bool cpu = c.preset == "cpu";
+  std::string out =
+      cpu ? strprintf("titan predict: %lld rank(s) on this machine, [cluster] preset cpu\n",
+                      static_cast<long long>(p.world))
+          : strprintf("titan predict: %lld GPUs on %lld node(s), [cluster] preset %s\n", static_cast<long long>(p.world),
+                      static_cast<long long>(p.nodes), c.preset.c_str());
   out += "  " + c.describe() + "\n";
   for (const std::string& o : c.overridden) out += "  " + o + "\n";
   out += "layout: " + p.layout + "\n";
@@ -274,8 +285,10 @@ std::string format_prediction(const StepPrediction& p) {
                      c.hbm_capacity_gib);
   }
   for (const std::string& note : p.notes) out += "note: " + note + "\n";
-  out += strprintf("MFU against %.0f TFLOP/s per GPU (%s)\n", p.mfu_peak / 1e12,
-                   p.mfu_peak == c.peak_bf16 ? "the dense bf16 peak" : "the fp32 peak");
+  out += cpu ? strprintf("MFU against %.1f GFLOP/s per rank (its share of the calibrated GEMM rate)\n",
+                         p.mfu_peak / 1e9)
+             : strprintf("MFU against %.0f TFLOP/s per GPU (%s)\n", p.mfu_peak / 1e12,
+                         p.mfu_peak == c.peak_bf16 ? "the dense bf16 peak" : "the fp32 peak");
   out += prediction_line(p);
   return out;
 }
