@@ -234,6 +234,21 @@ step capstone_8b_profile 90 'tokens/s|profiling|error|Error' "$T" train "${CAP8[
 step capstone_8b_estimate 30 'Total estimated|error|Error' "$T" estimate "${CAP8[@]}"
 step capstone_1b 120 'tokens/s|memory|loss  |error|Error' "$T" train "${CAP[@]}" --model.flavor 1B --training.steps 12 \
   --metrics.log_freq 4 --job.dump_folder "$WORK/cap1b"
+# 3b. Predict, then measure (docs/predict.md): titan predict's step for the
+#     capstone runs above on this GPU's preset, beside what they measured;
+#     and a run no preset was calibrated on, the 8B-shaped model with full
+#     AC (its memory against the estimate's too).
+PRESET=h100_sxm
+nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -qi h200 && PRESET=h200
+cat >"$WORK/predict_capstone.sh" <<EOF
+for extra in "" "--model.fused_kernels false" "--activation_checkpoint.mode full"; do
+  echo "8B-shaped, 4 blocks \$extra:"; "$T" predict ${CAP8[*]} --cluster.preset $PRESET \$extra | tail -1
+done
+echo "1B:"; "$T" predict ${CAP[*]} --model.flavor 1B --cluster.preset $PRESET | tail -1
+EOF
+step predict_capstone 30 'predicted|8B|1B|error|Error' bash "$WORK/predict_capstone.sh"
+step capstone_8b_full_ac 150 'tokens/s|memory|loss  |error|Error' "$T" train "${CAP8[@]}" \
+  --activation_checkpoint.mode full --training.steps 12 --metrics.log_freq 4 --job.dump_folder "$WORK/cap8b_full_ac"
 TT_WHEEL="$BUNDLE/torchtitan/torchtitan-0.2.2-py3-none-any.whl"
 if [ -f "$TT_WHEEL" ]; then
   step torchtitan_eager_8b_4blocks 150 'torchtitan eager|Error' "${PYRUN[@]}" "$BUNDLE/torchtitan/torchtitan_eager.py" \
