@@ -175,7 +175,7 @@ TEST(StepPrediction, MeshDimensionsArePlacedOnTheNodes) {
   };
   const auto node8 = on_nodes_of("8", false), node4 = on_nodes_of("4", false);
   const auto *t8 = group(node8.ranks[0], "tp"), *t4 = group(node4.ranks[0], "tp");
-  const auto* fsdp = group(node8.ranks[0], "dp_shard");
+  const auto* fsdp = group(node8.ranks[0], "fsdp:dp_shard");
   ASSERT_TRUE(t8 && t4 && fsdp);
   EXPECT_FALSE(t8->crosses_nodes);
   EXPECT_TRUE(t4->crosses_nodes);
@@ -246,7 +246,7 @@ TEST(PredictCli, PrintsTheStepAndItsLastLine) {
                              "--cluster.preset h200 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   for (const char* want : {"titan predict: 8 GPUs on 1 node(s), [cluster] preset h200", "pp rank 0 (stage 0)",
-                           "dp_shard       8 ranks in a node", "predicted: step "})
+                           "dp_shard FSDP    8 ranks in a node", "predicted: step "})
     EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
 }
 

@@ -64,7 +64,7 @@ std::map<std::string, double> parts_of(const StepPrediction& p) {
   out["optimizer"] = slow->optimizer;
   const double busy = slow->step - slow->exposed_comm - slow->optimizer;
   out["pipeline bubble"] = std::max(0.0, busy - slow->compute);
-  for (const GroupComm& g : slow->comm) out["exposed " + g.group + " communication"] += g.exposed;
+  for (const GroupComm& g : slow->comm) out["exposed " + group_display_name(g.group) + " communication"] += g.exposed;
   return out;
 }
 

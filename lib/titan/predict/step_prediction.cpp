@@ -36,6 +36,7 @@ Placement placement_of(const std::string& group, const parallel::ParallelDims& d
   if (group == "dp") return {rep * shard, tp * cp};
   if (group == "dp_cp") return {rep * shard * cp, tp};
   if (group == "pp") return {d.pp, tp * cp * shard * rep};
+  if (group.rfind("fsdp:", 0) == 0) return placement_of(group.substr(5), d);
   TITAN_INTERNAL_ASSERT(false, "predict: no placement for process group '", group, "'");
   return {};
 }
@@ -136,11 +137,11 @@ StepPrediction predict_step(const models::llama3::JobLayout& job, const Cluster&
                                      cluster);
 
     // Communication, from the count of this pipeline rank's traffic.
-    const verify::ExpectedComm count = verify::expected_step_comm(job, /*first_step=*/false, {r, true});
+    const verify::ExpectedComm count =
+        verify::expected_step_comm(job, /*first_step=*/false, {.pp_rank = r, .layout_dtypes = true, .fsdp_apart = true});
     TITAN_INTERNAL_ASSERT(count.modelled, "predict: the count refused ", count.not_modelled_because);
     const ComputeCost& mb = rp.per_microbatch;
     const double m = static_cast<double>(microbatches);
-    const std::string fsdp_group = !d.cp_enabled() ? "dp_shard" : (d.dp_shard_enabled() ? "dp_shard_cp" : "cp");
     double pp_message = 0;  // seconds per message between stages
     for (const auto& [group, kinds] : count.comm) {
       GroupComm g;
@@ -148,10 +149,10 @@ StepPrediction predict_step(const models::llama3::JobLayout& job, const Cluster&
       const Placement where = placement_of(group, d);
       g.size = where.size;
       g.crosses_nodes = where.size > 1 && where.size * where.stride > cluster.gpus_per_node;
-      double ops = 0, p2p_seconds = 0, p2p_ops = 0, first_and_last = 0;
+      double p2p_seconds = 0, p2p_ops = 0, first_and_last = 0;
       for (const auto& [kind, v] : kinds) {
         const double s = kind_seconds(kind, v, where, g.crosses_nodes, cluster);
-        g.bytes += v.bytes, g.seconds += s, ops += static_cast<double>(v.ops);
+        g.bytes += v.bytes, g.seconds += s;
         if (kind == verify::CommKind::PointToPoint) p2p_seconds += s, p2p_ops += static_cast<double>(v.ops);
         // One unit's gather before the first compute and one reduction
         // after the last cannot hide.
@@ -159,7 +160,7 @@ StepPrediction predict_step(const models::llama3::JobLayout& job, const Cluster&
                           kind == verify::CommKind::AllReduce))
           first_and_last += s / static_cast<double>(v.ops);
       }
-      if (group == fsdp_group && d.fsdp_enabled()) {
+      if (group.rfind("fsdp:", 0) == 0) {
         g.overlap = "prefetched and overlapped";
         g.exposed = std::max(0.0, g.seconds - rp.compute) + first_and_last;
       } else if (group == "dp_replicate") {
@@ -242,6 +243,10 @@ std::string thousands(double x) {
 
 }  // namespace
 
+std::string group_display_name(const std::string& group) {
+  return group.rfind("fsdp:", 0) == 0 ? group.substr(5) + " FSDP" : group;
+}
+
 std::string prediction_line(const StepPrediction& p) {
   const char* per = p.cluster.preset == "cpu" ? "rank" : "GPU";
   // A GPU's hundreds of TFLOP/s to the unit; a CPU rank's fraction of one in 3 digits.
@@ -271,17 +276,19 @@ std::string format_prediction(const StepPrediction& p) {
                      static_cast<long long>(r.microbatches));
     const ComputeCost& m = r.per_microbatch;
     const double n = static_cast<double>(r.microbatches);
-    out += strprintf("  %-14s forward %s, backward %s, recompute %s (GEMMs %s, attention %s, memory-bound %s)\n",
+    out += strprintf("  %-16s forward %s, backward %s, recompute %s (GEMMs %s, attention %s, memory-bound %s)\n",
                      "compute", ms(n * m.forward).c_str(), ms(n * m.backward).c_str(), ms(n * m.recompute).c_str(),
                      ms(n * m.gemm).c_str(), ms(n * m.attention).c_str(), ms(n * m.memory_bound).c_str());
-    out += strprintf("  %-14s %s\n", "optimizer", ms(r.optimizer).c_str());
-    for (const GroupComm& g : r.comm)
-      out += strprintf("  %-14s %lld ranks %s, %s: %s, exposed %s (%s)\n", g.group.c_str(),
+    out += strprintf("  %-16s %s\n", "optimizer", ms(r.optimizer).c_str());
+    for (const GroupComm& g : r.comm) {
+      const std::string name = group_display_name(g.group);
+      out += strprintf("  %-16s %lld ranks %s, %s: %s, exposed %s (%s)\n", name.c_str(),
                        static_cast<long long>(g.size), g.crosses_nodes ? "across nodes" : "in a node",
                        metrics::human_bytes(g.bytes).c_str(), ms(g.seconds).c_str(), ms(g.exposed).c_str(),
                        g.overlap.c_str());
-    if (r.bubble > 0) out += strprintf("  %-14s %.1f %% of the pipeline's time idle\n", "bubble", 100 * r.bubble);
-    out += strprintf("  %-14s %.3f s; estimated peak memory %.1f GiB of %.1f\n", "step", r.step, r.peak_memory_gib,
+    }
+    if (r.bubble > 0) out += strprintf("  %-16s %.1f %% of the pipeline's time idle\n", "bubble", 100 * r.bubble);
+    out += strprintf("  %-16s %.3f s; estimated peak memory %.1f GiB of %.1f\n", "step", r.step, r.peak_memory_gib,
                      c.hbm_capacity_gib);
   }
   for (const std::string& note : p.notes) out += "note: " + note + "\n";

@@ -86,6 +86,10 @@ StepPrediction predict_step(const models::llama3::JobLayout& layout, const Clust
 /// "predicted: step S s, T tokens/s per GPU, F TFLOP/s per GPU, MFU M %".
 std::string format_prediction(const StepPrediction& p);
 
+/// @brief A group's name as the tables print it: "dp_shard FSDP" for the
+/// count's "fsdp:dp_shard" (FSDP's traffic apart from its group's other).
+std::string group_display_name(const std::string& group);
+
 /// @brief Only the final line.
 std::string prediction_line(const StepPrediction& p);
 

@@ -379,10 +379,11 @@ ExpectedComm expected_step_comm(const models::llama3::JobLayout& job, bool first
       const int64_t roots = root > 0 ? 1 : 0;
       const int64_t root_gathers = roots * (dims.pp_enabled() ? schedule_steps * pp_root_gathers : M);
       const int64_t scatters = dims.pp_enabled() && !sync_every_backward ? schedule_steps : M;  // per unit
-      c.all_gather(l.fsdp_group, block_gathers, block * wire.param, n);
-      c.all_gather(l.fsdp_group, root_gathers, root * wire.param, n);
-      c.reduce_scatter(l.fsdp_group, scatters * s.blocks, block * wire.reduce, n);
-      c.reduce_scatter(l.fsdp_group, scatters * roots, root * wire.reduce, n);
+      const std::string fsdp = options.fsdp_apart ? "fsdp:" + l.fsdp_group : l.fsdp_group;
+      c.all_gather(fsdp, block_gathers, block * wire.param, n);
+      c.all_gather(fsdp, root_gathers, root * wire.param, n);
+      c.reduce_scatter(fsdp, scatters * s.blocks, block * wire.reduce, n);
+      c.reduce_scatter(fsdp, scatters * roots, root * wire.reduce, n);
       if (l.dp_replicate > 1) {
         const int r = static_cast<int>(l.dp_replicate);
         c.all_reduce("dp_replicate", scatters * s.blocks, block * wire.reduce / n, r);

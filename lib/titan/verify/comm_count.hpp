@@ -115,6 +115,11 @@ struct CountOptions {
   /// instead of refusing it. For the predictor: no CommLog has checked
   /// these sizes yet, so `titan verify` leaves it off.
   bool layout_dtypes = false;
+  /// Count FSDP's gathers and reduce-scatters under "fsdp:" + its group's
+  /// name ("fsdp:cp"), apart from the other traffic of that group (CP's
+  /// ring, when FSDP shards over cp alone): the predictor overlaps them
+  /// differently. `titan verify` compares process groups, so leaves it off.
+  bool fsdp_apart = false;
 };
 
 /// @brief The count for one optimizer step of a job of `layout` (the
