@@ -19,6 +19,8 @@
 ///   per parameter of a step at 2.3 TB/s of the 4.8 TB/s peak.
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,10 @@ struct Cluster {
   /// Collectives run beside the compute (a GPU's copy engines and NCCL's
   /// SMs); false on CPUs, where Gloo's threads take the compute's cores.
   bool overlaps_communication = true;
+  /// Seconds of one GEMM [m, k] x [k, n] as measured on this machine (the
+  /// cpu preset times each shape a job runs, once); empty: the roofline of
+  /// the peaks and efficiencies above.
+  std::shared_ptr<std::function<double(double m, double k, double n)>> measured_gemm;
   std::vector<std::string> overridden;  ///< "[cluster] gpus_per_node = 4", each key the config set
 
   /// @brief "NVIDIA H100 SXM 80GB, 8 per node, 989 TFLOP/s bf16, NVLink 360 GB/s, 40 GB/s across nodes".

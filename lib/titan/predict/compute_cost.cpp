@@ -29,10 +29,11 @@ constexpr PassBytes kLossFused{1, 2}, kLossOpByOp{5, 5};
 // 1 byte) and its output gradient backward, per element, in units of e.
 constexpr PassBytes kFloat8Cast{1.5, 1.5};
 
-// The seconds of one GEMM [m, k] x [k, n]: the larger of its FLOPs at the
-// matmul rate and its operands' bytes at the memory rate (a skinny GEMM is
-// memory-bound).
+// The seconds of one GEMM [m, k] x [k, n]: as timed on this machine (the
+// cpu preset), else the larger of its FLOPs at the matmul rate and its
+// operands' bytes at the memory rate (a skinny GEMM is memory-bound).
 double gemm_seconds(double m, double k, double n, double element_size, double peak, const Cluster& c) {
+  if (c.measured_gemm && *c.measured_gemm) return (*c.measured_gemm)(m, k, n);
   const double flops = 2 * m * k * n;
   const double bytes = element_size * (m * k + k * n + m * n);
   return std::max(flops / (peak * c.matmul_efficiency), bytes / (c.hbm_bandwidth * c.memory_efficiency));

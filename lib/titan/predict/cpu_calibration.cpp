@@ -10,12 +10,16 @@
 #include <ctime>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <tuple>
 #include <vector>
 
 #include "titan/dist/comm_log.hpp"
 #include "titan/dist/world.hpp"
 #include "titan/metrics/cpu_peak.hpp"
 #include "titan/metrics/memory.hpp"
+#include "titan/ops/gemm/cpu_matmul.hpp"
 #include "titan/util/error.hpp"
 #include "titan/util/files.hpp"
 #include "titan/util/strprintf.hpp"
@@ -207,6 +211,33 @@ Cluster cpu_cluster(const CpuCalibration& c, int64_t ranks) {
   k.attention_efficiency = c.attention_efficiency;
   // Gloo's work runs on the same cores as the compute: nothing hides.
   k.overlaps_communication = false;
+  // Each GEMM shape the job runs, timed here on a rank's threads (cores /
+  // ranks, as the launcher gives them) and scaled by its share of the cores
+  // when the ranks outnumber them; a GEMM past a few GFLOP runs at the
+  // calibrated rate (timing it would take seconds, and it is at the
+  // library's steady state). The small and narrow GEMMs of a CPU job (TP's
+  // half-width ones) run well below the 1024^3 rate.
+  const int threads = static_cast<int>(std::max<int64_t>(1, c.cores / std::max<int64_t>(ranks, 1)));
+  const double time_share = std::min(1.0, share / threads);
+  const double rate = k.peak_fp32;
+  auto cache = std::make_shared<std::map<std::tuple<int64_t, int64_t, int64_t>, double>>();
+  k.measured_gemm = std::make_shared<std::function<double(double, double, double)>>(
+      [cache, threads, time_share, rate](double m, double kk, double n) {
+        const double flops = 2 * m * kk * n;
+        if (flops > 4e9) return flops / rate;
+        const auto key = std::make_tuple(static_cast<int64_t>(m), static_cast<int64_t>(kk), static_cast<int64_t>(n));
+        if (auto it = cache->find(key); it != cache->end()) return it->second;
+        const int old = at::get_num_threads();
+        at::set_num_threads(threads);
+        // As a Linear runs it: x [m, k] times W [n, k] transposed, on the
+        // GEMM library titan's Linear layers use here (ops/gemm).
+        const at::Tensor x = at::randn({std::get<0>(key), std::get<1>(key)});
+        const at::Tensor w = at::randn({std::get<2>(key), std::get<1>(key)});
+        const double s = best_seconds(3, [&] { (void)ops::linear(x, w); }) / time_share;
+        at::set_num_threads(old);
+        cache->emplace(key, s);
+        return s;
+      });
   return k;
 }
 

@@ -5,7 +5,8 @@
 /// FLOP/s and a copy's bytes/s on one thread and on every core, flash
 /// attention's fraction of the GEMM rate, and Gloo's all-reduce between two
 /// ranks over loopback (bandwidth and latency). The ranks of a CPU job
-/// share the node's cores: each runs at the rate of its share of them.
+/// share the node's cores: each runs at the rate of its share of them, and
+/// each GEMM shape a job runs is timed here when the job is predicted.
 
 #include <cstdint>
 #include <string>
