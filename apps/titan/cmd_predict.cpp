@@ -27,15 +27,12 @@ namespace titan::cli {
 // them, then rank 0 alone measures the compute and writes the cache.
 static int calibrate_this_machine() {
   const dist::World& world = dist::init_distributed({.device = "cpu"});
-  predict::CpuCalibration c;
-  predict::measure_gloo(world, c);
+  predict::CpuCalibration gloo;
+  predict::measure_gloo(world, gloo);
   world.group()->barrier();
   if (world.rank() == 0) {
-    const predict::CpuCalibration compute = predict::measure_cpu_compute();
-    c.cpu_model = compute.cpu_model, c.cores = compute.cores, c.date = compute.date;
-    c.gemm_one_thread = compute.gemm_one_thread, c.gemm_all_cores = compute.gemm_all_cores;
-    c.copy_one_thread = compute.copy_one_thread, c.copy_all_cores = compute.copy_all_cores;
-    c.attention_efficiency = compute.attention_efficiency;
+    predict::CpuCalibration c = predict::measure_cpu_compute();
+    c.gloo_bandwidth = gloo.gloo_bandwidth, c.gloo_latency = gloo.gloo_latency;
     predict::save_cpu_calibration(c);
     std::printf("calibrated: %s\nwritten to %s\n", predict::describe(c).c_str(), predict::cpu_calibration_path().c_str());
   }

@@ -74,7 +74,7 @@ ComputeCost microbatch_compute(const models::llama3::JobLayout& job, const Clust
   const bool fused = a.fused_kernels;
   const bool float8 = o.float8.enable;
   const double block_peak = gemm_peak(job, c);
-  const double ends_peak = compute_element_size(job) <= 2 ? c.peak_bf16 : c.peak_fp32;
+  const double ends_peak = e <= 2 ? c.peak_bf16 : c.peak_fp32;  // the output and attention: never float8
   const double mem_rate = c.hbm_bandwidth * c.memory_efficiency;
 
   // One block's forward, by kind. Its GEMMs: wq, wk, wv, wo, w1, w3, w2.
